@@ -1,0 +1,1 @@
+"""Attention implementations: references and our Triton kernels."""

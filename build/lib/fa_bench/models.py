@@ -1,0 +1,85 @@
+"""FLOP and minimal-HBM-byte models. Pure functions; units are in the names.
+
+FLOPs follow the FlashAttention-3 convention: forward = 2·B·Hq·Sq·L̄·(D + Dv) where L̄ is
+the mean number of keys each query attends (so causal with Sq != Sk and fully masked rows
+are counted exactly), backward = 2.5× forward (five matmuls against two), fwd_bwd = 3.5×.
+
+Bytes are the least any implementation must move through HBM: every input read once and
+every output written once; K and V counted with the KV head count.
+"""
+
+from __future__ import annotations
+
+from fa_bench.case import Case, Mode
+
+BWD_FLOP_FACTOR = 2.5
+LSE_ITEMSIZE = 4  # the log-sum-exp saved for backward is float32 in every fused kernel
+
+
+def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
+    """Number of (query, key) pairs that take part in attention, Sq·L̄."""
+    if not causal:
+        return seqlen_q * seqlen_k
+    # Bottom-right causal: query i sees keys 0 .. i + (Sk - Sq), clipped to [0, Sk].
+    offset = seqlen_k - seqlen_q
+    first = max(0, -offset)  # earlier rows see no key at all
+    rows = seqlen_q - first
+    if rows <= 0:
+        return 0
+    # sum over i = first .. Sq-1 of (i + offset + 1): an arithmetic series
+    lo = first + offset + 1
+    hi = seqlen_q - 1 + offset + 1
+    return rows * (lo + hi) // 2
+
+
+def forward_flops(case: Case) -> int:
+    d = case.head_dim
+    return 2 * case.batch * case.heads_q * attended_pairs(
+        case.seqlen_q, case.seqlen_k, case.causal
+    ) * (d + d)
+
+
+def case_flops(case: Case) -> float:
+    fwd = forward_flops(case)
+    return {
+        Mode.FWD: fwd,
+        Mode.BWD: BWD_FLOP_FACTOR * fwd,
+        Mode.FWD_BWD: (1 + BWD_FLOP_FACTOR) * fwd,
+    }[case.mode]
+
+
+def _q_bytes(case: Case) -> int:
+    return case.batch * case.heads_q * case.seqlen_q * case.head_dim * case.dtype.itemsize
+
+
+def _kv_bytes(case: Case) -> int:
+    """One of K or V."""
+    return case.batch * case.heads_kv * case.seqlen_k * case.head_dim * case.dtype.itemsize
+
+
+def forward_bytes(case: Case) -> int:
+    """Read Q, K, V; write O."""
+    return 2 * _q_bytes(case) + 2 * _kv_bytes(case)
+
+
+def backward_bytes(case: Case) -> int:
+    """Read Q, K, V, O, dO and LSE; write dQ, dK, dV."""
+    lse = case.batch * case.heads_q * case.seqlen_q * LSE_ITEMSIZE
+    return 3 * _q_bytes(case) + 2 * _kv_bytes(case) + lse + _q_bytes(case) + 2 * _kv_bytes(case)
+
+
+def case_bytes(case: Case) -> int:
+    """fwd_bwd counts the two passes as separate kernels: O and LSE go through HBM between them."""
+    return {
+        Mode.FWD: forward_bytes(case),
+        Mode.BWD: backward_bytes(case),
+        Mode.FWD_BWD: forward_bytes(case) + backward_bytes(case),
+    }[case.mode]
+
+
+def tflops(flops: float, latency_ms: float) -> float:
+    return flops / (latency_ms * 1e-3) / 1e12
+
+
+def gbps(nbytes: float, latency_ms: float) -> float:
+    return nbytes / (latency_ms * 1e-3) / 1e9

@@ -1,0 +1,3 @@
+"""placeholder"""
+def main():
+    print("hi")

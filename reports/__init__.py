@@ -1,0 +1,1 @@
+"""HTML report builder (filled by the report issue)."""
