@@ -1,3 +1,255 @@
-"""placeholder"""
-def main():
-    print("hi")
+"""The `fa-bench` command line: thin Typer commands over the fa_bench core."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from fa_bench.case import DType, Mode
+
+app = typer.Typer(
+    name="fa-bench",
+    help="Benchmark and profile attention implementations: latency with its noise, TFLOP/s, "
+    "model HBM bandwidth, peak memory and accuracy against a float64 reference.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+class DeviceChoice(str, Enum):
+    AUTO = "auto"
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@app.command()
+def run(
+    suite: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--suite",
+            "-s",
+            help="Built-in suite name or TOML file; repeatable. "
+            "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
+        ),
+    ] = None,
+    impl: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--impl",
+            "-i",
+            help="Implementation(s) to run (see `fa-bench list impls`); overrides the suite.",
+        ),
+    ] = None,
+    mode: Annotated[
+        list[Mode] | None, typer.Option("--mode", "-m", help="fwd, bwd or fwd_bwd; repeatable.")
+    ] = None,
+    dtype: Annotated[
+        list[DType] | None, typer.Option("--dtype", help="fp32, fp16 or bf16; repeatable.")
+    ] = None,
+    seqlen: Annotated[
+        list[int] | None,
+        typer.Option("--seqlen", help="Sequence length (query = key); repeatable."),
+    ] = None,
+    head_dim: Annotated[
+        list[int] | None, typer.Option("--head-dim", help="Head dimension; repeatable.")
+    ] = None,
+    batch: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--batch", help="Batch size; repeatable (replaces the suite's batch or tokens)."
+        ),
+    ] = None,
+    heads: Annotated[
+        list[int] | None, typer.Option("--heads", help="Query heads; repeatable.")
+    ] = None,
+    kv_heads: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--kv-heads", help="Key/value heads (GQA/MQA when fewer than --heads); repeatable."
+        ),
+    ] = None,
+    causal: Annotated[
+        bool | None,
+        typer.Option(
+            "--causal/--no-causal",
+            help="Only causal, or only non-causal cases (default: the suite's).",
+        ),
+    ] = None,
+    device: Annotated[
+        DeviceChoice,
+        typer.Option("--device", help="auto (CUDA when present, else CPU), cuda or cpu."),
+    ] = DeviceChoice.AUTO,
+    gpu: Annotated[
+        int | None, typer.Option("--gpu", help="GPU index to run on (default 0).", min=0)
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Output folder (default: a new folder under ./fa-bench-out/)."
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Finish an interrupted run in this folder, with its own cases and options.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds one case may take (compilation included) before it is killed.",
+            min=1,
+        ),
+    ] = 600.0,
+    target_noise: Annotated[
+        float,
+        typer.Option(
+            "--target-noise",
+            help="Stop timing a case once the relative standard error of its mean latency "
+            "is at most this.",
+            min=1e-4,
+            max=0.5,
+        ),
+    ] = 0.01,
+    min_samples: Annotated[
+        int, typer.Option("--min-samples", help="Samples to take at least.", min=2)
+    ] = 10,
+    max_time: Annotated[
+        float | None,
+        typer.Option(
+            "--max-time",
+            help="Seconds of timing per case at most (default 3 on GPU, 1 on CPU).",
+            min=0.01,
+        ),
+    ] = None,
+    l2_flush: Annotated[
+        bool,
+        typer.Option("--l2-flush/--no-l2-flush", help="Flush the GPU's L2 between timed calls."),
+    ] = True,
+    cuda_graph: Annotated[
+        bool, typer.Option("--cuda-graph", help="Time CUDA-graph replays (forward cases only).")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the random inputs.")] = 0,
+    plugin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--plugin", help="Module or .py file that registers more implementations; repeatable."
+        ),
+    ] = None,
+) -> None:
+    """Run benchmark suites and write results.json and results.csv."""
+    from fa_bench.cli_run import RunRequest, run_command
+
+    code = run_command(
+        RunRequest(
+            suites=tuple(suite or ()), impls=tuple(impl or ()),
+            modes=tuple(m.value for m in mode or ()),
+            dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
+            head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
+            kv_heads=tuple(kv_heads or ()), causal=causal, device=device.value, gpu=gpu, out=out,
+            resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
+            max_time_s=max_time, l2_flush=l2_flush, cuda_graph=cuda_graph, seed=seed,
+            plugins=tuple(plugin or ()), argv=["fa-bench", *sys.argv[1:]],
+        ),
+        console=console, err_console=err_console,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+@app.command("list")
+def list_(
+    what: Annotated[str, typer.Argument(help="suites or impls")],
+    plugin: Annotated[
+        list[str] | None, typer.Option("--plugin", help="Extra implementation module or file.")
+    ] = None,
+) -> None:
+    """List the built-in suites or the registered implementations."""
+    if what == "suites":
+        from fa_bench.suite import builtin_suites
+
+        t = Table("suite", "description")
+        for name, desc in builtin_suites().items():
+            t.add_row(name, desc)
+        console.print(t)
+    elif what == "impls":
+        from fa_bench import registry
+
+        try:
+            impls = registry.load(plugin or ())
+        except registry.PluginError as exc:
+            raise _fail(str(exc)) from None
+        t = Table("impl", "modes", "dtypes", "devices", "description")
+        for name, im in impls.items():
+            t.add_row(name, ", ".join(m.value for m in Mode if m in im.modes),
+                      ", ".join(d.value for d in DType if d in im.dtypes),
+                      ", ".join(sorted(im.devices)), im.description)  # fmt: skip
+        console.print(t)
+    else:
+        raise _fail(f"fa-bench list: {what!r} is not one of: suites, impls")
+
+
+@app.command()
+def env(
+    plugin: Annotated[
+        list[str] | None, typer.Option("--plugin", help="Extra implementation module or file.")
+    ] = None,
+) -> None:
+    """Show this machine: GPUs, driver, versions, and which implementations can run."""
+    from fa_bench import registry
+    from fa_bench.env import collect_env
+
+    info = collect_env()
+    t = Table("", "", show_header=False, box=None)
+    for key in ("hostname", "platform", "python", "fa_bench", "torch", "triton", "cuda", "cudnn",
+                "driver"):  # fmt: skip
+        t.add_row(key, str(info.get(key)) if info.get(key) is not None else "–")
+    if info.get("driver_note"):
+        t.add_row("driver note", info["driver_note"])
+    console.print(Panel(t, title="environment"))
+    if info["gpus"]:
+        g = Table(
+            "index", "name", "uuid", "memory GiB", "SMs", "capability", "L2 MiB", title="GPUs"
+        )
+        for d in info["gpus"]:
+            mem_gib, l2_mib = d["memory_bytes"] / 2**30, (d["l2_bytes"] or 0) / 2**20
+            g.add_row(str(d["index"]), d["name"], str(d["uuid"]), f"{mem_gib:.1f}",
+                      str(d["sm_count"]), d["compute_capability"], f"{l2_mib:.0f}")  # fmt: skip
+        console.print(g)
+    else:
+        console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
+    try:
+        impls = registry.load(plugin or ())
+    except registry.PluginError as exc:
+        raise _fail(str(exc)) from None
+    a = Table("impl", "available here", title="implementations")
+    for name, im in impls.items():
+        why = im.unavailable_reason()
+        a.add_row(name, "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}")
+    console.print(a)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,7 @@ class DType(str, Enum):
     def itemsize(self) -> int:
         return 4 if self is DType.FP32 else 2
 
-    def torch(self):  # noqa: ANN201 - torch is imported lazily so the CLI starts fast
+    def torch(self):
         import torch
 
         return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.value]
@@ -79,7 +79,13 @@ class Case:
             f"-sq{self.seqlen_q}-sk{self.seqlen_k}-d{self.head_dim}"
         )
         return "/".join(
-            [self.impl, self.mode.value, self.dtype.value, shape, "causal" if self.causal else "full"]
+            [
+                self.impl,
+                self.mode.value,
+                self.dtype.value,
+                shape,
+                "causal" if self.causal else "full",
+            ]
         )
 
     @property

@@ -34,9 +34,13 @@ def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
 
 def forward_flops(case: Case) -> int:
     d = case.head_dim
-    return 2 * case.batch * case.heads_q * attended_pairs(
-        case.seqlen_q, case.seqlen_k, case.causal
-    ) * (d + d)
+    return (
+        2
+        * case.batch
+        * case.heads_q
+        * attended_pairs(case.seqlen_q, case.seqlen_k, case.causal)
+        * (d + d)
+    )
 
 
 def case_flops(case: Case) -> float:

@@ -3,15 +3,20 @@
 An implementation is registered with `@register(...)` on a *builder*: a function that
 receives the case and its input tensors `(case, q, k, v)`, does all one-time work
 (compilation, block masks, backend selection) and returns the attention function
-`fn(q, k, v) -> o` that the engine times (or a `Prepared` holding it). Tensors use the SDPA layout (batch, heads, seqlen, head_dim); K and V carry
-`heads_kv` heads. Builders raise `Unsupported` for cases they cannot run.
+`fn(q, k, v) -> o` that the engine times (or a `Prepared` holding it). Tensors use the
+SDPA layout (batch, heads, seqlen, head_dim); K and V carry `heads_kv` heads.
+Builders raise `Unsupported` for cases they cannot run.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from fa_bench.case import Case, DType, Mode
 
@@ -20,6 +25,10 @@ AttnFn = Callable[..., object]
 
 class Unsupported(Exception):
     """The implementation cannot run this case; the message says why."""
+
+
+class PluginError(ValueError):
+    """A plugin module that cannot be imported."""
 
 
 class UnknownImpl(ValueError):
@@ -107,11 +116,34 @@ def register(
 
 
 def load(plugins: Iterable[str] = ()) -> dict[str, Impl]:
-    """Import the built-in implementations and any plugin modules; return the registry."""
+    """Import the built-in implementations and any plugins; return the registry.
+
+    A plugin is a module name (`mypkg.attn`) or the path of a .py file; importing it
+    registers its implementations with `@register`.
+    """
     importlib.import_module("fa_bench.kernels")
-    for module in plugins:
-        importlib.import_module(module)
+    for plugin in plugins:
+        _import_plugin(plugin)
     return dict(_REGISTRY)
+
+
+def _import_plugin(plugin: str) -> None:
+    path = Path(plugin)
+    if plugin.endswith(".py") or os.sep in plugin:
+        if not path.is_file():
+            raise PluginError(f"--plugin {plugin}: no such file")
+        name = f"fa_bench_plugin_{path.stem}"
+        if name in sys.modules:
+            return
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return
+    try:
+        importlib.import_module(plugin)
+    except ModuleNotFoundError as exc:
+        raise PluginError(f"--plugin {plugin}: cannot import it ({exc})") from None
 
 
 def get(name: str) -> Impl:

@@ -1,0 +1,97 @@
+"""What this machine is: host, versions, GPUs. Recorded in every results file."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+from fa_bench import __version__
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def nvidia_driver() -> tuple[str | None, str | None]:
+    """(driver version, reason it is unknown)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML unavailable: {exc}"
+    try:
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return (version.decode() if isinstance(version, bytes) else version), None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_info(index: int) -> dict:
+    import torch
+
+    p = torch.cuda.get_device_properties(index)
+    return {
+        "index": index,
+        "name": p.name,
+        "uuid": str(getattr(p, "uuid", "")) or None,
+        "memory_bytes": int(p.total_memory),
+        "sm_count": int(p.multi_processor_count),
+        "compute_capability": f"{p.major}.{p.minor}",
+        "l2_bytes": int(getattr(p, "L2_cache_size", 0)) or None,
+    }
+
+
+def collect_env(device: object | None = None) -> dict:
+    """Versions and hardware; `device` (a torch.device) names the GPU the run uses."""
+    import torch
+
+    cuda_ok = torch.cuda.is_available()
+    driver, driver_note = nvidia_driver() if cuda_ok else (None, "no CUDA device")
+    gpus = [gpu_info(i) for i in range(torch.cuda.device_count())] if cuda_ok else []
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "fa_bench": __version__,
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "driver": driver,
+        "driver_note": driver_note,
+        "device": str(device) if device is not None else None,
+        "gpus": gpus,
+    }
+
+
+def git_sha(path: Path | None = None) -> str | None:
+    """The checkout's commit when fa-bench runs from a git clone, with '+dirty' if changed."""
+    root = Path(path or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "") if sha else None

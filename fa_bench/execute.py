@@ -1,0 +1,233 @@
+"""Run one case in this process: inputs, preparation, accuracy check, timing, peak memory.
+
+Called by the worker subprocess (fa_bench.worker). Every expected failure becomes a
+status with its message; the caller never sees an exception from a case.
+"""
+
+from __future__ import annotations
+
+import gc
+import traceback
+import zlib
+from dataclasses import dataclass, field
+
+from fa_bench import models, registry
+from fa_bench.case import Case, Mode, Status
+from fa_bench.timing import Timing, TimingConfig, measure, summarize
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    seed: int = 0
+    check_accuracy: bool = True
+
+
+def case_seed(base: int, case: Case) -> int:
+    """Fresh inputs per case, reproducible for the same run seed."""
+    return (base * 1_000_003 + zlib.crc32(case.id.encode())) % (2**31)
+
+
+def make_inputs(case: Case, device: object) -> tuple:
+    import torch
+
+    dt = case.dtype.torch()
+    q = torch.randn(case.batch, case.heads_q, case.seqlen_q, case.head_dim, device=device, dtype=dt)
+    k = torch.randn(
+        case.batch, case.heads_kv, case.seqlen_k, case.head_dim, device=device, dtype=dt
+    )
+    v = torch.randn_like(k)
+    do = torch.randn_like(q)
+    return q, k, v, do
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc)
+    return "out of memory" in text.lower() or "CUDNN_STATUS_ALLOC_FAILED" in text
+
+
+def _record(case: Case, device: object, **fields: object) -> dict:
+    rec = {
+        "id": case.id,
+        **case.to_dict(),
+        "device": str(device),
+        "status": Status.OK.value,
+        "error": None,
+        "backend": None,
+        "derived": None,
+        "latency_ms": None,
+        "timing": None,
+        "flops": models.case_flops(case),
+        "bytes_model": models.case_bytes(case),
+        "tflops": None,
+        "gbps_model": None,
+        "peak_mem_bytes": None,
+        "accuracy": None,
+        "telemetry": None,
+    }
+    rec.update(fields)
+    return rec
+
+
+def run_case(case: Case, device: object, opts: ExecOptions) -> dict:
+    """Measure one case; returns its result record (see fa_bench.results)."""
+    import torch
+
+    impl = registry.get(case.impl)
+    reason = impl.unsupported_reason(case, device)
+    if reason:
+        return _record(case, device, status=Status.UNSUPPORTED.value, error=reason)
+    if opts.timing.cuda_graph and case.mode is not Mode.FWD:
+        return _record(
+            case,
+            device,
+            status=Status.UNSUPPORTED.value,
+            error="--cuda-graph times forward only (a captured backward cannot reset grads)",
+        )
+    torch.manual_seed(case_seed(opts.seed, case))
+    try:
+        return _run(case, impl, device, opts)
+    except registry.Unsupported as exc:
+        return _record(case, device, status=Status.UNSUPPORTED.value, error=str(exc))
+    except Exception as exc:
+        status = Status.OOM if _is_oom(exc) else Status.ERROR
+        return _record(
+            case,
+            device,
+            status=status.value,
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            traceback=None if status is Status.OOM else traceback.format_exc()[-4000:],
+        )
+    finally:
+        gc.collect()
+        if getattr(device, "type", "") == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _run(case: Case, impl: registry.Impl, device: object, opts: ExecOptions) -> dict:
+
+    q, k, v, do = make_inputs(case, device)
+    prepared = impl.prepare(case, q, k, v)
+    fn = prepared.fn
+    grads_needed = case.mode is not Mode.FWD
+
+    accuracy = None
+    if opts.check_accuracy:
+        accuracy = _check(case, fn, q, k, v, do if grads_needed else None)
+
+    qg, kg, vg = (t.detach().requires_grad_(grads_needed) for t in (q, k, v))
+
+    def reset_grads() -> None:
+        qg.grad = kg.grad = vg.grad = None
+
+    derived = None
+    if case.mode is Mode.FWD:
+        closure, before = (lambda: fn(q, k, v)), None
+        timing = measure(closure, device=device, config=opts.timing)
+    elif case.mode is Mode.FWD_BWD or not impl.backward_reruns:
+
+        def closure() -> None:
+            fn(qg, kg, vg).backward(do)
+
+        before = reset_grads
+        timing = measure(closure, device=device, config=opts.timing, before=before)
+        if case.mode is Mode.BWD:
+            timing, derived = _subtract_forward(timing, fn, q, k, v, device, opts)
+    else:
+        out = fn(qg, kg, vg)
+
+        def closure() -> None:
+            out.backward(do, retain_graph=True)
+
+        before = reset_grads
+        timing = measure(closure, device=device, config=opts.timing, before=before)
+
+    stats = timing.stats()
+    median = stats["median"]
+    flops, nbytes = models.case_flops(case), models.case_bytes(case)
+    status = Status.OK if accuracy is None or accuracy["passed"] else Status.MISMATCH
+    return _record(
+        case,
+        device,
+        status=status.value,
+        error=None if status is Status.OK else _mismatch_message(accuracy),
+        backend=prepared.backend,
+        derived=derived,
+        latency_ms=stats,
+        timing=_timing_meta(timing, opts.timing),
+        tflops=models.tflops(flops, median) if median > 0 else None,
+        gbps_model=models.gbps(nbytes, median) if median > 0 else None,
+        peak_mem_bytes=_peak_memory(closure, before, device),
+        accuracy=accuracy,
+    )
+
+
+def _check(case: Case, fn: object, q: object, k: object, v: object, do: object) -> dict:
+    from fa_bench.accuracy import check_accuracy
+
+    if do is None:
+        return check_accuracy(case, q, k, v, fn(q, k, v))
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+    out = fn(qg, kg, vg)
+    out.backward(do)
+    return check_accuracy(case, q, k, v, out.detach(), do=do, dq=qg.grad, dk=kg.grad, dv=vg.grad)
+
+
+def _subtract_forward(
+    fwd_bwd: Timing, fn: object, q: object, k: object, v: object, device: object, opts: ExecOptions
+) -> tuple[Timing, str]:
+    """Backward time for implementations whose backward cannot be replayed."""
+    fwd = measure(lambda: fn(q, k, v), device=device, config=opts.timing)
+    fwd_median = summarize(fwd.samples_ms)["median"]
+    samples = [s - fwd_median for s in fwd_bwd.samples_ms]
+    note = (
+        f"fwd_bwd samples minus the forward median ({fwd_median:.4g} ms): "
+        "this implementation's backward cannot be re-run with retain_graph"
+    )
+    return (
+        Timing(
+            samples, fwd_bwd.method, fwd_bwd.stop_reason, fwd_bwd.warmup_calls, fwd_bwd.l2_flush
+        ),
+        note,
+    )
+
+
+def _timing_meta(timing: Timing, cfg: TimingConfig) -> dict:
+    return {
+        "method": timing.method,
+        "stop_reason": timing.stop_reason,
+        "warmup_calls": timing.warmup_calls,
+        "l2_flush": timing.l2_flush,
+        "target_noise": cfg.target_noise,
+        "min_samples": cfg.min_samples,
+        "max_time_s": cfg.max_time_s,
+    }
+
+
+def _peak_memory(closure: object, before: object, device: object) -> int | None:
+    """Bytes allocated above what was live before one call (inputs, saved activations)."""
+    import torch
+
+    if getattr(device, "type", "") != "cuda":
+        return None  # the CPU allocator keeps no peak statistics
+    if before:
+        before()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    closure()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device) - base)
+
+
+def _mismatch_message(accuracy: dict) -> str:
+    bad = [
+        f"{name}: max_abs_err {t['max_abs_err']:.3g} > tolerance {t['tolerance']:.3g}"
+        for name, t in accuracy.get("tensors", {}).items()
+        if not t.get("passed", True)
+    ]
+    return "accuracy check failed: " + ("; ".join(bad) or "non-finite output")

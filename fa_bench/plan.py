@@ -1,0 +1,130 @@
+"""Orchestrates `fa-bench run`: plan the cases, execute them, write the results.
+
+The plan (plan.json) is written before the first case, so `--resume DIR` can finish an
+interrupted run with exactly the same cases and options.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fa_bench import __version__
+from fa_bench.case import Case, Status
+from fa_bench.env import git_sha
+from fa_bench.results import PLAN, build_document, read_journal, write_results
+from fa_bench.runner import ProgressFn, RunOptions, execute
+
+PLAN_SCHEMA = "fa-bench-plan/1"
+
+
+class PlanError(ValueError):
+    """Bad input for a run (maps to exit code 2)."""
+
+
+@dataclass
+class Plan:
+    run: dict
+    options: RunOptions
+    cases: list[Case]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def default_out_dir(suite_names: Sequence[str], base: Path = Path("fa-bench-out")) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    label = "+".join(Path(s).stem for s in suite_names) or "run"
+    return base / f"{stamp}-{label}"
+
+
+def new_plan(
+    cases: Sequence[Case], options: RunOptions, suites: list[dict], argv: list[str]
+) -> Plan:
+    if not cases:
+        raise PlanError("the suite(s) and flags select no case")
+    run = {
+        "id": uuid.uuid4().hex[:12],
+        "started": now_iso(),
+        "ended": None,
+        "argv": argv,
+        "suites": suites,
+        "fa_bench": __version__,
+        "git_sha": git_sha(),
+        "device": options.device,
+        "seed": options.seed,
+        "options": options.to_dict(),
+        "interrupted": False,
+        "resumed": [],
+    }
+    return Plan(run=run, options=options, cases=list(cases))
+
+
+def save_plan(out_dir: Path, plan: Plan) -> None:
+    doc = {
+        "schema": PLAN_SCHEMA,
+        "run": plan.run,
+        "options": plan.options.to_dict(),
+        "cases": [c.to_dict() for c in plan.cases],
+    }
+    (out_dir / PLAN).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+
+
+def load_plan(out_dir: Path) -> Plan:
+    path = Path(out_dir) / PLAN
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlanError(
+            f"--resume {out_dir}: no {PLAN} there (not an fa-bench run folder)"
+        ) from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise PlanError(f"--resume {out_dir}: cannot read {PLAN}: {exc}") from None
+    if doc.get("schema") != PLAN_SCHEMA:
+        raise PlanError(f"{path}: schema {doc.get('schema')!r} is not {PLAN_SCHEMA!r}")
+    try:
+        cases = [Case.from_dict(c) for c in doc["cases"]]
+        options = RunOptions.from_dict(doc["options"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanError(f"{path}: invalid plan: {exc}") from None
+    return Plan(run=doc["run"], options=options, cases=cases)
+
+
+def ordered_records(plan: Plan, out_dir: Path) -> list[dict]:
+    """Journal records in plan order; a case journaled twice keeps its last record."""
+    latest = {r["id"]: r for r in read_journal(out_dir)}
+    return [latest[c.id] for c in plan.cases if c.id in latest]
+
+
+def finish(plan: Plan, out_dir: Path, env: dict | None, interrupted: bool) -> tuple[Path, Path]:
+    plan.run["ended"] = now_iso()
+    plan.run["interrupted"] = interrupted
+    env = env or plan.run.get("env") or {}
+    plan.run["env"] = env  # kept in the plan so a resumed run without new cases has it
+    save_plan(out_dir, plan)
+    env_doc = dict(env)
+    gpus = env_doc.get("gpus") or []
+    env_doc["gpu_name"] = gpus[0]["name"] if gpus and plan.options.device != "cpu" else None
+    doc = build_document({k: v for k, v in plan.run.items() if k != "env"}, env_doc,
+                         ordered_records(plan, out_dir))  # fmt: skip
+    return write_results(out_dir, doc)
+
+
+def run_plan(plan: Plan, out_dir: Path, on_event: ProgressFn | None) -> tuple[dict | None, bool]:
+    """Execute the plan's remaining cases; returns (worker env, interrupted)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_plan(out_dir, plan)
+    try:
+        return execute(plan.cases, out_dir, plan.options, on_event), False
+    except KeyboardInterrupt:
+        return None, True
+
+
+def exit_code(records: Sequence[dict]) -> int:
+    """0 when every case is ok, oom or unsupported; 1 when any failed."""
+    return 1 if any(Status(r["status"]).is_failure for r in records) else 0

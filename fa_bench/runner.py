@@ -1,0 +1,251 @@
+"""The runner: sends cases to a worker subprocess, enforces a per-case timeout, journals.
+
+One worker process runs the cases one after another (compile caches and the CUDA context
+are reused). When a case hangs, the worker is killed and the case is recorded as
+`timeout`; when the worker dies (segfault, CUDA fatal error, os._exit) the case is an
+`error` with the exit status and the tail of the worker's stderr; a fresh worker takes
+the next case. After any `error` on a GPU the worker is replaced too, because a CUDA
+error can leave the context unusable. Every result is journaled as it arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fa_bench.case import Case, Status
+from fa_bench.results import append_journal, read_journal
+from fa_bench.timing import TimingConfig
+
+WORKER_LOG = "worker.log"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device: str = "cpu"  # "cpu" or "cuda"
+    gpu: int | None = None  # physical GPU index, pinned with CUDA_VISIBLE_DEVICES
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    timeout_s: float = 600.0
+    startup_timeout_s: float = 300.0
+    seed: int = 0
+    plugins: tuple[str, ...] = ()
+    check_accuracy: bool = True
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["plugins"] = list(self.plugins)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunOptions:
+        d = dict(d)
+        d["timing"] = TimingConfig(**d.get("timing", {}))
+        d["plugins"] = tuple(d.get("plugins", ()))
+        return cls(**d)
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class WorkerTimeout(WorkerError):
+    pass
+
+
+class Worker:
+    """One `python -m fa_bench.worker` process speaking JSON lines."""
+
+    def __init__(self, opts: RunOptions, workdir: Path) -> None:
+        env = dict(os.environ)
+        if opts.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"  # our Triton kernels run in the interpreter on CPU
+            torch_device = "cpu"
+        else:
+            if opts.gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = _visible_device(opts.gpu)
+            torch_device = "cuda:0"
+        args = {
+            "device": torch_device,
+            "timing": asdict(opts.timing),
+            "seed": opts.seed,
+            "plugins": list(opts.plugins),
+            "plugin_path": os.getcwd(),
+            "check_accuracy": opts.check_accuracy,
+        }
+        self.log_path = Path(workdir) / WORKER_LOG
+        self._log = open(self.log_path, "ab")
+        self._log_start = self._log.tell()
+        # cwd is the output folder, so a source checkout's fa_bench/ in the caller's
+        # directory cannot shadow the installed package inside the worker.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fa_bench.worker", json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            cwd=workdir,
+            env=env,
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches the runner, which stops the worker
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def _next(self, timeout: float) -> dict:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise WorkerTimeout(f"no answer within {timeout:g} s") from None
+        if line is None:
+            self.proc.wait(timeout=10)
+            raise WorkerError(self._death_message())
+        return json.loads(line)
+
+    def _death_message(self) -> str:
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+        else:
+            how = f"exited with status {code}"
+        tail = self.stderr_tail()
+        return f"worker process {how}" + (f"; stderr: {tail}" if tail else "")
+
+    def stderr_tail(self, limit: int = 1500) -> str:
+        self._log.flush()
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            text = f.read().decode("utf-8", "replace").strip()
+        return text[-limit:]
+
+    def wait_ready(self, timeout: float) -> dict:
+        msg = self._next(timeout)
+        if msg.get("op") != "ready":
+            raise WorkerError(f"unexpected first message from worker: {msg}")
+        return msg["env"]
+
+    def run(self, case: Case, timeout: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps({"op": "run", "case": case.to_dict()}) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.proc.wait(timeout=10)
+            raise WorkerError(self._death_message()) from None
+        return self._next(timeout)["result"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+
+def _visible_device(gpu: int) -> str:
+    """Index `gpu` among the devices this process may see (honours CUDA_VISIBLE_DEVICES)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [s.strip() for s in visible.split(",") if s.strip()]
+        if gpu >= len(ids):
+            raise ValueError(f"--gpu {gpu}: only {len(ids)} GPU(s) visible ({visible})")
+        return ids[gpu]
+    return str(gpu)
+
+
+def failed_record(case: Case, status: Status, message: str, device: str) -> dict:
+    """A record for a case whose worker never answered."""
+    from fa_bench.execute import _record
+
+    return _record(case, device, status=status.value, error=message)
+
+
+ProgressFn = Callable[[str, Case, dict | None], None]
+
+
+def execute(
+    cases: Sequence[Case],
+    out_dir: Path,
+    opts: RunOptions,
+    on_event: ProgressFn | None = None,
+) -> dict | None:
+    """Run every case not yet in the journal of `out_dir`; return the worker's env.
+
+    `on_event("start", case, None)` before and `on_event("done", case, record)` after
+    each case. A KeyboardInterrupt stops the worker and propagates; the journal keeps
+    everything already measured.
+    """
+    done = {r["id"] for r in read_journal(out_dir)}
+    todo = [c for c in cases if c.id not in done]
+    worker: Worker | None = None
+    env: dict | None = None
+    failed_starts = 0
+    device_label = "cpu" if opts.device == "cpu" else f"cuda:{opts.gpu or 0}"
+    try:
+        for case in todo:
+            if on_event:
+                on_event("start", case, None)
+            t0 = time.perf_counter()
+            record: dict
+            if worker is None and failed_starts >= 2:
+                record = failed_record(
+                    case, Status.ERROR, "worker could not start (twice); see worker.log",
+                    device_label,
+                )  # fmt: skip
+            else:
+                ready = worker is not None
+                try:
+                    if worker is None:
+                        worker = Worker(opts, out_dir)
+                        env = worker.wait_ready(opts.startup_timeout_s)
+                        ready, failed_starts = True, 0
+                    record = worker.run(case, opts.timeout_s)
+                except WorkerError as exc:
+                    worker.kill()
+                    worker = None
+                    if not ready:
+                        failed_starts += 1
+                        record = failed_record(
+                            case, Status.ERROR, f"worker failed to start: {exc}", device_label
+                        )
+                    elif isinstance(exc, WorkerTimeout):
+                        record = failed_record(
+                            case, Status.TIMEOUT, f"case timed out ({exc})", device_label
+                        )
+                    else:
+                        record = failed_record(case, Status.ERROR, str(exc), device_label)
+            record["wall_s"] = round(time.perf_counter() - t0, 3)
+            if record["status"] == Status.ERROR.value and opts.device != "cpu" and worker:
+                worker.close()
+                worker = None
+            append_journal(out_dir, record)
+            if on_event:
+                on_event("done", case, record)
+    finally:
+        if worker is not None:
+            worker.kill() if sys.exc_info()[0] else worker.close()
+    return env

@@ -1,0 +1,215 @@
+"""The measurement engine: warm up, time each call, stop on noise, keep the raw samples.
+
+GPU calls are timed with CUDA events around each iteration; a buffer larger than L2 is
+zeroed between iterations, outside the timed span, so every call starts with a cold L2
+as it would inside a model. CPU calls use `time.perf_counter` with the same statistics.
+
+Stopping rule: after at least `min_samples` samples and `min_time_s` of timed work, stop
+as soon as the noise, the relative standard error of the mean (stdev / mean / sqrt(n)),
+is at most `target_noise`; give up at `max_time_s` and say so in `stop_reason`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Closure = Callable[[], object]
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    target_noise: float = 0.01
+    min_samples: int = 10
+    min_time_s: float = 0.05
+    max_time_s: float = 3.0
+    warmup_ms: float = 20.0
+    flush_l2: bool = True
+    cuda_graph: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target_noise < 1:
+            raise ValueError(f"target_noise must be in (0, 1), got {self.target_noise}")
+        if self.min_samples < 2:
+            raise ValueError(f"min_samples must be at least 2, got {self.min_samples}")
+        if self.max_time_s <= 0 or self.min_time_s < 0 or self.min_time_s > self.max_time_s:
+            raise ValueError(
+                f"need 0 <= min_time_s <= max_time_s, got {self.min_time_s}, {self.max_time_s}"
+            )
+
+
+@dataclass
+class Timing:
+    samples_ms: list[float]
+    method: str
+    stop_reason: str
+    warmup_calls: int
+    l2_flush: bool
+
+    def stats(self) -> dict:
+        return summarize(self.samples_ms)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        raise ValueError("quantile of no samples")
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def noise(samples: list[float]) -> float:
+    """Relative standard error of the mean; inf with fewer than two samples."""
+    if len(samples) < 2:
+        return math.inf
+    mean = statistics.fmean(samples)
+    return statistics.stdev(samples) / mean / math.sqrt(len(samples)) if mean > 0 else math.inf
+
+
+def summarize(samples: list[float]) -> dict:
+    s = sorted(samples)
+    return {
+        "median": quantile(s, 0.5),
+        "mean": statistics.fmean(s),
+        "min": s[0],
+        "max": s[-1],
+        "p20": quantile(s, 0.2),
+        "p80": quantile(s, 0.8),
+        "stdev": statistics.stdev(s) if len(s) > 1 else 0.0,
+        "noise": noise(s) if len(s) > 1 else None,
+        "n": len(s),
+        "samples": list(samples),
+    }
+
+
+def _should_stop(
+    samples: list[float], timed_s: float, wall_s: float, cfg: TimingConfig
+) -> str | None:
+    """`timed_s` sums the samples; `wall_s` also counts flushes and synchronizations."""
+    if len(samples) >= cfg.min_samples and timed_s >= cfg.min_time_s:
+        if noise(samples) <= cfg.target_noise:
+            return "noise"
+    if wall_s >= cfg.max_time_s:
+        return "time-limit"
+    return None
+
+
+def measure(
+    fn: Closure,
+    *,
+    device: object,
+    config: TimingConfig,
+    before: Closure | None = None,
+) -> Timing:
+    """Time `fn()`; `before()` runs ahead of every call, outside the timed span."""
+    if getattr(device, "type", str(device)) == "cuda":
+        return _measure_cuda(fn, device, config, before)
+    return _measure_cpu(fn, config, before)
+
+
+def _measure_cpu(fn: Closure, cfg: TimingConfig, before: Closure | None) -> Timing:
+    warm, t_end = 0, time.perf_counter() + cfg.warmup_ms / 1e3
+    while warm < 2 or time.perf_counter() < t_end:
+        if before:
+            before()
+        fn()
+        warm += 1
+    samples: list[float] = []
+    timed_s, start = 0.0, time.perf_counter()
+    while True:
+        if before:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        samples.append(dt * 1e3)
+        timed_s += dt
+        reason = _should_stop(samples, timed_s, time.perf_counter() - start, cfg)
+        if reason:
+            return Timing(samples, "perf_counter", reason, warm, l2_flush=False)
+
+
+def l2_flush_bytes(device: object) -> int:
+    """Twice the device's L2 (at least 256 MB, what triton.testing.do_bench zeroes)."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+    return max(2 * l2, 256 * 1024 * 1024)
+
+
+def _measure_cuda(fn: Closure, device: object, cfg: TimingConfig, before: Closure | None) -> Timing:
+    import torch
+
+    flush = (
+        torch.empty(l2_flush_bytes(device), dtype=torch.int8, device=device)
+        if cfg.flush_l2
+        else None
+    )
+    run = fn
+    if cfg.cuda_graph:
+        run = _capture_graph(fn, device, before)
+        before = None
+
+    def one_iteration(start: object, end: object) -> None:
+        if before:
+            before()
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        run()
+        end.record()
+
+    # Warm up, and estimate one call's cost to size the batches between synchronizations.
+    warm = 0
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    while warm < 2 or (time.perf_counter() - t0) * 1e3 < cfg.warmup_ms:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        one_iteration(s, e)
+        torch.cuda.synchronize(device)
+        warm += 1
+    est_ms = max(s.elapsed_time(e), 1e-3)
+    batch = int(min(100, max(1, 20.0 / est_ms)))
+
+    samples: list[float] = []
+    timed_s, start = 0.0, time.perf_counter()
+    while True:
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(batch)
+        ]
+        for s, e in events:
+            one_iteration(s, e)
+        torch.cuda.synchronize(device)
+        for s, e in events:
+            ms = s.elapsed_time(e)
+            samples.append(ms)
+            timed_s += ms / 1e3
+        reason = _should_stop(samples, timed_s, time.perf_counter() - start, cfg)
+        if reason:
+            method = "cuda-graph" if cfg.cuda_graph else "cuda-events"
+            return Timing(samples, method, reason, warm, l2_flush=flush is not None)
+
+
+def _capture_graph(fn: Closure, device: object, before: Closure | None) -> Closure:
+    import torch
+
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):  # capture needs warm-up on a side stream
+        for _ in range(3):
+            if before:
+                before()
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    if before:
+        before()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay

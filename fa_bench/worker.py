@@ -1,0 +1,59 @@
+"""The worker subprocess: runs cases sent by the runner, one JSON line per message.
+
+Started by fa_bench.runner as `python -m fa_bench.worker OPTIONS_JSON`. The protocol goes
+over the original stdout; anything an implementation prints is sent to stderr instead so
+it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once, then
+{"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _protocol_stream():
+    """Keep the real stdout for the protocol; point fd 1 (and sys.stdout) at stderr."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    proto = _protocol_stream()
+
+    import torch
+
+    from fa_bench import registry
+    from fa_bench.case import Case
+    from fa_bench.env import collect_env
+    from fa_bench.execute import ExecOptions, run_case
+    from fa_bench.timing import TimingConfig
+
+    if args.get("plugin_path"):
+        sys.path.append(args["plugin_path"])  # after fa_bench is imported: no shadowing
+    registry.load(args.get("plugins", []))
+    device = torch.device(args["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    opts = ExecOptions(
+        timing=TimingConfig(**args.get("timing", {})),
+        seed=args.get("seed", 0),
+        check_accuracy=args.get("check_accuracy", True),
+    )
+    proto.write(json.dumps({"op": "ready", "env": collect_env(device)}) + "\n")
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg.get("op") == "exit":
+            break
+        case = Case.from_dict(msg["case"])
+        result = run_case(case, device, opts)
+        proto.write(json.dumps({"op": "result", "result": result}, allow_nan=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
