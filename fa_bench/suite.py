@@ -1,0 +1,454 @@
+"""Suites: TOML files that describe grids of benchmark cases.
+
+A suite file gives axes (implementations, modes, dtypes, shapes). Its cases are the
+Cartesian product of the axes or, when it has `[[group]]` tables, the union of the
+groups' products. CLI flags arrive as `Overrides` and replace axes in every group.
+docs/suites.md describes the format; the built-in suites live in `fa_bench.suites`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fa_bench.case import Case, DType, Mode
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 needs the tomli backport
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
+
+_PACKAGE = "fa_bench.suites"
+
+# Axis keys in the order the docs and the "valid keys" messages list them.
+AXES = (
+    "impls",
+    "modes",
+    "dtypes",
+    "batch",
+    "tokens",
+    "heads_q",
+    "hidden",
+    "heads_kv",
+    "seqlens",
+    "seqlens_q",
+    "seqlens_k",
+    "head_dims",
+    "causal",
+)
+_STR_AXES = frozenset({"impls", "modes", "dtypes"})
+_BOOL_AXES = frozenset({"causal"})
+_TOP_KEYS = ("name", "description", *AXES, "group")
+_GROUP_KEYS = ("name", *AXES)
+_CHOICES = {"modes": tuple(m.value for m in Mode), "dtypes": tuple(d.value for d in DType)}
+# Keys that exclude each other; a group setting one drops the others inherited from the top.
+_EXCLUDES = {
+    "batch": ("tokens",),
+    "tokens": ("batch",),
+    "heads_q": ("hidden",),
+    "hidden": ("heads_q",),
+    "seqlens": ("seqlens_q", "seqlens_k"),
+    "seqlens_q": ("seqlens",),
+    "seqlens_k": ("seqlens",),
+}
+# Override field -> (CLI flag, axis key it replaces).
+_FLAGS = {
+    "impls": ("--impl", "impls"),
+    "modes": ("--mode", "modes"),
+    "dtypes": ("--dtype", "dtypes"),
+    "seqlens": ("--seqlen", "seqlens"),
+    "head_dims": ("--head-dim", "head_dims"),
+    "batch": ("--batch", "batch"),
+    "heads": ("--heads", "heads_q"),
+    "kv_heads": ("--kv-heads", "heads_kv"),
+    "causal": ("--causal", "causal"),
+}
+
+Axes = dict[str, tuple]
+
+
+class SuiteError(ValueError):
+    """A suite file or an override is invalid; the message names the file, key and choices."""
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Axes given on the command line; None (or an empty tuple) keeps the suite's axis.
+
+    Values may be strings or the `Mode`/`DType` enums. `heads` without `kv_heads` keeps a
+    group's heads_kv values only if they all divide every new heads_q; otherwise heads_kv
+    becomes heads_q (plain multi-head attention).
+    """
+
+    impls: tuple[str, ...] | None = None
+    modes: tuple[str, ...] | None = None
+    dtypes: tuple[str, ...] | None = None
+    seqlens: tuple[int, ...] | None = None
+    head_dims: tuple[int, ...] | None = None
+    batch: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    kv_heads: tuple[int, ...] | None = None
+    causal: bool | None = None
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    source: str  # "builtin:smoke" or the file path as given
+    cases: tuple[Case, ...]
+
+
+# ---------------------------------------------------------------------------- public API
+
+
+def builtin_suites() -> dict[str, str]:
+    """Built-in suite names mapped to their descriptions, sorted by name."""
+    out = {}
+    for name in _builtin_names():
+        source = f"builtin:{name}"
+        doc = _parse_toml(_builtin_text(name), source)
+        description = doc.get("description")
+        if not isinstance(description, str):
+            raise SuiteError(f"{source}: key 'description' must be a string")
+        out[name] = description
+    return out
+
+
+def load_suite(
+    name_or_path: str | os.PathLike[str],
+    overrides: Overrides | None = None,
+    known_impls: Collection[str] | None = None,
+) -> Suite:
+    """Load a built-in suite by name or a suite file by path, apply overrides, expand cases.
+
+    `known_impls`, when given, is the set of valid implementation names (the registry's).
+    """
+    impl_choices = tuple(sorted(known_impls)) if known_impls is not None else None
+    ov = _checked_overrides(overrides, impl_choices)
+    source, text = _read(name_or_path)
+    return _build(_parse_toml(text, source), source, ov, impl_choices)
+
+
+def load_suites(
+    names: Sequence[str | os.PathLike[str]],
+    overrides: Overrides | None = None,
+    known_impls: Collection[str] | None = None,
+) -> list[Suite]:
+    """Load several suites; a case already in an earlier suite is dropped from later ones."""
+    seen: set[str] = set()
+    suites = []
+    for name in names:
+        suite = load_suite(name, overrides, known_impls)
+        cases = tuple(c for c in suite.cases if c.id not in seen)
+        seen.update(c.id for c in cases)
+        suites.append(replace(suite, cases=cases))
+    return suites
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _builtin_names() -> list[str]:
+    files = resources.files(_PACKAGE)
+    return sorted(p.name[: -len(".toml")] for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def _builtin_text(name: str) -> str:
+    return (resources.files(_PACKAGE) / f"{name}.toml").read_text(encoding="utf-8")
+
+
+def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
+    """(source, text) for a built-in name or a file path."""
+    key = os.fspath(name_or_path)
+    builtins = _builtin_names()
+    if key in builtins:
+        return f"builtin:{key}", _builtin_text(key)
+    path = Path(key)
+    looks_like_path = path.suffix == ".toml" or "/" in key or os.sep in key
+    if not looks_like_path and not path.exists():
+        raise SuiteError(
+            f"unknown suite {key!r}: not a built-in suite ({', '.join(builtins)}) "
+            "nor a path to a .toml file"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SuiteError(
+            f"{key}: cannot read suite file ({exc.strerror}); "
+            f"built-in suites: {', '.join(builtins)}"
+        ) from None
+    try:
+        return key, data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(f"{key}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
+        raise SuiteError(f"{source}: reading suites on Python 3.10 needs the 'tomli' package")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{source}: invalid TOML: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Message prefix: the file, and the group when the error is inside one."""
+
+    source: str
+    group: str | None = None
+
+    def error(self, message: str) -> SuiteError:
+        prefix = f"{self.source}: {self.group}" if self.group else self.source
+        return SuiteError(f"{prefix}: {message}")
+
+
+def _show(value: object) -> str:
+    """A value as the TOML file spells it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    return repr(value)
+
+
+def _axis(key: str, raw: object, where: _Where, impl_choices: tuple[str, ...] | None) -> tuple:
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise where.error(f"key {key!r}: empty list, the grid would be empty")
+    for item in items:
+        if key in _BOOL_AXES:
+            if not isinstance(item, bool):
+                raise where.error(f"key {key!r}: expected true, false or a list, got {_show(item)}")
+        elif key in _STR_AXES:
+            if not isinstance(item, str) or not item:
+                raise where.error(
+                    f"key {key!r}: expected a non-empty string or a list, got {_show(item)}"
+                )
+            choices = _CHOICES.get(key, impl_choices)
+            if choices is not None and item not in choices:
+                raise where.error(f"key {key!r}: {item!r} is not one of {', '.join(choices)}")
+        elif isinstance(item, bool) or not isinstance(item, int):
+            raise where.error(
+                f"key {key!r}: expected a positive integer or a list, got {_show(item)}"
+            )
+        elif item < 1:
+            raise where.error(f"key {key!r}: {item} is not a positive integer")
+    return tuple(items)
+
+
+def _table(
+    table: Mapping[str, Any],
+    valid: tuple[str, ...],
+    where: _Where,
+    impl_choices: tuple[str, ...] | None,
+) -> Axes:
+    """Validate one table (top level or group) and return its axes as tuples."""
+    for key in table:
+        if key not in valid:
+            raise where.error(f"unknown key {key!r}; valid keys: {', '.join(valid)}")
+    axes = {k: _axis(k, v, where, impl_choices) for k, v in table.items() if k in AXES}
+    for key, others in _EXCLUDES.items():
+        for other in others:
+            if key in axes and other in axes:
+                raise where.error(f"keys {key!r} and {other!r} are mutually exclusive; give one")
+    return axes
+
+
+def _text_key(doc: Mapping[str, Any], key: str, where: _Where, required: bool) -> str | None:
+    if key not in doc:
+        if required:
+            raise where.error(f"missing key {key!r}")
+        return None
+    value = doc[key]
+    if not isinstance(value, str) or not value.strip():
+        raise where.error(f"key {key!r}: expected a non-empty string, got {_show(value)}")
+    return value
+
+
+def _set(axes: Axes, key: str, values: tuple) -> None:
+    """Set an axis, dropping the keys it excludes (e.g. batch drops tokens)."""
+    for other in _EXCLUDES.get(key, ()):
+        axes.pop(other, None)
+    axes[key] = values
+
+
+def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | None) -> Overrides:
+    """Validate override values (naming the CLI flag) and normalize them to plain tuples."""
+    if ov is None:
+        return Overrides()
+    changes: dict[str, Any] = {}
+    for f in fields(ov):
+        value = getattr(ov, f.name)
+        flag = _FLAGS[f.name][0]
+        if value is None:
+            continue
+        if f.name == "causal":
+            if not isinstance(value, bool):
+                raise SuiteError(f"{flag}: expected true or false, got {value!r}")
+            continue
+        values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+        if f.name in ("modes", "dtypes"):
+            enum = Mode if f.name == "modes" else DType
+            for v in values:
+                if v not in _CHOICES[f.name]:  # str enums compare equal to their value
+                    shown = v.value if isinstance(v, Enum) else v
+                    choices = ", ".join(_CHOICES[f.name])
+                    raise SuiteError(f"{flag}: {shown!r} is not one of {choices}")
+            values = tuple(enum(v).value for v in values)
+        elif f.name == "impls":
+            for v in values:
+                if not isinstance(v, str) or not v:
+                    raise SuiteError(f"{flag}: expected an implementation name, got {v!r}")
+                if impl_choices is not None and v not in impl_choices:
+                    raise SuiteError(f"{flag}: {v!r} is not one of {', '.join(impl_choices)}")
+        else:
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise SuiteError(f"{flag}: {v!r} is not a positive integer")
+        changes[f.name] = values or None
+    return replace(ov, **changes)
+
+
+# ---------------------------------------------------------------------------- expansion
+
+
+def _merge(top: Axes, group: Axes) -> Axes:
+    """The group's axes over the top-level defaults."""
+    merged = dict(top)
+    for key, values in group.items():
+        _set(merged, key, values)
+    return merged
+
+
+def _apply(axes: Axes, ov: Overrides) -> Axes:
+    axes = dict(axes)
+    for name in ("impls", "modes", "dtypes", "head_dims", "seqlens", "batch", "kv_heads"):
+        values = getattr(ov, name)
+        if values is not None:
+            _set(axes, _FLAGS[name][1], values)
+    if ov.heads is not None:
+        _set(axes, "heads_q", ov.heads)
+        kept = axes.get("heads_kv", ())
+        if ov.kv_heads is None and any(h % kv for h in ov.heads for kv in kept):
+            del axes["heads_kv"]  # falls back to heads_kv = heads_q
+    if ov.causal is not None:
+        axes["causal"] = (ov.causal,)
+    return axes
+
+
+def _require(axes: Axes, where: _Where) -> None:
+    hint = " (set it at the top level or in the group)" if where.group else ""
+    for key in ("impls", "modes", "dtypes", "head_dims", "causal"):
+        if key not in axes:
+            raise where.error(f"missing key {key!r}{hint}")
+    for a, b in (("batch", "tokens"), ("heads_q", "hidden")):
+        if a not in axes and b not in axes:
+            raise where.error(f"missing key {a!r} (or {b!r}){hint}")
+    if "seqlens" not in axes:
+        has_q, has_k = "seqlens_q" in axes, "seqlens_k" in axes
+        if not (has_q or has_k):
+            raise where.error(f"missing key 'seqlens' (or 'seqlens_q' and 'seqlens_k'){hint}")
+        if has_q != has_k:
+            given, needed = ("seqlens_q", "seqlens_k") if has_q else ("seqlens_k", "seqlens_q")
+            raise where.error(f"key {given!r} needs {needed!r} too{hint}")
+
+
+def _used_flags(ov: Overrides, *names: str) -> str:
+    used = [_FLAGS[n][0] for n in names if getattr(ov, n) is not None]
+    return f" (after {', '.join(used)})" if used else ""
+
+
+def _expand(axes: Axes, where: _Where, ov: Overrides) -> Iterator[Case]:
+    """The group's grid: impl, mode, dtype, head_dim, heads_q, heads_kv, batch, causal, seqlen."""
+    _require(axes, where)
+    if "seqlens" in axes:
+        seqs = [(s, s) for s in axes["seqlens"]]
+    else:
+        seqs = list(itertools.product(axes["seqlens_q"], axes["seqlens_k"]))
+    sizes = axes["batch"] if "batch" in axes else axes["tokens"]
+    grid = itertools.product(axes["impls"], axes["modes"], axes["dtypes"], axes["head_dims"])
+    for impl, mode, dtype, head_dim in grid:
+        if "hidden" in axes:
+            for hidden in axes["hidden"]:
+                if hidden % head_dim:
+                    raise where.error(
+                        f"hidden {hidden} is not divisible by head_dim {head_dim}"
+                        + _used_flags(ov, "head_dims")
+                    )
+            heads = tuple(h // head_dim for h in axes["hidden"])
+        else:
+            heads = axes["heads_q"]
+        for heads_q in heads:
+            for heads_kv in axes.get("heads_kv", (heads_q,)):
+                if heads_q % heads_kv:
+                    raise where.error(
+                        f"heads_q {heads_q} is not a multiple of heads_kv {heads_kv}"
+                        + _used_flags(ov, "heads", "kv_heads", "head_dims")
+                    )
+                for size, causal, (seqlen_q, seqlen_k) in itertools.product(
+                    sizes, axes["causal"], seqs
+                ):
+                    batch = size if "batch" in axes else max(1, size // seqlen_q)
+                    try:
+                        yield Case(
+                            impl=impl,
+                            mode=mode,
+                            dtype=dtype,
+                            batch=batch,
+                            heads_q=heads_q,
+                            heads_kv=heads_kv,
+                            seqlen_q=seqlen_q,
+                            seqlen_k=seqlen_k,
+                            head_dim=head_dim,
+                            causal=causal,
+                        )
+                    except ValueError as exc:
+                        raise where.error(str(exc)) from None
+
+
+def _build(
+    doc: dict[str, Any], source: str, ov: Overrides, impl_choices: tuple[str, ...] | None
+) -> Suite:
+    where = _Where(source)
+    name = _text_key(doc, "name", where, required=True)
+    description = _text_key(doc, "description", where, required=True)
+    top = _table(doc, _TOP_KEYS, where, impl_choices)
+
+    groups: list[tuple[_Where, Axes]] = []
+    if "group" not in doc:
+        groups.append((where, top))
+    else:
+        raw_groups = doc["group"]
+        if not isinstance(raw_groups, list) or not all(isinstance(g, dict) for g in raw_groups):
+            raise where.error("key 'group': expected [[group]] tables")
+        if not raw_groups:
+            raise where.error("key 'group': no groups, the grid would be empty")
+        for i, raw in enumerate(raw_groups, start=1):
+            group_name = _text_key(raw, "name", _Where(source, f"group {i}"), required=False)
+            label = f"group {i}" + (f" {group_name!r}" if group_name else "")
+            gwhere = _Where(source, label)
+            groups.append((gwhere, _merge(top, _table(raw, _GROUP_KEYS, gwhere, impl_choices))))
+
+    cases: dict[str, Case] = {}
+    for gwhere, axes in groups:
+        for case in _expand(_apply(axes, ov), gwhere, ov):
+            cases.setdefault(case.id, case)
+    if not cases:  # unreachable while every axis is non-empty; kept as the contract's guard
+        raise where.error("the suite has no cases")
+    return Suite(name=name, description=description, source=source, cases=tuple(cases.values()))
