@@ -94,7 +94,11 @@ def to_frame(doc: dict):
 
     rows = []
     for case in doc["cases"]:
-        row = {k: v for k, v in case.items() if not isinstance(v, (dict, list))}
+        row = {
+            k: v
+            for k, v in case.items()
+            if not isinstance(v, (dict, list)) and k != "traceback"  # the JSON keeps it
+        }
         for key in ("latency_ms", "accuracy", "timing"):
             for sub, val in (case.get(key) or {}).items():
                 if not isinstance(val, (dict, list)):

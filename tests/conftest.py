@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny suites and fast timing so runner tests finish in seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+FAULTY = str(HERE / "plugins" / "faulty_impls.py")
+FAST = ["--max-time", "0.05", "--min-samples", "3", "--target-noise", "0.05"]
+
+
+def write_suite(path: Path, impls: list[str], **axes: object) -> Path:
+    base = {
+        "modes": ["fwd"],
+        "dtypes": ["fp32"],
+        "batch": 1,
+        "heads_q": 2,
+        "seqlens": [16, 32],
+        "head_dims": [16],
+        "causal": [False],
+    }
+    base.update(axes)
+    lines = ['name = "tiny"', 'description = "test suite"', f"impls = {impls!r}"]
+    for key, value in base.items():
+        lines.append(f"{key} = {_toml(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path):  # noqa: ANN201
+    def make(impls: list[str], **axes: object) -> Path:
+        return write_suite(tmp_path / "tiny.toml", impls, **axes)
+
+    return make

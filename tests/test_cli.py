@@ -1,0 +1,127 @@
+"""The command line through Typer's CliRunner: exit codes, messages, outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FAST
+from typer.testing import CliRunner
+
+from fa_bench.cli import app
+from fa_bench.results import load_results
+
+runner = CliRunner()
+
+
+def invoke(*args: str):  # noqa: ANN201
+    return runner.invoke(app, list(args))
+
+
+def test_help_lists_commands() -> None:
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("run", "list", "env"):
+        assert command in result.output
+    assert "--target-noise" in invoke("run", "-h").output
+
+
+def test_list_suites_and_impls() -> None:
+    suites = invoke("list", "suites")
+    assert suites.exit_code == 0
+    for name in ("smoke", "standard", "long-context", "head-dims", "gqa"):
+        assert name in suites.output
+    impls = invoke("list", "impls")
+    assert impls.exit_code == 0
+    for name in ("naive", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "flex"):
+        assert name in impls.output
+
+
+def test_list_unknown_target_exits_2() -> None:
+    result = invoke("list", "gpus")
+    assert result.exit_code == 2
+    assert "suites, impls" in result.output
+
+
+def test_env_reports_cpu_machine() -> None:
+    result = invoke("env")
+    assert result.exit_code == 0
+    assert "torch" in result.output
+    assert "No CUDA GPU visible" in result.output
+    assert "sdpa-cudnn" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--impl", "nope"], "--impl: 'nope' is not one of"),
+        (["--impl", "nope"], "sdpa-math"),  # the valid choices are listed
+        (["--suite", "no-such-suite"], "smoke"),
+        (["--device", "cuda"], "no CUDA device"),
+        (["--gpu", "1"], "--gpu"),
+        (["--resume", "/nonexistent/run"], "plan.json"),
+        (["--seqlen", "0"], "--seqlen"),
+    ],
+)
+def test_bad_input_exits_2_with_message(args: list[str], needle: str) -> None:
+    result = invoke("run", *args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+
+
+@pytest.mark.parametrize("args", [["--dtype", "fp8"], ["--mode", "sideways"], ["--device", "tpu"]])
+def test_bad_choice_exits_2_naming_choices(args: list[str]) -> None:
+    result = invoke("run", *args)
+    assert result.exit_code == 2
+    assert args[0] in result.output
+
+
+def test_bad_suite_file_exits_2_naming_file_and_key(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+    path = tiny_suite(["naive"], dtypes=["fp8"])
+    result = invoke("run", "--suite", str(path))
+    assert result.exit_code == 2
+    assert "tiny.toml" in result.output and "dtypes" in result.output and "bf16" in result.output
+
+
+def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+    path = tiny_suite(["naive", "sdpa-math"], modes=["fwd", "bwd"], causal=[False, True])
+    out = tmp_path / "run"
+    result = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST)
+    assert result.exit_code == 0, result.output
+    assert "CPU run" in result.output
+    doc = load_results(out)
+    assert len(doc["cases"]) == 16
+    assert {c["status"] for c in doc["cases"]} == {"ok"}
+    assert doc["run"]["argv"][:2] == ["fa-bench", "run"] or doc["run"]["argv"][0] == "fa-bench"
+    assert (out / "results.csv").exists()
+    # overriding axes from the command line narrows the suite
+    out2 = tmp_path / "run2"
+    result = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out2),
+                    "--impl", "naive", "--mode", "fwd", "--no-causal", "--seqlen", "8", *FAST)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cases = load_results(out2)["cases"]
+    assert [(c["impl"], c["mode"], c["causal"], c["seqlen_q"]) for c in cases] == [
+        ("naive", "fwd", False, 8)
+    ]
+
+
+def test_out_folder_with_a_run_is_not_overwritten(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+    path = tiny_suite(["naive"], seqlens=[8])
+    out = tmp_path / "run"
+    assert invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    again = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST)
+    assert again.exit_code == 2
+    assert "--resume" in again.output
+
+
+def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+    path = tiny_suite(["naive"], seqlens=[8])
+    out = tmp_path / "run"
+    assert invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    before = json.loads((out / "results.json").read_text())["cases"]
+    result = invoke("run", "--resume", str(out))
+    assert result.exit_code == 0, result.output
+    assert "1 already done" in result.output
+    assert load_results(out)["cases"] == before
+    assert invoke("run", "--resume", str(out), "--impl", "naive").exit_code == 2

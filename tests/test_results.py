@@ -1,0 +1,79 @@
+"""results.json: schema validation, round trip, and the loader's errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from fa_bench.case import Case
+from fa_bench.execute import _record
+from fa_bench.results import (
+    SCHEMA,
+    ResultsError,
+    build_document,
+    load_results,
+    sanitize,
+    validate,
+    write_results,
+)
+from fa_bench.timing import summarize
+
+
+def sample_doc() -> dict:
+    case = Case("naive", "fwd", "bf16", 1, 2, 2, 64, 64, 32, True)
+    ok = _record(case, "cuda:0", latency_ms=summarize([1.0, 1.1, 0.9]), tflops=1.5)
+    oom = _record(case.__class__(**{**case.to_dict(), "seqlen_q": 128, "seqlen_k": 128}),
+                  "cuda:0", status="oom", error="CUDA out of memory")  # fmt: skip
+    return build_document({"id": "r1"}, {"hostname": "h"}, [ok, oom])
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    doc = sample_doc()
+    json_path, csv_path = write_results(tmp_path, doc)
+    back = load_results(json_path)
+    assert back == doc
+    assert load_results(tmp_path) == doc  # a directory holding results.json works too
+    assert back["schema"] == SCHEMA
+    assert back["cases"][0]["latency_ms"]["samples"] == [1.0, 1.1, 0.9]
+    assert csv_path.read_text().splitlines()[0].startswith("id,impl,mode")
+
+
+def test_non_finite_numbers_become_null() -> None:
+    assert sanitize({"a": float("nan"), "b": [float("inf"), 1.0]}) == {"a": None, "b": [None, 1.0]}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema="fa-bench/0"), "schema"),
+        (lambda d: d.pop("env"), "'env'"),
+        (lambda d: d["cases"][0].pop("latency_ms"), "lacks latency_ms"),
+        (lambda d: d["cases"][0].update(status="great"), "status 'great'"),
+        (lambda d: d["cases"][0]["latency_ms"].pop("p20"), "latency_ms must hold"),
+    ],
+)
+def test_validation_rejects(mutate, message: str) -> None:  # noqa: ANN001
+    doc = copy.deepcopy(sample_doc())
+    mutate(doc)
+    with pytest.raises(ResultsError, match=message):
+        validate(doc)
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="no such file"):
+        load_results(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ResultsError, match="bad.json"):
+        load_results(bad)
+    pickled = tmp_path / "p.json"
+    pickled.write_bytes(b"\x80\x04\x95")
+    with pytest.raises(ResultsError, match="p.json"):
+        load_results(pickled)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "something-else", "cases": []}))
+    with pytest.raises(ResultsError, match="something-else"):
+        load_results(other)
