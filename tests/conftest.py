@@ -40,7 +40,7 @@ def _toml(value: object) -> str:
 
 
 @pytest.fixture
-def tiny_suite(tmp_path: Path):  # noqa: ANN201
+def tiny_suite(tmp_path: Path):
     def make(impls: list[str], **axes: object) -> Path:
         return write_suite(tmp_path / "tiny.toml", impls, **axes)
 

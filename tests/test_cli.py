@@ -15,7 +15,7 @@ from fa_bench.results import load_results
 runner = CliRunner()
 
 
-def invoke(*args: str):  # noqa: ANN201
+def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
@@ -77,14 +77,14 @@ def test_bad_choice_exits_2_naming_choices(args: list[str]) -> None:
     assert args[0] in result.output
 
 
-def test_bad_suite_file_exits_2_naming_file_and_key(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+def test_bad_suite_file_exits_2_naming_file_and_key(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], dtypes=["fp8"])
     result = invoke("run", "--suite", str(path))
     assert result.exit_code == 2
     assert "tiny.toml" in result.output and "dtypes" in result.output and "bf16" in result.output
 
 
-def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive", "sdpa-math"], modes=["fwd", "bwd"], causal=[False, True])
     out = tmp_path / "run"
     result = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST)
@@ -97,8 +97,23 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:  # noqa
     assert (out / "results.csv").exists()
     # overriding axes from the command line narrows the suite
     out2 = tmp_path / "run2"
-    result = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out2),
-                    "--impl", "naive", "--mode", "fwd", "--no-causal", "--seqlen", "8", *FAST)  # fmt: skip
+    result = invoke(
+        "run",
+        "-s",
+        str(path),
+        "--device",
+        "cpu",
+        "--out",
+        str(out2),
+        "--impl",
+        "naive",
+        "--mode",
+        "fwd",
+        "--no-causal",
+        "--seqlen",
+        "8",
+        *FAST,
+    )
     assert result.exit_code == 0, result.output
     cases = load_results(out2)["cases"]
     assert [(c["impl"], c["mode"], c["causal"], c["seqlen_q"]) for c in cases] == [
@@ -106,19 +121,23 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:  # noqa
     ]
 
 
-def test_out_folder_with_a_run_is_not_overwritten(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+def test_out_folder_with_a_run_is_not_overwritten(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], seqlens=[8])
     out = tmp_path / "run"
-    assert invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    assert (
+        invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    )
     again = invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST)
     assert again.exit_code == 2
     assert "--resume" in again.output
 
 
-def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], seqlens=[8])
     out = tmp_path / "run"
-    assert invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    assert (
+        invoke("run", "-s", str(path), "--device", "cpu", "--out", str(out), *FAST).exit_code == 0
+    )
     before = json.loads((out / "results.json").read_text())["cases"]
     result = invoke("run", "--resume", str(out))
     assert result.exit_code == 0, result.output

@@ -20,8 +20,10 @@ def _copy_source(dest: Path) -> Path:
     """A clean copy of the tracked tree (the install must not depend on stray files)."""
     files = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for rel in files:
         src = ROOT / rel
         if src.is_symlink() or src.is_file():
@@ -41,10 +43,10 @@ import importlib.util, json, fa_bench
 from fa_bench.suite import builtin_suites
 print(json.dumps({
     "pkg": fa_bench.__file__,
-    "subs": {m: importlib.util.find_spec(m).origin for m in %r},
+    "subs": {m: importlib.util.find_spec(m).origin for m in SUBPACKAGES},
     "suites": sorted(builtin_suites()),
 }))
-""" % (SUBPACKAGES,)
+""".replace("SUBPACKAGES", repr(SUBPACKAGES))
 
 
 @pytest.mark.slow
@@ -57,8 +59,9 @@ def test_install_modes(tmp_path: Path, editable: bool) -> None:
     target = ["-e", str(src)] if editable else [str(src)]
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-deps", *target],
-        check=True, cwd=tmp_path,
-    )  # fmt: skip
+        check=True,
+        cwd=tmp_path,
+    )
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
     probe = subprocess.run([str(py), "-c", PROBE], capture_output=True, text=True, cwd=run_dir)

@@ -25,8 +25,12 @@ from fa_bench.timing import summarize
 def sample_doc() -> dict:
     case = Case("naive", "fwd", "bf16", 1, 2, 2, 64, 64, 32, True)
     ok = _record(case, "cuda:0", latency_ms=summarize([1.0, 1.1, 0.9]), tflops=1.5)
-    oom = _record(case.__class__(**{**case.to_dict(), "seqlen_q": 128, "seqlen_k": 128}),
-                  "cuda:0", status="oom", error="CUDA out of memory")  # fmt: skip
+    oom = _record(
+        case.__class__(**{**case.to_dict(), "seqlen_q": 128, "seqlen_k": 128}),
+        "cuda:0",
+        status="oom",
+        error="CUDA out of memory",
+    )
     return build_document({"id": "r1"}, {"hostname": "h"}, [ok, oom])
 
 
@@ -55,7 +59,7 @@ def test_non_finite_numbers_become_null() -> None:
         (lambda d: d["cases"][0]["latency_ms"].pop("p20"), "latency_ms must hold"),
     ],
 )
-def test_validation_rejects(mutate, message: str) -> None:  # noqa: ANN001
+def test_validation_rejects(mutate, message: str) -> None:
     doc = copy.deepcopy(sample_doc())
     mutate(doc)
     with pytest.raises(ResultsError, match=message):
@@ -67,11 +71,11 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_results(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(ResultsError, match="bad.json"):
+    with pytest.raises(ResultsError, match=r"bad\.json"):
         load_results(bad)
     pickled = tmp_path / "p.json"
     pickled.write_bytes(b"\x80\x04\x95")
-    with pytest.raises(ResultsError, match="p.json"):
+    with pytest.raises(ResultsError, match=r"p\.json"):
         load_results(pickled)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "something-else", "cases": []}))

@@ -20,21 +20,46 @@ from fa_bench.results import load_results, read_journal
 def fa_bench(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from fa_bench.cli import main; main()", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300, **kw,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def statuses(out: Path) -> dict[str, str]:
     return {c["impl"]: c["status"] for c in load_results(out)["cases"]}
 
 
-def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
-    impls = ["sdpa-math", "test-crash", "sdpa", "test-hang", "test-oom", "test-raise",
-             "test-wrong", "naive"]  # fmt: skip
+def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) -> None:
+    impls = [
+        "sdpa-math",
+        "test-crash",
+        "sdpa",
+        "test-hang",
+        "test-oom",
+        "test-raise",
+        "test-wrong",
+        "naive",
+    ]
     suite = tiny_suite(impls, seqlens=[16])
     out = tmp_path / "out"
-    proc = fa_bench("run", "-s", str(suite), "--device", "cpu", "--plugin", FAULTY,
-                    "--timeout", "20", "--out", str(out), *FAST, cwd=tmp_path)  # fmt: skip
+    proc = fa_bench(
+        "run",
+        "-s",
+        str(suite),
+        "--device",
+        "cpu",
+        "--plugin",
+        FAULTY,
+        "--timeout",
+        "20",
+        "--out",
+        str(out),
+        *FAST,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     got = statuses(out)
     assert got == {
@@ -59,26 +84,54 @@ def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) ->
     assert list(frame["status"]) == [got[i] for i in impls]
 
 
-def test_only_ok_oom_unsupported_exit_zero(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
+def test_only_ok_oom_unsupported_exit_zero(tmp_path: Path, tiny_suite) -> None:
     suite = tiny_suite(["sdpa-math", "test-oom", "sdpa-flash"], seqlens=[16])
     out = tmp_path / "out"
-    proc = fa_bench("run", "-s", str(suite), "--device", "cpu", "--plugin", FAULTY,
-                    "--out", str(out), *FAST, cwd=tmp_path)  # fmt: skip
+    proc = fa_bench(
+        "run",
+        "-s",
+        str(suite),
+        "--device",
+        "cpu",
+        "--plugin",
+        FAULTY,
+        "--out",
+        str(out),
+        *FAST,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = statuses(out)
     assert got == {"sdpa-math": "ok", "test-oom": "oom", "sdpa-flash": "unsupported"}
 
 
-def test_interrupt_keeps_results_and_resume_finishes(tmp_path: Path, tiny_suite) -> None:  # noqa: ANN001
-    suite = tiny_suite(["naive", "sdpa-math"], seqlens=[16, 24, 32, 40, 48, 56, 64, 72],
-                       causal=[False, True])  # fmt: skip
+def test_interrupt_keeps_results_and_resume_finishes(tmp_path: Path, tiny_suite) -> None:
+    suite = tiny_suite(
+        ["naive", "sdpa-math"], seqlens=[16, 24, 32, 40, 48, 56, 64, 72], causal=[False, True]
+    )
     out = tmp_path / "out"
-    args = ["run", "-s", str(suite), "--device", "cpu", "--out", str(out), "--max-time", "0.3",
-            "--min-samples", "3", "--target-noise", "0.0001"]  # fmt: skip
+    args = [
+        "run",
+        "-s",
+        str(suite),
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--max-time",
+        "0.3",
+        "--min-samples",
+        "3",
+        "--target-noise",
+        "0.0001",
+    ]
     proc = subprocess.Popen(
         [sys.executable, "-c", "from fa_bench.cli import main; main()", *args],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while len(read_journal(out)) < 3 and time.time() < deadline:
         time.sleep(0.1)
