@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.panel import Panel
 
 from fa_bench import registry
+from fa_bench.case import Case
 from fa_bench.console import RunProgress, failures_table, summary_table
 from fa_bench.plan import (
     Plan,
@@ -82,6 +84,23 @@ def resolve_device(requested: str, gpu: int | None) -> str:
     return "cpu"
 
 
+def interleave_impls(cases: Iterable[Case]) -> list[Case]:
+    """De-duplicate, then order shape by shape with every implementation of a shape back
+    to back (in suite order), so peers are timed under the same conditions and an
+    interrupted run holds complete comparisons."""
+    unique = list({c.id: c for c in cases}.values())
+    first: dict[tuple, int] = {}
+    for i, c in enumerate(unique):
+        first.setdefault(_without_impl(c), i)
+    return sorted(unique, key=lambda c: first[_without_impl(c)])
+
+
+def _without_impl(c: Case) -> tuple:
+    d = c.to_dict()
+    d.pop("impl")
+    return tuple(d.values())
+
+
 def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     from fa_bench.suite import Overrides, load_suites
 
@@ -100,9 +119,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         heads=req.heads or None, kv_heads=req.kv_heads or None, causal=req.causal,
     )  # fmt: skip
     suites = load_suites(suite_names, overrides=overrides, known_impls=list(impls))
-    cases = [c for s in suites for c in s.cases]
-    seen: set[str] = set()
-    cases = [c for c in cases if not (c.id in seen or seen.add(c.id))]
+    cases = interleave_impls(c for s in suites for c in s.cases)
     on_cpu = device == "cpu"
     timing = TimingConfig(
         target_noise=req.target_noise,

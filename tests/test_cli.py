@@ -144,3 +144,19 @@ def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) ->
     assert "1 already done" in result.output
     assert load_results(out)["cases"] == before
     assert invoke("run", "--resume", str(out), "--impl", "naive").exit_code == 2
+
+
+def test_cases_run_shape_by_shape_with_impls_back_to_back() -> None:
+    from fa_bench.case import Case
+    from fa_bench.cli_run import interleave_impls
+
+    def c(impl: str, n: int) -> Case:
+        return Case(impl, "fwd", "fp16", 1, 2, 2, n, n, 16, False)
+
+    suite_order = [c("a", 1), c("a", 2), c("b", 1), c("b", 2), c("a", 1)]
+    assert [(x.impl, x.seqlen_q) for x in interleave_impls(suite_order)] == [
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+        ("b", 2),
+    ]
