@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton decides at kernel definition whether to interpret, so the flag must be set before
+# any test imports fa_bench.kernels: on a CPU-only machine our kernels run interpreted.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HERE = Path(__file__).parent
 FAULTY = str(HERE / "plugins" / "faulty_impls.py")

@@ -1,0 +1,241 @@
+"""The float64 reference attention and the accuracy check every implementation passes.
+
+`reference_attention` is the specification: exact softmax attention with bottom-right causal
+alignment and GQA, forward and analytic backward, chunked over query rows so that even a
+128k-token case needs only O(chunk × Sk) memory. Called on float64 tensors it is the
+reference; called on low-precision tensors it is "plain PyTorch attention in that dtype",
+the baseline of flash-attention's own test rule:
+
+    passed  ⇔  max|x − ref| ≤ 2 · max|baseline − ref| + atol
+
+where atol = 2 · max|(r + 0.3 − 0.3) − r| with r the reference rounded to the case dtype
+(the dtype's rounding error at the reference's magnitude, exactly as flash-attention's
+tests compute `fwd_atol`/`dq_atol`), plus an fp32 accumulation allowance
+2 · eps_fp32 · √n · max|ref| for the n-term reductions (n = max(Sk, group · Sq)).
+
+Why the allowance: flash-attention's rule is made for fp16/bf16. In fp32 plain PyTorch is
+within about one ulp of float64, and a fused kernel that merely reorders its sums over Sk
+(forward, dQ) or Sq (dK, dV) lands at a few times that: measured on an H200 with torch
+2.11, SDPA math, memory-efficient and FlexAttention in fp32 all failed the bare rule on dK/dV
+at N=4096 with relative L2 errors near 1e-6. The allowance is the usual √n rounding bound of
+an n-term fp32 sum; in fp16/bf16 it is ~100× below the rounding floor, so it changes
+nothing there. A NaN or Inf anywhere in the tensor fails.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from fa_bench.case import Case
+
+# check_accuracy keeps one (chunk × Sk) float64 score block of the slice near this many
+# elements (1 GiB), so the reference stays cheap at 128k tokens without tiny chunks at 1k.
+_SCORE_BLOCK_ELEMENTS = 1 << 27
+
+
+class RefResult(NamedTuple):
+    o: torch.Tensor
+    lse: torch.Tensor  # natural-log sum-exp of the scaled scores; -inf for rows with no key
+    dq: torch.Tensor | None
+    dk: torch.Tensor | None
+    dv: torch.Tensor | None
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int]:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError("q, k, v must be (batch, heads, seqlen, head_dim)")
+    batch, heads_q, _, head_dim = q.shape
+    if k.shape[0] != batch or v.shape[0] != batch or k.shape[-1] != head_dim:
+        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in batch/heads/seqlen")
+    heads_kv = k.shape[1]
+    if heads_q % heads_kv:
+        raise ValueError(f"q heads ({heads_q}) must be a multiple of kv heads ({heads_kv})")
+    return heads_kv, heads_q // heads_kv
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    do: torch.Tensor | None = None,
+    chunk_rows: int = 1024,
+) -> RefResult:
+    """Exact attention in q's dtype; with `do`, also the analytic dq, dk, dv.
+
+    Layout (batch, heads, seqlen, head_dim); k and v may have fewer heads (GQA: q head h
+    uses kv head h // group). Causal with Sq != Sk is bottom-right aligned: query i attends
+    keys j <= i + (Sk - Sq). Rows with no key at all give o = 0, lse = -inf, zero grads.
+    """
+    heads_kv, group = _check_shapes(q, k, v)
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    seqlen_k = k.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    if do is not None and do.shape != (*q.shape[:3], v.shape[-1]):
+        raise ValueError(f"do {tuple(do.shape)} does not match the output shape")
+    offset = seqlen_k - seqlen_q
+    # Grads of K and V are sums over all query chunks. Eager PyTorch forms them in a single
+    # matmul (fp32 accumulation, one rounding), so low-precision chunk sums accumulate in fp32
+    # to keep this baseline as accurate as eager and no worse.
+    acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+
+    with torch.no_grad():
+        # (B, Hkv, G, S, D): each kv head broadcasts over its group of q heads, no copies.
+        qg = q.reshape(batch, heads_kv, group, seqlen_q, head_dim)
+        kt = k.unsqueeze(2).transpose(-1, -2)
+        vg = v.unsqueeze(2)
+        dog = None if do is None else do.reshape(batch, heads_kv, group, seqlen_q, -1)
+        o = torch.empty(*qg.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+        lse = torch.empty(qg.shape[:-1], dtype=q.dtype, device=q.device)
+        if dog is not None:
+            dq = torch.empty_like(qg)
+            dk = torch.zeros(k.shape, dtype=acc_dtype, device=k.device)
+            dv = torch.zeros(v.shape, dtype=acc_dtype, device=v.device)
+        cols = torch.arange(seqlen_k, device=q.device)
+
+        for start in range(0, seqlen_q, chunk_rows):
+            end = min(start + chunk_rows, seqlen_q)
+            q_c = qg[..., start:end, :]
+            s = (q_c @ kt) * scale
+            empty_rows = None
+            if causal:
+                last_key = torch.arange(start, end, device=q.device) + offset
+                s = s.masked_fill(cols[None, :] > last_key[:, None], float("-inf"))
+                if start + offset < 0:  # rows whose last key is < 0 see nothing
+                    empty_rows = (last_key < 0)[:, None]
+            p = torch.softmax(s, dim=-1)
+            lse[..., start:end] = torch.logsumexp(s, dim=-1)
+            if empty_rows is not None:
+                # softmax of an all -inf row is NaN; such a query attends nothing, so 0.
+                p = p.masked_fill(empty_rows, 0.0)
+            o_c = p @ vg
+            o[..., start:end, :] = o_c
+            if dog is None:
+                continue
+            do_c = dog[..., start:end, :]
+            dv += (p.transpose(-1, -2) @ do_c).sum(dim=2, dtype=acc_dtype)
+            dp = do_c @ vg.transpose(-1, -2)
+            # rowsum(P ∘ dP) equals rowsum(dO ∘ O) exactly; it is the form eager softmax
+            # backward uses (in fp32 for 16-bit inputs, rounded once), which keeps the
+            # low-precision baseline faithful to PyTorch.
+            p_a, dp_a = p.to(acc_dtype), dp.to(acc_dtype)
+            ds = (p_a * (dp_a - (p_a * dp_a).sum(dim=-1, keepdim=True))).to(q.dtype)
+            dq[..., start:end, :] = (ds @ kt.transpose(-1, -2)) * scale
+            dk += (ds.transpose(-1, -2) @ q_c).sum(dim=2, dtype=acc_dtype) * scale
+
+    o = o.reshape(batch, heads_q, seqlen_q, -1)
+    lse = lse.reshape(batch, heads_q, seqlen_q)
+    if dog is None:
+        return RefResult(o, lse, None, None, None)
+    return RefResult(o, lse, dq.reshape(q.shape), dk.to(k.dtype), dv.to(v.dtype))
+
+
+def _floor(ref: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
+    r = ref.to(dtype)
+    rounding = 2.0 * ((r + 0.3 - 0.3) - r).abs().max().item()
+    eps = torch.finfo(torch.float32).eps
+    accumulation = 2.0 * eps * math.sqrt(terms) * ref.abs().max().item()
+    return rounding + accumulation
+
+
+def _tensor_report(
+    x: torch.Tensor, x_slice: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, terms: int
+) -> dict:
+    nonfinite = int((~torch.isfinite(x)).sum().item())
+    ref = ref.double()
+    err = (x_slice.double() - ref).abs()
+    ref_norm = ref.norm().item()
+    base_err = (base.double() - ref).abs().max().item() if ref.numel() else 0.0
+    floor = _floor(ref, x.dtype, terms) if ref.numel() else 0.0
+    tolerance = 2.0 * base_err + floor
+    if nonfinite:
+        # inf rather than NaN so that "worst over tensors" still compares correctly.
+        max_abs, rel_l2 = math.inf, math.inf
+    else:
+        max_abs = err.max().item() if err.numel() else 0.0
+        diff_norm = (x_slice.double() - ref).norm().item()
+        rel_l2 = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    return {
+        "max_abs_err": float(max_abs),
+        "rel_l2_err": float(rel_l2),
+        "baseline_max_abs_err": float(base_err),
+        "tolerance": float(tolerance),
+        "nonfinite": nonfinite,
+        "passed": bool(nonfinite == 0 and max_abs <= tolerance),
+    }
+
+
+def check_accuracy(
+    case: Case,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor | None = None,
+    dq: torch.Tensor | None = None,
+    dk: torch.Tensor | None = None,
+    dv: torch.Tensor | None = None,
+) -> dict:
+    """Compare an implementation's outputs with the float64 reference on a cheap slice.
+
+    The slice is batch 0, kv head 0 and the q heads of its group: self-contained for dk/dv
+    too. Errors are measured on the slice; NaN/Inf is counted over the whole tensor.
+    Grads are checked when `do` and the grad are given. Values are plain Python types;
+    a tensor with NaN/Inf reports max_abs_err = rel_l2_err = inf (json writes Infinity).
+    """
+    group = case.heads_q // case.heads_kv
+    for name, t in (("q", q), ("o", o), ("do", do), ("dq", dq)):
+        if t is not None and t.shape[1] != case.heads_q:
+            raise ValueError(f"{name} has {t.shape[1]} heads, the case {case.heads_q}")
+    if (dq is not None or dk is not None or dv is not None) and do is None:
+        raise ValueError("checking grads needs the output grad `do`")
+
+    def qs(t: torch.Tensor) -> torch.Tensor:
+        return t[:1, :group].detach()
+
+    def kvs(t: torch.Tensor) -> torch.Tensor:
+        return t[:1, :1].detach()
+
+    q_s, k_s, v_s = qs(q), kvs(k), kvs(v)
+    do_s = None if do is None else qs(do)
+    chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, group * case.seqlen_k)))
+    ref = reference_attention(
+        q_s.double(),
+        k_s.double(),
+        v_s.double(),
+        causal=case.causal,
+        do=None if do_s is None else do_s.double(),
+        chunk_rows=chunk,
+    )
+    base = reference_attention(q_s, k_s, v_s, causal=case.causal, do=do_s, chunk_rows=chunk)
+
+    candidates = {
+        "o": (o, qs, ref.o, base.o),
+        "dq": (dq, qs, ref.dq, base.dq),
+        "dk": (dk, kvs, ref.dk, base.dk),
+        "dv": (dv, kvs, ref.dv, base.dv),
+    }
+    terms = max(case.seqlen_k, group * case.seqlen_q)
+    tensors = {
+        name: _tensor_report(x.detach(), take(x), r, b, terms)
+        for name, (x, take, r, b) in candidates.items()
+        if x is not None and r is not None
+    }
+    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+    return {
+        "max_abs_err": max(t["max_abs_err"] for t in tensors.values()),
+        "rel_l2_err": max(t["rel_l2_err"] for t in tensors.values()),
+        "passed": all(t["passed"] for t in tensors.values()),
+        "tensors": tensors,
+        "slice": f"batch 0, kv head 0, {heads}",
+    }
