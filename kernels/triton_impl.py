@@ -1,0 +1,61 @@
+"""Registers our Triton FlashAttention (`fa_bench.kernels.flash_attention`) as `triton`.
+
+The kernel module is imported inside the builder, not here: `triton.jit` reads
+TRITON_INTERPRET when the kernels are defined, and the runner sets it for CPU workers
+before it builds a case, so importing the registry must not define the kernels first.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from fa_bench.case import Case, DType
+from fa_bench.registry import register
+
+
+def _check(case: Case, device: object) -> str | None:
+    """Why `triton` cannot run this case on `device`, or None."""
+    if case.head_dim % 8 or case.head_dim > 256:
+        return f"head_dim must be a multiple of 8 and <= 256, got {case.head_dim}"
+    if getattr(device, "type", str(device)) == "cpu":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            return "CPU runs need the Triton interpreter (TRITON_INTERPRET=1)"
+        if case.dtype is DType.BF16:
+            return "bf16 is wrong in the Triton CPU interpreter (tl.dot on bf16 operands)"
+    return None
+
+
+@register(
+    "triton",
+    description=(
+        "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
+        "exp2, TMA loads on Hopper, deterministic backward, GQA, bottom-right causal"
+    ),
+    modes=("fwd", "bwd", "fwd_bwd"),
+    dtypes=("fp32", "fp16", "bf16"),
+    devices=("cuda", "cpu"),
+    check=_check,
+)
+def triton_flash(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    from fa_bench.kernels.flash_attention import flash_attention
+    from fa_bench.kernels.flash_config import default_config
+
+    cap = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else None
+    pad = max(16, 1 << (case.head_dim - 1).bit_length())
+    config = default_config(pad, q.dtype, case.causal, cap, case.mode.value)
+    causal = case.causal
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return flash_attention(q, k, v, causal=causal, config=config)
+
+    if q.device.type == "cuda":
+        # Compile the forward (and backward) kernels here, outside the timed span.
+        grad = case.mode.value != "fwd"
+        args = [t.detach().requires_grad_(grad) for t in (q, k, v)]
+        out = fn(*args)
+        if grad:
+            out.backward(torch.ones_like(out))
+        torch.cuda.synchronize(q.device)
+    return fn

@@ -1,0 +1,39 @@
+"""Results data embedded in a report page, so a shared page can be read back.
+
+A page holds one `<script type="application/json" id="fa-bench-results">` element whose
+text is a JSON list of results documents (one per merged run). `<`, `>` and `&` are
+written as \\u escapes, so no string from the data can close the element or inject
+markup; `json.loads` turns them back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fa_bench.results import ResultsError, validate
+
+SCRIPT_ID = "fa-bench-results"
+_PATTERN = re.compile(
+    r'<script type="application/json" id="' + SCRIPT_ID + r'">(.*?)</script>', re.S
+)
+
+
+def embed_json(docs: list[dict]) -> str:
+    text = json.dumps(docs, allow_nan=False, separators=(",", ":"))
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'<script type="application/json" id="{SCRIPT_ID}">{text}</script>'
+
+
+def extract_results(html: str, *, source: str = "report") -> list[dict]:
+    """The validated results documents embedded in a report page."""
+    found = _PATTERN.search(html)
+    if not found:
+        raise ResultsError(f"{source}: no embedded fa-bench results (not an fa-bench report?)")
+    try:
+        docs = json.loads(found.group(1))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: embedded results are not valid JSON: {exc}") from None
+    if not isinstance(docs, list) or not docs:
+        raise ResultsError(f"{source}: embedded results must be a non-empty list of documents")
+    return [validate(doc, source=f"{source} (run {i})") for i, doc in enumerate(docs)]
