@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from enum import Enum
 from pathlib import Path
@@ -23,6 +24,8 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
+# Commands that live in their own modules; each module exposes register(app).
+_COMMAND_MODULES: tuple[str, ...] = ()
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -245,6 +248,10 @@ def env(
         why = im.unavailable_reason()
         a.add_row(name, "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}")
     console.print(a)
+
+
+for _module in _COMMAND_MODULES:
+    importlib.import_module(_module).register(app)
 
 
 def main() -> None:
