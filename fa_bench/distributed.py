@@ -1,0 +1,143 @@
+"""Several GPUs and nodes: who this process is, which cases it runs, and the merge.
+
+Launchers are the usual ones, not a home-made one: under `torchrun` (RANK, WORLD_SIZE,
+LOCAL_RANK) or Slurm's `srun` (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS,
+SLURM_LOCALID) each rank runs its share (`--spread`) or the whole suite (`--replicate`)
+on its local GPU and writes an ordinary run folder `OUT/rank-NNN/`. The merge goes
+through the shared `--out` directory, not torch.distributed: rank 0 waits (with a
+timeout) until every rank's results.json says it has ended, then writes one merged
+OUT/results.json; ranks that never finish are listed in `run.missing_ranks` instead of
+hanging the merge. `fa-bench run --gpus` on one node uses the same layout with one
+folder per GPU (`OUT/gpu-N/`) and the same merge.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from fa_bench.case import Case
+from fa_bench.results import ResultsError, build_document, load_results
+
+
+class DistributedError(ValueError):
+    """Inconsistent launcher variables or flags (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    launcher: str | None = None  # "torchrun", "slurm" or None
+    host: str = ""
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    try:
+        value = int(env[name])
+    except ValueError:
+        raise DistributedError(
+            f"environment variable {name}={env[name]!r} is not an integer"
+        ) from None
+    if value < 0:
+        raise DistributedError(f"environment variable {name}={value} is negative")
+    return value
+
+
+def detect(env: Mapping[str, str] | None = None) -> Rank:
+    """This process's place among the ranks; torchrun's variables win over Slurm's
+    (torchrun started by srun sets both, and its own are the per-process ones)."""
+    env = os.environ if env is None else env
+    host = socket.gethostname()
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
+        local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
+        launcher = "torchrun"
+    elif "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+        # SLURM_STEP_NUM_TASKS is the srun step's size; a batch script alone is one task.
+        rank = _int(env, "SLURM_PROCID")
+        world = _int(
+            env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+        )
+        local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
+        launcher = "slurm"
+    else:
+        return Rank(host=host)
+    if world < 1 or rank >= world:
+        raise DistributedError(f"{launcher}: rank {rank} is outside a world of size {world}")
+    return Rank(rank, world, local, launcher, host)
+
+
+def shard(cases: Sequence[Case], index: int, count: int) -> list[Case]:
+    """Round-robin share `index` of `count`: every case in exactly one share, and each
+    share gets a similar mix of implementations and sizes."""
+    if not 0 <= index < count:
+        raise DistributedError(f"share {index} of {count} does not exist")
+    return list(cases[index::count])
+
+
+def part_dir(out: Path, kind: str, index: int) -> Path:
+    """OUT/rank-003 for launched ranks, OUT/gpu-3 for the GPUs of `--gpus`."""
+    return Path(out) / (f"rank-{index:03d}" if kind == "rank" else f"gpu-{index}")
+
+
+@dataclass
+class Merged:
+    doc: dict
+    missing: list[int]
+
+
+def wait_and_merge(
+    out: Path,
+    parts: Sequence[tuple[int, Path]],
+    *,
+    mode: str,
+    timeout_s: float,
+    poll_s: float = 1.0,
+    run_extra: dict | None = None,
+) -> Merged:
+    """Wait for every part's finished results.json (or the timeout), then merge.
+
+    `parts` is [(rank or GPU index, folder)]. Cases are tagged with `rank`; the merged
+    env lists every part's env under `parts`, and missing parts are named.
+    """
+    deadline = time.monotonic() + timeout_s
+    docs: dict[int, dict] = {}
+    while True:
+        for index, folder in parts:
+            if index in docs:
+                continue
+            try:
+                doc = load_results(folder)
+            except ResultsError:
+                continue  # not written yet (or being replaced)
+            if doc["run"].get("ended"):
+                docs[index] = doc
+        if len(docs) == len(parts) or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    missing = sorted(i for i, _ in parts if i not in docs)
+    if not docs:
+        raise ResultsError(f"{out}: no part finished within {timeout_s:g} s (missing {missing})")
+    first = docs[min(docs)]
+    cases = []
+    for index in sorted(docs):
+        for case in docs[index]["cases"]:
+            cases.append({**case, "rank": index})
+    run = {
+        **first["run"],
+        "merged": {"mode": mode, "parts": len(parts), "finished": sorted(docs)},
+        "missing_ranks": missing,
+        **(run_extra or {}),
+    }
+    env = {**first["env"], "parts": {str(i): docs[i]["env"] for i in sorted(docs)}}
+    return Merged(build_document(run, env, cases), missing)
