@@ -1,3 +1,0 @@
-"""placeholder"""
-def main():
-    print("hi")

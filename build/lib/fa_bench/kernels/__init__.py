@@ -1,1 +1,0 @@
-"""Attention implementations: references and our Triton kernels."""

@@ -1,1 +1,0 @@
-"""HTML report builder (filled by the report issue)."""

@@ -1,1 +1,0 @@
-"""Built-in suites, as TOML data files."""
