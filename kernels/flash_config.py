@@ -125,3 +125,54 @@ def default_config(
     # TMA stays opt-in: on the H200 the pointer path was 0-12% faster at head_dim 64 and
     # 128 (bf16, triton 3.6.0; docs/kernel.md).
     return FlashConfig(**cfg, **bwd, use_tma=False)
+
+
+_DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+def config_label(cfg: FlashConfig, mode: str = "fwd_bwd") -> str:
+    """Short name of the fields that matter for `mode`, e.g. "bm128-bn64-w4-s3"."""
+    fwd = f"bm{cfg.block_m}-bn{cfg.block_n}-w{cfg.num_warps}-s{cfg.num_stages}"
+    c = cfg
+    bwd = f"bwd-bm{c.bwd_block_m}-bn{c.bwd_block_n}-w{c.bwd_num_warps}-s{c.bwd_num_stages}"
+    return {"fwd": fwd, "bwd": bwd}.get(mode, f"{fwd}/{bwd}")
+
+
+def select_config(
+    head_dim: int,
+    dtype: object,
+    causal: bool,
+    device: object,
+    seqlen: int,
+    mode: str = "fwd_bwd",
+    cache_path: object = "env",
+) -> tuple[FlashConfig, str]:
+    """The config a case runs with, and where it came from ("heuristic" or "tuning cache").
+
+    The tuning cache (fa_bench.tuning; what `fa-bench sweep --save-best` found) overrides
+    the heuristic's forward fields and/or backward fields for its (GPU, dtype, head_dim,
+    causal, seqlen bucket) key. `head_dim` is the real head dim (cache key; padded here
+    for the heuristic), `device` a torch.device, `cache_path` a path, None (no cache) or
+    "env" (the --tuning-cache / $FA_BENCH_TUNING_CACHE / default location rule).
+    """
+    import torch
+
+    from fa_bench import tuning
+
+    is_cuda = getattr(device, "type", str(device)) == "cuda"
+    cap = torch.cuda.get_device_capability(device) if is_cuda else None
+    pad = max(16, 1 << (head_dim - 1).bit_length())
+    cfg = default_config(pad, dtype, causal, cap, mode)
+    path = tuning.resolve_path() if cache_path == "env" else cache_path
+    gpu = torch.cuda.get_device_name(device) if is_cuda else "cpu"
+    dtype_name = _DTYPE_NAMES.get(str(dtype), str(dtype))
+    found = tuning.lookup(
+        gpu=gpu, dtype=dtype_name, head_dim=head_dim, causal=causal, seqlen=seqlen, path=path
+    )
+    if not found:
+        return cfg, "heuristic"
+    from dataclasses import replace
+
+    for fields in found.values():
+        cfg = replace(cfg, **fields)
+    return cfg, "tuning cache (" + ", ".join(found) + ")"

@@ -12,7 +12,7 @@ import os
 import torch
 
 from fa_bench.case import Case, DType
-from fa_bench.registry import register
+from fa_bench.registry import Prepared, register
 
 
 def _check(case: Case, device: object) -> str | None:
@@ -38,13 +38,27 @@ def _check(case: Case, device: object) -> str | None:
     devices=("cuda", "cpu"),
     check=_check,
 )
-def triton_flash(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    from fa_bench.kernels.flash_attention import flash_attention
-    from fa_bench.kernels.flash_config import default_config
+def triton_flash(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
+) -> Prepared:
+    """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
+    heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
+    when it has this case's key. The backend label says which config ran and why."""
+    from dataclasses import replace
 
-    cap = torch.cuda.get_device_capability(q.device) if q.device.type == "cuda" else None
-    pad = max(16, 1 << (case.head_dim - 1).bit_length())
-    config = default_config(pad, q.dtype, case.causal, cap, case.mode.value)
+    from fa_bench.kernels.flash_attention import flash_attention
+    from fa_bench.kernels.flash_config import config_label, select_config
+
+    seqlen = max(case.seqlen_q, case.seqlen_k)
+    fields = (options or {}).get("config")
+    if fields:
+        config, _ = select_config(case.head_dim, q.dtype, case.causal, q.device, seqlen,
+                                  case.mode.value, cache_path=None)  # fmt: skip
+        config, source = replace(config, **fields), "sweep"
+    else:
+        config, source = select_config(
+            case.head_dim, q.dtype, case.causal, q.device, seqlen, case.mode.value
+        )
     causal = case.causal
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -58,4 +72,4 @@ def triton_flash(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         if grad:
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize(q.device)
-    return fn
+    return Prepared(fn=fn, backend=f"triton:{config_label(config, case.mode.value)} ({source})")

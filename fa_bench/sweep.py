@@ -1,0 +1,212 @@
+"""The block-size sweep's config space: expansion, the validity (pruning) rule, rules of thumb.
+
+A sweep point is a case plus the FlashConfig fields its mode decides:
+- mode `fwd`: block_m (query rows per program), block_n (keys per step), num_warps,
+  num_stages of the forward kernel;
+- mode `bwd`: bwd_block_m (rows streamed per step), bwd_block_n (rows each program
+  holds: keys in dK/dV, queries in dQ), bwd_num_warps, bwd_num_stages.
+The other fields stay at the heuristic's values. The heuristic's own config is always in
+the space (marked `is_default`) so the sweep measures how much the best beats it.
+
+Validity rule (`prune_reason`), applied before anything is compiled; a pruned config is
+a recorded row with its reason, never silently dropped:
+1. FlashConfig's own checks (powers of two in [16, 256], warps in 1..16, stages 1..8).
+2. Shared memory: the pipelined tiles must fit the device's per-block limit (read from
+   the device: `shared_memory_per_block_optin`, 227 KB on the H200). The estimate counts
+   only the buffers that grow with num_stages: forward `stages × (K + V tile)` =
+   stages · 2 · block_n · D_pad · itemsize; backward `stages × 2 streamed tiles` =
+   stages · 2 · bwd_block_m · D_pad · itemsize. It is a lower bound (Q, the accumulators
+   and layout conversions come on top), so a pruned config cannot fit; one that passes
+   and still exceeds the limit fails at compile time and is recorded as `error`.
+   Checked against the H200: 128×128 tiles at head_dim 128 with 4 stages need 256 KB by
+   this estimate (Triton reported 296 KB: OutOfResources), 3 stages 192 KB (ran).
+   Without a device (CPU interpreter) there is no limit to check and the rule is skipped.
+3. Tiles larger than the sequence: a block bigger than the sequence rounded up to a
+   power of two (at least 16) covers the same single tile with only more masked rows, so
+   it is redundant.
+Our kernel pads head_dim to a power of two and masks, so there is no "block_n <= head_dim"
+requirement; nothing is pruned for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from fa_bench.case import Case, Mode
+
+SWEEP_MODES = ("fwd", "bwd")
+_FIELDS = {
+    "fwd": ("block_m", "block_n", "num_warps", "num_stages"),
+    "bwd": ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages"),
+}
+H200_SMEM_BYTES = 232448  # 227 KB: shared_memory_per_block_optin on the H200
+
+
+@dataclass(frozen=True)
+class SweepSpace:
+    """The product swept for every case (the same axis lists for fwd and bwd)."""
+
+    block_m: tuple[int, ...] = (32, 64, 128, 256)
+    block_n: tuple[int, ...] = (32, 64, 128, 256)
+    warps: tuple[int, ...] = (4, 8)
+    stages: tuple[int, ...] = (2, 3, 4, 5)
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "warps", "stages"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"--{name.replace('_', '-')} needs at least one value")
+            bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+            if bad:
+                raise ValueError(f"--{name.replace('_', '-')}: positive integers only, got {bad}")
+
+    @property
+    def size(self) -> int:
+        return len(self.block_m) * len(self.block_n) * len(self.warps) * len(self.stages)
+
+    def to_dict(self) -> dict:
+        return {k: list(getattr(self, k)) for k in ("block_m", "block_n", "warps", "stages")}
+
+
+def short_fields(fields: dict) -> dict:
+    """{"block_m", "block_n", "num_warps", "num_stages"} whatever the mode's field names."""
+    keys = ("block_m", "block_n", "num_warps", "num_stages")
+    return {k: fields[f] for k, f in zip(keys, sorted_fields(fields), strict=True)}
+
+
+def sorted_fields(fields: dict) -> tuple[str, ...]:
+    mode = "bwd" if "bwd_block_m" in fields else "fwd"
+    return _FIELDS[mode]
+
+
+def label(fields: dict) -> str:
+    s = short_fields(fields)
+    return f"bm{s['block_m']}-bn{s['block_n']}-w{s['num_warps']}-s{s['num_stages']}"
+
+
+def mode_fields(cfg: object, mode: str) -> dict:
+    """The fields of a FlashConfig that a sweep of `mode` varies."""
+    return {f: getattr(cfg, f) for f in _FIELDS[mode]}
+
+
+def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
+    """The default heuristic's FlashConfig for a case (the tuning cache is not consulted)."""
+    from fa_bench.kernels.flash_config import default_config
+
+    pad = max(16, 1 << (case.head_dim - 1).bit_length())
+    return default_config(pad, case.dtype.torch(), case.causal, capability, case.mode.value)
+
+
+def expand(space: SweepSpace, mode: str) -> list[dict]:
+    """Every config of the product, as FlashConfig field dicts for `mode`."""
+    if mode not in SWEEP_MODES:
+        raise ValueError(f"sweep mode must be one of {', '.join(SWEEP_MODES)}, got {mode!r}")
+    names = _FIELDS[mode]
+    product = itertools.product(space.block_m, space.block_n, space.warps, space.stages)
+    return [dict(zip(names, values, strict=True)) for values in product]
+
+
+def smem_estimate_bytes(case: Case, fields: dict) -> int:
+    """Lower bound of the shared memory the pipelined tiles need (see the module doc)."""
+    pad = max(16, 1 << (case.head_dim - 1).bit_length())
+    s = short_fields(fields)
+    rows = s["block_n"] if "block_m" in fields else s["block_m"]
+    return s["num_stages"] * 2 * rows * pad * case.dtype.itemsize
+
+
+def prune_reason(case: Case, fields: dict, smem_limit_bytes: int | None) -> str | None:
+    """Why a config is not worth compiling for this case, or None (see the module doc)."""
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    try:
+        FlashConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        return f"invalid config: {exc}"
+    if smem_limit_bytes is not None:
+        need = smem_estimate_bytes(case, fields)
+        if need > smem_limit_bytes:
+            return (
+                f"shared memory: pipelined tiles need >= {need // 1024} KB, "
+                f"the device allows {smem_limit_bytes // 1024} KB per block"
+            )
+    s = short_fields(fields)
+    seq_q = max(16, 1 << (case.seqlen_q - 1).bit_length())
+    seq_k = max(16, 1 << (case.seqlen_k - 1).bit_length())
+    # fwd: block_m tiles queries, block_n keys; bwd: the held tile is swept over both.
+    limits = (
+        {"block_m": seq_q, "block_n": seq_k}
+        if "block_m" in fields
+        else {"block_m": min(seq_q, seq_k), "block_n": max(seq_q, seq_k)}
+    )
+    for key, limit in limits.items():
+        if s[key] > limit:
+            return f"redundant: {key} {s[key]} exceeds the padded sequence length {limit}"
+    return None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: the case, the config fields, and why it is skipped (if it is)."""
+
+    case: Case
+    fields: dict
+    is_default: bool
+    pruned: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.id}#{label(self.fields)}"
+
+
+def sweep_points(
+    cases: Sequence[Case],
+    space: SweepSpace,
+    *,
+    capability: tuple[int, int] | None,
+    smem_limit_bytes: int | None,
+) -> list[Point]:
+    """Every (case, config) of the sweep, the heuristic's config first for each case."""
+    points: list[Point] = []
+    for case in cases:
+        mode = case.mode.value
+        default = mode_fields(heuristic_config(case, capability), mode)
+        configs = [default] + [f for f in expand(space, mode) if f != default]
+        for fields in configs:
+            is_default = fields == default
+            # The heuristic's config is what `run` uses today: always measured, the baseline.
+            pruned = None if is_default else prune_reason(case, fields, smem_limit_bytes)
+            points.append(Point(case, fields, is_default, pruned))
+    return points
+
+
+def sweep_case(case: Case) -> Case:
+    """Cases of `fa-bench sweep` run our kernel; fwd_bwd is not a sweep mode."""
+    if case.mode is Mode.FWD_BWD:
+        raise ValueError("sweep modes are fwd and bwd (fwd_bwd mixes two kernels' configs)")
+    return replace(case, impl="triton")
+
+
+def rules_of_thumb(
+    head_dim: int, seqlen: int, smem_bytes: int | None, itemsize: int
+) -> dict[str, int | None]:
+    """The square tile (BLOCK_M = BLOCK_N) each rule of thumb picks; None where it says
+    nothing. Non-powers of two round down to one (our kernel's tiles are powers of two).
+
+    - "sqrt(M/3d)": B = floor(sqrt(M / (3 d))), M the on-chip memory in elements
+      (shared memory bytes / itemsize);
+    - "256@d64,192@d128": 256 for d <= 64, 192 (-> 128) for d <= 128;
+    - "by seqlen": 256 up to 1k tokens, 128 up to 4k, 64 beyond.
+    """
+
+    def pow2_floor(x: float) -> int:
+        return max(16, min(256, 1 << math.floor(math.log2(max(x, 1)))))
+
+    sqrt_rule = None
+    if smem_bytes:
+        sqrt_rule = pow2_floor(math.floor(math.sqrt(smem_bytes / itemsize / (3 * head_dim))))
+    by_dim = 256 if head_dim <= 64 else (pow2_floor(192) if head_dim <= 128 else None)
+    by_seq = 256 if seqlen <= 1024 else (128 if seqlen <= 4096 else 64)
+    return {"sqrt(M/3d)": sqrt_rule, "256@d64,192@d128": by_dim, "by seqlen": by_seq}

@@ -1,0 +1,213 @@
+"""Run a block-size sweep: every point through the runner's worker, then sweep.json.
+
+Each point is a case plus a kernel config sent to the worker (`options.config`), so it is
+measured by the same engine as `fa-bench run` (accuracy check first, then timing) and a
+config that crashes or hangs is a recorded `error`/`timeout`. Compilation happens in the
+builder, outside the timed span; its wall time is the row's `compile_s`.
+
+sweep.json = {"schema": "fa-bench-sweep/1", "run", "env", "space", "rows", "cases"}:
+one row per case × config (pruned configs included, with their reason), and per case a
+summary (best config, default config, gain of the best over the default).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fa_bench.case import Status
+from fa_bench.results import append_journal, sanitize
+from fa_bench.runner import RunOptions, Worker, WorkerError, WorkerTimeout
+from fa_bench.sweep import Point, label, short_fields
+
+SCHEMA = "fa-bench-sweep/1"
+SWEEP_JSON = "sweep.json"
+PointEvent = Callable[[str, Point, dict | None], None]
+
+
+def _row(point: Point, **fields: object) -> dict:
+    case = point.case
+    row = {
+        "id": point.id,
+        "case_id": case.id,
+        **case.to_dict(),
+        "config": short_fields(point.fields),
+        "fields": dict(point.fields),
+        "label": label(point.fields),
+        "is_default": point.is_default,
+        "status": "pruned" if point.pruned else None,
+        "error": point.pruned,
+        "tflops": None,
+        "latency_ms": None,
+        "compile_s": None,
+        "accuracy_passed": None,
+        "backend": None,
+        "wall_s": None,
+    }
+    row.update(fields)
+    return row
+
+
+def _from_record(point: Point, record: dict, wall_s: float) -> dict:
+    acc = record.get("accuracy") or {}
+    return _row(
+        point,
+        status=record["status"],
+        error=record.get("error"),
+        tflops=record.get("tflops"),
+        latency_ms=record.get("latency_ms"),
+        compile_s=record.get("prepare_s"),
+        accuracy_passed=acc.get("passed") if acc else None,
+        backend=record.get("backend"),
+        wall_s=round(wall_s, 3),
+    )
+
+
+def execute_points(
+    points: Sequence[Point],
+    out_dir: Path,
+    opts: RunOptions,
+    *,
+    budget_s: float | None = None,
+    on_event: PointEvent | None = None,
+) -> tuple[list[dict], dict | None, str | None]:
+    """Measure the points; returns (rows, worker env, stop reason or None).
+
+    Pruned points become rows without running. The budget is checked before each point,
+    so the sweep stops between points and keeps every row measured so far; a
+    KeyboardInterrupt stops it the same way ("interrupted").
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    worker: Worker | None = None
+    env: dict | None = None
+    stop: str | None = None
+    start = time.monotonic()
+    try:
+        for point in points:
+            if point.pruned:
+                rows.append(_row(point))
+                append_journal(out_dir, rows[-1])
+                continue
+            if budget_s is not None and time.monotonic() - start >= budget_s:
+                stop = "budget"
+                break
+            if on_event:
+                on_event("start", point, None)
+            t0 = time.perf_counter()
+            options = {"config": dict(point.fields)}
+            try:
+                if worker is None:
+                    worker = Worker(opts, out_dir)
+                    env = worker.wait_ready(opts.startup_timeout_s)
+                record = worker.run(point.case, opts.timeout_s, options)
+                row = _from_record(point, record, time.perf_counter() - t0)
+            except WorkerError as exc:
+                if worker is not None:
+                    worker.kill()
+                worker = None
+                status = Status.TIMEOUT if isinstance(exc, WorkerTimeout) else Status.ERROR
+                row = _row(point, status=status.value, error=str(exc)[:2000],
+                           wall_s=round(time.perf_counter() - t0, 3))  # fmt: skip
+            if row["status"] == Status.ERROR.value and opts.device != "cpu" and worker:
+                worker.close()  # a CUDA error can leave the context unusable
+                worker = None
+            rows.append(row)
+            append_journal(out_dir, row)
+            if on_event:
+                on_event("done", point, row)
+    except KeyboardInterrupt:
+        stop = "interrupted"
+    finally:
+        if worker is not None:
+            worker.kill() if stop == "interrupted" else worker.close()
+    return rows, env, stop
+
+
+def summarize_cases(rows: Sequence[dict]) -> list[dict]:
+    """Per case: the best ok config, the default's, the gain, and the config counts."""
+    by_case: dict[str, list[dict]] = {}
+    for r in rows:
+        by_case.setdefault(r["case_id"], []).append(r)
+    out = []
+    for case_id, rs in by_case.items():
+        ok = sorted((r for r in rs if r["status"] == "ok" and r["tflops"]),
+                    key=lambda r: -r["tflops"])  # fmt: skip
+        default = next((r for r in rs if r["is_default"]), None)
+        best = ok[0] if ok else None
+        d_tf = default["tflops"] if default and default["status"] == "ok" else None
+        counts: dict[str, int] = {}
+        for r in rs:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        out.append({
+            "case_id": case_id,
+            "best": best["label"] if best else None,
+            "best_config": best["config"] if best else None,
+            "best_fields": best["fields"] if best else None,
+            "best_tflops": best["tflops"] if best else None,
+            "default": default["label"] if default else None,
+            "default_tflops": d_tf,
+            "gain_over_default": (best["tflops"] / d_tf - 1) if best and d_tf else None,
+            "counts": counts,
+        })  # fmt: skip
+    return out
+
+
+def build_doc(run: dict, env: dict, space: dict, rows: Sequence[dict]) -> dict:
+    return {"schema": SCHEMA, "run": run, "env": env, "space": space, "rows": list(rows),
+            "cases": summarize_cases(rows)}  # fmt: skip
+
+
+def write_doc(out_dir: Path, doc: dict) -> Path:
+    path = Path(out_dir) / SWEEP_JSON
+    path.write_text(json.dumps(sanitize(doc), indent=1, allow_nan=False), encoding="utf-8")
+    return path
+
+
+class SweepFileError(ValueError):
+    pass
+
+
+def load_sweep(path: Path) -> dict:
+    """Read and check a sweep.json (its schema and the keys the report reads)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SweepFileError(f"{path}: cannot read it: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SweepFileError(f"{path}: not a {SCHEMA} file")
+    for key in ("run", "env", "space", "rows", "cases"):
+        if key not in doc:
+            raise SweepFileError(f"{path}: missing key {key!r}")
+    return doc
+
+
+def best_entries(doc: dict, gpu: str, source: str, saved: str) -> list[dict]:
+    """Tuning cache entries from a sweep: per case its best ok config (accuracy passed).
+
+    Two cases with the same key (same seqlen bucket, e.g. different batch) keep the one
+    with the longest sequence, the one a bucket's larger runs resemble most.
+    """
+    from fa_bench.tuning import seqlen_bucket
+
+    rows = {r["case_id"]: r for r in doc["rows"]}
+    chosen: dict[tuple, dict] = {}
+    for c in doc["cases"]:
+        if not c["best_fields"]:
+            continue
+        r = rows[c["case_id"]]
+        seqlen = max(r["seqlen_q"], r["seqlen_k"])
+        entry = {
+            "gpu": gpu, "dtype": r["dtype"], "head_dim": r["head_dim"], "causal": r["causal"],
+            "mode": r["mode"], "seqlen_bucket": seqlen_bucket(seqlen),
+            "config": c["best_fields"], "tflops": c["best_tflops"],
+            "default_tflops": c["default_tflops"], "seqlen": seqlen, "source": source,
+            "saved": saved,
+        }  # fmt: skip
+        key = tuple(entry[k] for k in ("gpu", "dtype", "head_dim", "causal", "mode",
+                                       "seqlen_bucket"))  # fmt: skip
+        if key not in chosen or chosen[key]["seqlen"] <= seqlen:
+            chosen[key] = entry
+    return list(chosen.values())

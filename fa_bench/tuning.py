@@ -1,0 +1,186 @@
+"""The tuning cache: the best kernel configs a sweep found, kept for later runs.
+
+A readable JSON file (schema `fa-bench-tuning/1`) with one entry per key
+(gpu name, dtype, head_dim, causal, mode, seqlen bucket):
+
+    {"schema": "fa-bench-tuning/1",
+     "entries": [{"gpu": "NVIDIA H200", "dtype": "bf16", "head_dim": 128, "causal": false,
+                  "mode": "fwd", "seqlen_bucket": "1025-4096",
+                  "config": {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3},
+                  "tflops": 519.2, "default_tflops": 512.7, "seqlen": 4096,
+                  "source": "fa-bench-out/sweep-.../sweep.json", "saved": "..."}]}
+
+`mode` is the sweep's mode: a `fwd` entry holds forward fields, a `bwd` entry the
+`bwd_*` fields, so one case's config merges both on top of the heuristic.
+
+Where: `--tuning-cache PATH`, else `$FA_BENCH_TUNING_CACHE`, else
+`$XDG_CACHE_HOME/fa-bench/tuning.json` (`~/.cache/fa-bench/tuning.json`). The value
+`off` disables the cache. A missing file means "no tuning"; an unreadable or malformed
+one gives one warning and the heuristic, never an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+SCHEMA = "fa-bench-tuning/1"
+ENV_VAR = "FA_BENCH_TUNING_CACHE"
+OFF = "off"
+MODES = ("fwd", "bwd")
+# Which FlashConfig fields a sweep of each mode decides.
+MODE_FIELDS = {
+    "fwd": ("block_m", "block_n", "num_warps", "num_stages"),
+    "bwd": ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages"),
+}
+# Bucket upper edges, powers of 4: a sweep at N = 1k, 4k, 16k covers (256, 1k],
+# (1k, 4k], (4k, 16k]; coarse enough that the standard suite's 512..16k all find an entry.
+BUCKET_EDGES = (256, 1024, 4096, 16384, 65536)
+
+
+class TuningCacheError(ValueError):
+    """A tuning cache file that cannot be read or is not of this schema."""
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fa-bench" / "tuning.json"
+
+
+def resolve_path(flag: str | Path | None = None) -> Path | None:
+    """The cache file to use: flag, env var, default location; None when turned `off`."""
+    value = str(flag) if flag is not None else os.environ.get(ENV_VAR)
+    if value is None or value == "":
+        return default_path()
+    return None if value.strip().lower() == OFF else Path(value).expanduser()
+
+
+def seqlen_bucket(seqlen: int) -> str:
+    """The bucket label of a sequence length, e.g. 4096 -> "1025-4096", 1 -> "1-256"."""
+    if seqlen < 1:
+        raise ValueError(f"seqlen must be >= 1, got {seqlen}")
+    lo = 1
+    for edge in BUCKET_EDGES:
+        if seqlen <= edge:
+            return f"{lo}-{edge}"
+        lo = edge + 1
+    return f"{lo}-"
+
+
+def entry_key(entry: dict) -> tuple:
+    return (
+        entry["gpu"],
+        entry["dtype"],
+        int(entry["head_dim"]),
+        bool(entry["causal"]),
+        entry["mode"],
+        entry["seqlen_bucket"],
+    )
+
+
+def _validate_entry(entry: object, where: str) -> dict:
+    if not isinstance(entry, dict):
+        raise TuningCacheError(f"{where}: an entry must be an object, got {entry!r}")
+    missing = [k for k in ("gpu", "dtype", "head_dim", "causal", "mode", "seqlen_bucket",
+                           "config") if k not in entry]  # fmt: skip
+    if missing:
+        raise TuningCacheError(f"{where}: entry lacks {', '.join(missing)}")
+    if entry["mode"] not in MODES:
+        raise TuningCacheError(f"{where}: mode {entry['mode']!r} is not one of {MODES}")
+    config = entry["config"]
+    allowed = MODE_FIELDS[entry["mode"]]
+    if not isinstance(config, dict) or not config or set(config) - set(allowed):
+        raise TuningCacheError(
+            f"{where}: a {entry['mode']} entry's config takes only {', '.join(allowed)}; "
+            f"got {config!r}"
+        )
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    try:
+        FlashConfig(**config)
+    except (TypeError, ValueError) as exc:
+        raise TuningCacheError(f"{where}: invalid config {config!r}: {exc}") from None
+    return entry
+
+
+def read_cache(path: Path) -> list[dict]:
+    """Entries of a cache file; [] when it does not exist; TuningCacheError when broken."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise TuningCacheError(f"{path}: cannot read it: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TuningCacheError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise TuningCacheError(f"{path}: schema {found!r} is not {SCHEMA!r}")
+    entries = doc.get("entries")
+    if not isinstance(entries, list):
+        raise TuningCacheError(f"{path}: 'entries' must be a list")
+    return [_validate_entry(e, f"{path} entries[{i}]") for i, e in enumerate(entries)]
+
+
+def write_cache(path: Path, new_entries: Iterable[dict]) -> list[dict]:
+    """Merge entries into the file (a new entry replaces one with the same key).
+
+    A broken existing file is an error here, not a warning: overwriting it would lose
+    what it held, so the caller reports it and the user decides.
+    """
+    path = Path(path)
+    merged = {entry_key(e): e for e in read_cache(path)}
+    for e in new_entries:
+        merged[entry_key(_validate_entry(e, str(path)))] = e
+    entries = sorted(merged.values(), key=lambda e: tuple(str(x) for x in entry_key(e)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"schema": SCHEMA, "entries": entries}, indent=1) + "\n", "utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return entries
+
+
+@functools.lru_cache(maxsize=16)
+def _index(path: str, mtime_ns: int, size: int) -> dict[tuple, dict]:
+    """Entries by key, re-read only when the file changes; warns once per broken version."""
+    del mtime_ns, size  # part of the cache key only
+    try:
+        return {entry_key(e): e for e in read_cache(Path(path))}
+    except TuningCacheError as exc:
+        warnings.warn(f"tuning cache ignored, using the default heuristic: {exc}", stacklevel=4)
+        return {}
+
+
+def load_index(path: Path | None) -> dict[tuple, dict]:
+    if path is None:
+        return {}
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}  # no cache yet: the heuristic, silently
+    return _index(str(path), st.st_mtime_ns, st.st_size)
+
+
+def lookup(
+    *,
+    gpu: str,
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    seqlen: int,
+    path: Path | None,
+) -> dict[str, dict]:
+    """The cached configs for one case: {"fwd": fields, "bwd": fields}, either may be absent."""
+    index = load_index(path)
+    found = {}
+    for mode in MODES:
+        entry = index.get((gpu, dtype, int(head_dim), bool(causal), mode, seqlen_bucket(seqlen)))
+        if entry is not None:
+            found[mode] = dict(entry["config"])
+    return found

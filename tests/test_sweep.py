@@ -1,0 +1,168 @@
+"""`fa-bench sweep`: config space, pruning, rules of thumb, an interpreter sweep end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fa_bench.case import Case
+from fa_bench.cli import app
+from fa_bench.sweep import (
+    H200_SMEM_BYTES,
+    SweepSpace,
+    expand,
+    prune_reason,
+    rules_of_thumb,
+    smem_estimate_bytes,
+    sweep_points,
+)
+
+
+def _case(mode: str = "fwd", seqlen: int = 4096, head_dim: int = 128, dtype: str = "bf16") -> Case:
+    return Case("triton", mode, dtype, 4, 16, 16, seqlen, seqlen, head_dim, False)
+
+
+def test_expand_is_the_full_product_with_mode_fields() -> None:
+    space = SweepSpace(block_m=(64, 128), block_n=(32, 64, 128), warps=(4, 8), stages=(2, 3))
+    fwd = expand(space, "fwd")
+    assert len(fwd) == space.size == 24 and len({json.dumps(f) for f in fwd}) == 24
+    assert set(fwd[0]) == {"block_m", "block_n", "num_warps", "num_stages"}
+    assert set(expand(space, "bwd")[0]) == {"bwd_block_m", "bwd_block_n", "bwd_num_warps",
+                                           "bwd_num_stages"}  # fmt: skip
+    with pytest.raises(ValueError, match="fwd, bwd"):
+        expand(space, "fwd_bwd")
+    with pytest.raises(ValueError, match="--warps"):
+        SweepSpace(warps=())
+
+
+def test_shared_memory_rule_matches_the_h200_measurements() -> None:
+    """DEV_NOTES run 1: 128x128 tiles at head_dim 128 with 4 stages were OutOfResources,
+    3 stages ran."""
+    case = _case()
+    four = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 4}
+    three = dict(four, num_stages=3)
+    assert smem_estimate_bytes(case, four) == 4 * 2 * 128 * 128 * 2
+    assert "shared memory" in prune_reason(case, four, H200_SMEM_BYTES)
+    assert prune_reason(case, three, H200_SMEM_BYTES) is None
+    assert prune_reason(case, four, None) is None  # no device: no limit to check
+    bwd = {"bwd_block_m": 128, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 4}
+    assert "shared memory" in prune_reason(_case("bwd"), bwd, H200_SMEM_BYTES)
+
+
+def test_invalid_and_redundant_configs_are_pruned_with_a_reason() -> None:
+    bad = {"block_m": 48, "block_n": 64, "num_warps": 4, "num_stages": 2}
+    assert "power of two" in prune_reason(_case(), bad, None)
+    big = {"block_m": 256, "block_n": 64, "num_warps": 4, "num_stages": 2}
+    assert "redundant" in prune_reason(_case(seqlen=100), big, None)
+    assert prune_reason(_case(seqlen=200), big, None) is None  # 200 pads to 256
+
+
+def test_points_keep_the_default_first_and_never_prune_it() -> None:
+    space = SweepSpace(block_m=(16, 256), block_n=(16,), warps=(4,), stages=(1,))
+    case = _case(seqlen=32, head_dim=16, dtype="fp32")
+    points = sweep_points([case], space, capability=None, smem_limit_bytes=None)
+    assert points[0].is_default and points[0].pruned is None
+    assert sum(p.is_default for p in points) == 1
+    assert [p.pruned is not None for p in points[1:]] == [False, True]  # 256 > 32: redundant
+
+
+def test_rules_of_thumb() -> None:
+    assert rules_of_thumb(64, 1024, H200_SMEM_BYTES, 2) == {
+        "sqrt(M/3d)": 16, "256@d64,192@d128": 256, "by seqlen": 256}  # fmt: skip
+    r = rules_of_thumb(128, 16384, None, 2)
+    assert r == {"sqrt(M/3d)": None, "256@d64,192@d128": 128, "by seqlen": 64}
+    assert rules_of_thumb(256, 4096, None, 2)["by seqlen"] == 128
+
+
+def test_cli_rejects_bad_flags(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["sweep", "--device", "cpu", "--block-m", "64,x",
+                                      "--out", str(tmp_path / "o")])  # fmt: skip
+    assert result.exit_code == 2 and "--block-m" in result.output
+    result = CliRunner().invoke(app, ["sweep", "--device", "cpu", "--mode", "fwd_bwd"])
+    assert result.exit_code == 2 and "fwd, bwd" in result.output
+
+
+SWEEP = ["sweep", "--device", "cpu", "--dtype", "fp32", "--mode", "fwd", "--mode", "bwd",
+         "--seqlen", "40", "--head-dim", "16", "--batch", "1", "--heads", "2", "--kv-heads", "1",
+         "--no-causal", "--block-m", "16,32", "--block-n", "32", "--warps", "4", "--stages", "1",
+         "--max-time", "0.05", "--min-samples", "3", "--target-noise", "0.2"]  # fmt: skip
+
+
+def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cache = tmp_path / "tuning.json"
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(
+        app, [*SWEEP, "-s", "smoke", "--save-best", "--tuning-cache", str(cache), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    from fa_bench.sweep_run import load_sweep
+
+    doc = load_sweep(out / "sweep.json")
+    case_ids = {r["case_id"] for r in doc["rows"]}
+    assert len(case_ids) == 2  # the flags collapse smoke's groups into one shape: fwd, bwd
+    for cid in case_ids:
+        rows = [r for r in doc["rows"] if r["case_id"] == cid]
+        assert len(rows) == 3  # default (bm64-bn64) + 2 configs of the product
+        assert sum(r["is_default"] for r in rows) == 1
+        for r in rows:
+            assert r["status"] == "ok", r
+            assert r["accuracy_passed"] is True and r["tflops"] > 0
+            assert r["compile_s"] is not None and "(sweep)" in r["backend"]
+    summary = {c["case_id"]: c for c in doc["cases"]}
+    for c in summary.values():
+        assert c["best_tflops"] >= c["default_tflops"] > 0
+    entries = json.loads(cache.read_text())["entries"]
+    assert {e["mode"] for e in entries} == {"fwd", "bwd"}
+
+    # A run of the same shape now reports the cached config.
+    run_out = tmp_path / "run"
+    run = CliRunner().invoke(app, ["run", "-s", "smoke", "-i", "triton", "--device", "cpu",
+                                   "--dtype", "fp32", "--mode", "fwd", "--seqlen", "40",
+                                   "--head-dim", "16", "--batch", "1", "--heads", "2",
+                                   "--kv-heads", "1", "--no-causal", "--max-time", "0.05",
+                                   "--min-samples", "3", "--target-noise", "0.2",
+                                   "--tuning-cache", str(cache),
+                                   "--out", str(run_out)])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    records = json.loads((run_out / "results.json").read_text())["cases"]
+    fwd_entry = next(e for e in entries if e["mode"] == "fwd")
+    want = "bm{block_m}-bn{block_n}".format(**fwd_entry["config"])
+    for rec in records:
+        assert "(tuning cache" in rec["backend"] and want in rec["backend"], rec["backend"]
+
+    from fa_bench.reports.sweep_figures import sweep_section
+
+    section = sweep_section(doc)
+    assert len(section) == 2 and section[0]["heatmap"].data[0].z is not None
+    assert section[0]["top"][0]["rank"] == 1
+    assert {r["rule"] for r in section[0]["rules"]} == {"sqrt(M/3d)", "256@d64,192@d128",
+                                                        "by seqlen"}  # fmt: skip
+
+    # The sweep's page, and `fa-bench report` on a sweep.json, show those sections.
+    page = (out / "sweep.html").read_text()
+    assert page.count('class="figure" id="section-sweep-') == 2
+    assert "Best: " in page and "rule of thumb" in page
+    both = tmp_path / "both.html"
+    made = CliRunner().invoke(app, ["report", str(out / "sweep.json"), str(run_out), "--out",
+                                    str(both), "--plotlyjs", "cdn"])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    html = both.read_text()
+    assert 'id="section-sweep-1"' in html and 'id="section-cases"' in html
+
+
+def test_budget_stops_cleanly_keeping_rows(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "sweep"
+    # 0.01 minutes: the first point starts the worker and runs; the budget is spent after.
+    result = CliRunner().invoke(app, [*SWEEP, "--mode", "fwd", "--budget-minutes", "0.01",
+                                      "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["run"]["stopped"] == "budget"
+    measured = [r for r in doc["rows"] if r["status"] != "pruned"]
+    assert 1 <= len(measured) < doc["run"]["points"]
+    assert "stopped early" in result.output

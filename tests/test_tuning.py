@@ -1,0 +1,117 @@
+"""The tuning cache: path rule, seqlen buckets, write/read/lookup, broken files."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_bench import tuning
+from fa_bench.kernels.flash_config import default_config, select_config
+
+
+def _entry(mode: str = "fwd", bucket: str = "1025-4096", **config: int) -> dict:
+    fields = config or (
+        {"block_m": 32, "block_n": 16, "num_warps": 2, "num_stages": 1}
+        if mode == "fwd"
+        else {"bwd_block_m": 16, "bwd_block_n": 32, "bwd_num_warps": 2, "bwd_num_stages": 1}
+    )
+    return {"gpu": "cpu", "dtype": "fp32", "head_dim": 40, "causal": True, "mode": mode,
+            "seqlen_bucket": bucket, "config": fields}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("seqlen", "bucket"),
+    [(1, "1-256"), (256, "1-256"), (257, "257-1024"), (1024, "257-1024"),
+     (1025, "1025-4096"), (4096, "1025-4096"), (16384, "4097-16384"), (65537, "65537-")],
+)  # fmt: skip
+def test_seqlen_bucket_boundaries(seqlen: int, bucket: str) -> None:
+    assert tuning.seqlen_bucket(seqlen) == bucket
+
+
+def test_path_rule(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(tuning.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tuning.resolve_path() == tmp_path / "fa-bench" / "tuning.json"
+    monkeypatch.setenv(tuning.ENV_VAR, str(tmp_path / "env.json"))
+    assert tuning.resolve_path() == tmp_path / "env.json"
+    assert tuning.resolve_path(tmp_path / "flag.json") == tmp_path / "flag.json"
+    assert tuning.resolve_path("off") is None
+
+
+def test_write_merges_and_lookup_finds_by_bucket(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    tuning.write_cache(path, [_entry("fwd")])
+    tuning.write_cache(path, [_entry("bwd"), _entry("fwd", block_m=64, block_n=16,
+                                                   num_warps=4, num_stages=1)])  # fmt: skip
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == tuning.SCHEMA and len(doc["entries"]) == 2  # fwd replaced
+    key = dict(gpu="cpu", dtype="fp32", head_dim=40, causal=True, path=path)
+    found = tuning.lookup(seqlen=2000, **key)
+    assert found["fwd"]["block_m"] == 64 and found["bwd"]["bwd_block_n"] == 32
+    assert tuning.lookup(seqlen=1024, **key) == {}  # another bucket: not there
+    assert tuning.lookup(seqlen=2000, **{**key, "causal": False}) == {}
+
+
+def test_select_config_uses_cache_or_falls_back(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    tuning.write_cache(path, [_entry("fwd")])
+    cpu = torch.device("cpu")
+    cfg, source = select_config(40, torch.float32, True, cpu, 4096, cache_path=path)
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps) == (32, 16, 2)
+    heuristic = default_config(64, torch.float32, True, None)
+    assert cfg.bwd_block_m == heuristic.bwd_block_m  # no bwd entry: heuristic fields
+    assert source == "tuning cache (fwd)"
+    cfg, source = select_config(40, torch.float32, True, cpu, 100, cache_path=path)
+    assert (cfg, source) == (heuristic, "heuristic")
+    cfg, source = select_config(40, torch.float32, True, cpu, 4096, cache_path=None)
+    assert source == "heuristic"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", '{"schema": "other/1", "entries": []}', '{"schema": "fa-bench-tuning/1"}',
+     json.dumps({"schema": "fa-bench-tuning/1", "entries": [{"gpu": "cpu"}]}),
+     json.dumps({"schema": "fa-bench-tuning/1",
+                 "entries": [_entry("fwd", block_m=48, block_n=16, num_warps=4,
+                                    num_stages=1)]})],
+)  # fmt: skip
+def test_corrupted_cache_warns_and_uses_heuristic(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text(content)
+    with pytest.warns(UserWarning, match="tuning cache ignored"):
+        cfg, source = select_config(40, torch.float32, True, torch.device("cpu"), 4096,
+                                    cache_path=path)  # fmt: skip
+    assert source == "heuristic"
+    assert cfg == default_config(64, torch.float32, True, None)
+    with pytest.raises(tuning.TuningCacheError, match=str(path)):
+        tuning.write_cache(path, [_entry("fwd")])  # never overwrite what we cannot read
+
+
+def test_missing_cache_is_silent(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuning.lookup(gpu="cpu", dtype="fp32", head_dim=40, causal=True, seqlen=10,
+                             path=tmp_path / "none.json") == {}  # fmt: skip
+
+
+def test_flash_attention_runs_with_the_cached_config(tmp_path: Path, monkeypatch) -> None:
+    """The public function picks the cache up; a wrong cached config would show here as an
+    error, a right one as output equal to the explicit-config call."""
+    from fa_bench.kernels.flash_attention import flash_attention
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    path = tmp_path / "t.json"
+    tuning.write_cache(path, [_entry("fwd", bucket="1-256")])
+    monkeypatch.setenv(tuning.ENV_VAR, str(path))
+    q, k, v = (torch.randn(1, 2, 40, 40) for _ in range(3))
+    got = flash_attention(q, k, v, causal=True)
+    explicit = FlashConfig(block_m=32, block_n=16, num_warps=2, num_stages=1,
+                           bwd_block_m=64, bwd_block_n=64)  # fmt: skip
+    want = flash_attention(q, k, v, causal=True, config=explicit)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
