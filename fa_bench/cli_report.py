@@ -1,0 +1,149 @@
+"""`fa-bench report`: one self-contained HTML page from one or more results."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from fa_bench.results import ResultsError
+
+
+class PlotlyJs(str, Enum):
+    INLINE = "inline"
+    CDN = "cdn"
+
+
+def report_command(
+    *,
+    inputs: list[str | os.PathLike],
+    out: Path | None,
+    baseline: str | None,
+    title: str | None,
+    plotlyjs: str,
+    console: Console,
+    err_console: Console,
+) -> int:
+    """Read the inputs, merge them, write the page; returns the exit code (2: bad input)."""
+    from fa_bench.inputs import load_many
+    from fa_bench.reports.build import ReportError, write_report
+    from fa_bench.sweep_run import SweepFileError, load_sweep
+
+    try:
+        sweep_paths = [p for p in inputs if _sweep_file(p)]
+        result_paths = [p for p in inputs if p not in sweep_paths]
+        sweeps = [load_sweep(_sweep_file(p)) for p in sweep_paths]
+        docs = load_many(result_paths) if result_paths else []
+        out = out or _default_out(inputs)
+        path = write_report(docs, out, title=title, baseline=baseline, plotlyjs=plotlyjs,
+                            sweeps=sweeps)  # fmt: skip
+    except (ResultsError, ReportError, SweepFileError) as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return 2
+    except OSError as exc:
+        err_console.print(f"[bold red]error:[/] cannot write {out}: {exc}", highlight=False)
+        return 2
+    size = path.stat().st_size / 2**20
+    console.print(f"report: {path} ({size:.1f} MiB, {len(docs)} run(s))", highlight=False)
+    return 0
+
+
+def _sweep_file(path: str | os.PathLike) -> Path | None:
+    """The sweep.json an input names (the file, or a sweep folder), else None."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "sweep.json"
+        return p if p.is_file() and not (p.parent / "results.json").exists() else None
+    if p.suffix == ".json" and p.is_file():
+        with open(p, encoding="utf-8") as f:
+            head = f.read(200)
+        return p if '"fa-bench-sweep/' in head else None
+    return None
+
+
+def write_run_report(json_path: Path, *, console: Console, err_console: Console) -> Path | None:
+    """`fa-bench run`'s report.html beside its results.json. The results are already on
+    disk when this runs, so any failure here is a warning: the run keeps its exit code."""
+    from fa_bench.reports.build import write_report
+    from fa_bench.results import load_results
+
+    out = Path(json_path).with_name("report.html")
+    try:
+        path = write_report([load_results(json_path)], out)
+    except Exception as exc:
+        err_console.print(
+            f"[yellow]warning:[/] report not written ({type(exc).__name__}: {exc}); "
+            f"the results are intact: fa-bench report {Path(json_path).parent}",
+            highlight=False,
+        )
+        return None
+    console.print(f"report:  {path}", highlight=False)
+    return path
+
+
+def _default_out(inputs: list[str | os.PathLike]) -> Path:
+    """Beside a single run folder's results; else report.html here. Never overwrite the
+    page being read."""
+    first = Path(inputs[0])
+    folder = first if first.is_dir() else first.parent
+    out = folder / "report.html" if len(inputs) == 1 else Path("report.html")
+    if any(Path(p).resolve() == out.resolve() for p in inputs):
+        out = out.with_name("report-merged.html")
+    return out
+
+
+def report(
+    results: Annotated[
+        list[str],
+        typer.Argument(
+            help="results.json files, run folders holding one, or report.html pages "
+            "(several are merged into one comparison).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Page to write (default: report.html beside a single input)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            "-b",
+            help="Implementation the speedups are relative to "
+            "(default: sdpa, else sdpa-cudnn, sdpa-flash, naive, else the first).",
+        ),
+    ] = None,
+    title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
+    plotlyjs: Annotated[
+        PlotlyJs,
+        typer.Option(
+            "--plotlyjs",
+            help="inline: embed plotly.js (self-contained, ~5 MB, opens offline); "
+            "cdn: load it from cdn.plot.ly (small file, needs network).",
+        ),
+    ] = PlotlyJs.INLINE,
+) -> None:
+    """Build one self-contained interactive HTML report from one or more runs."""
+    from fa_bench.cli import console, err_console
+
+    code = report_command(
+        inputs=list(results),
+        out=out,
+        baseline=baseline,
+        title=title,
+        plotlyjs=plotlyjs.value,
+        console=console,
+        err_console=err_console,
+    )
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

@@ -1,0 +1,109 @@
+"""The one-paragraph summary at the top of a report, written from the data.
+
+Plain text: the template escapes it like every other string.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from fa_bench.reports.build import Merged
+from fa_bench.reports.figures import FAILED
+from fa_bench.reports.speedup import shape_key, speedups
+
+_MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+
+
+def _kseq(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _counts(merged: Merged) -> str:
+    status = Counter(c["status"] for c in merged.cases)
+    parts = [f"{status['ok']} ok"]
+    for key, word in (("oom", "out of memory"), ("unsupported", "unsupported")):
+        if status[key]:
+            parts.append(f"{status[key]} {word}")
+    failed = sum(status[s] for s in FAILED)
+    if failed:
+        parts.append(f"{failed} failed")
+    impls = ", ".join(merged.impls)
+    return f"{len(merged.cases)} cases of {impls} on {_join(merged.gpus)}: {', '.join(parts)}."
+
+
+def _speedup_sentences(merged: Merged, baseline: str) -> list[str]:
+    rows = speedups(merged, baseline)
+    ranked = []
+    for row, pairs in rows.items():
+        impl, _, gpu = row.partition(" · ")
+        med = statistics.median(r for _, r in pairs)
+        dtypes = sorted({s[1] for s, _ in pairs})
+        modes = sorted({_MODE_WORDS.get(s[0], s[0]) for s, _ in pairs})
+        where = f" on {gpu}" if gpu else ""
+        ranked.append(
+            (
+                med,
+                f"{impl} is {med:.2f}× {baseline}{where} on median over "
+                f"{len(pairs)} {'/'.join(dtypes)} {'/'.join(modes)} cases",
+            )
+        )
+    ranked.sort(key=lambda t: -t[0])
+    if not ranked:
+        return []
+    return [_join([text for _, text in ranked]) + "."]
+
+
+def _leaders(merged: Merged) -> str | None:
+    """Which implementation is fastest on how many shapes (per GPU)."""
+    best: dict[tuple, dict] = {}
+    for c in merged.cases:
+        if c["status"] != "ok" or not c.get("latency_ms"):
+            continue
+        key = (shape_key(c), c["gpu"])
+        if key not in best or c["latency_ms"]["median"] < best[key]["latency_ms"]["median"]:
+            best[key] = c
+    contested = {
+        k
+        for k in best
+        if sum(1 for c in merged.cases if (shape_key(c), c["gpu"]) == k and c["status"] == "ok") > 1
+    }
+    if not contested:
+        return None
+    wins = Counter(best[k]["impl"] for k in contested)
+    ordered = [f"{impl} in {n}" for impl, n in wins.most_common()]
+    return f"Fastest per shape: {_join(ordered)} of {len(contested)} shapes compared."
+
+
+def _oom_sentences(merged: Merged) -> list[str]:
+    out = []
+    for impl in merged.impls:
+        ooms = [c for c in merged.cases if c["impl"] == impl and c["status"] == "oom"]
+        if ooms:
+            n_min = min(c["seqlen_k"] for c in ooms)
+            word = "case" if len(ooms) == 1 else "cases"
+            out.append(f"{len(ooms)} {impl} {word} ran out of memory at N ≥ {_kseq(n_min)}")
+    return [_join(out) + "."] if out else []
+
+
+def _failure_sentence(merged: Merged) -> list[str]:
+    failed = Counter(c["status"] for c in merged.cases if c["status"] in FAILED)
+    if not failed:
+        return []
+    detail = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
+    return [f"{sum(failed.values())} cases failed ({detail}): see the failures list below."]
+
+
+def paragraph(merged: Merged, baseline: str) -> str:
+    parts = [_counts(merged), *_speedup_sentences(merged, baseline)]
+    leaders = _leaders(merged)
+    if leaders:
+        parts.append(leaders)
+    parts += _oom_sentences(merged) + _failure_sentence(merged)
+    if "CPU" in merged.gpus:
+        parts.append("CPU timings show that the cases run and are correct, not GPU performance.")
+    return " ".join(parts)

@@ -1,0 +1,126 @@
+"""Rows for the report's HTML tables: all cases, failures, throttled cases.
+
+Cells are plain strings (the template escapes them) with a numeric sort value where the
+column is a number, so the page's sorter orders 9 before 10.
+"""
+
+from __future__ import annotations
+
+from fa_bench.reports.build import Merged
+
+CASE_COLUMNS = (
+    "GPU",
+    "impl",
+    "mode",
+    "dtype",
+    "B",
+    "Hq",
+    "Hkv",
+    "Sq",
+    "Sk",
+    "D",
+    "causal",
+    "status",
+    "median ms",
+    "p20–p80 ms",
+    "TFLOP/s",
+    "GB/s",
+    "peak MiB",
+    "max abs err",
+    "backend",
+    "message",
+)
+
+
+def _cell(text: object, sort: float | str | None = None) -> dict:
+    shown = "–" if text is None else str(text)
+    return {"text": shown, "sort": shown if sort is None else sort}
+
+
+def _num(v: object, fmt: str = ".4g") -> dict:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return _cell(None, "")
+    return _cell(format(v, fmt), v)
+
+
+def _message(c: dict) -> str:
+    text = " ".join(str(c.get("error") or "").split())
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def case_rows(merged: Merged) -> list[dict]:
+    rows = []
+    for c in merged.cases:
+        lat = c.get("latency_ms") or {}
+        peak = c.get("peak_mem_bytes")
+        spread = (
+            f"{lat['p20']:.4g}–{lat['p80']:.4g}"
+            if lat.get("p20") is not None and lat.get("p80") is not None
+            else None
+        )
+        cells = [
+            _cell(c["gpu"]),
+            _cell(c["impl"]),
+            _cell(c["mode"]),
+            _cell(c["dtype"]),
+            _num(c["batch"], "d"),
+            _num(c["heads_q"], "d"),
+            _num(c["heads_kv"], "d"),
+            _num(c["seqlen_q"], "d"),
+            _num(c["seqlen_k"], "d"),
+            _num(c["head_dim"], "d"),
+            _cell("yes" if c["causal"] else "no"),
+            _cell(c["status"]),
+            _num(lat.get("median")),
+            _cell(spread, lat.get("p80") or ""),
+            _num(c.get("tflops")),
+            _num(c.get("gbps_model")),
+            _num(peak / 2**20 if isinstance(peak, (int, float)) else None, ".4g"),
+            _num((c.get("accuracy") or {}).get("max_abs_err"), ".3g"),
+            _cell(c.get("backend")),
+            _cell(_message(c) or None, ""),
+        ]
+        rows.append({"status": c["status"], "cells": cells})
+    return rows
+
+
+def failure_rows(merged: Merged) -> list[dict]:
+    """Every case that is not ok, with its message: failed, mismatched, OOM, unsupported."""
+    order = {"error": 0, "timeout": 1, "mismatch": 2, "oom": 3, "unsupported": 4}
+    bad = [c for c in merged.cases if c["status"] != "ok"]
+    bad.sort(key=lambda c: (order.get(c["status"], 9), c["gpu"], c["id"]))
+    return [
+        {
+            "gpu": c["gpu"],
+            "id": c["id"],
+            "status": c["status"],
+            "message": " ".join(str(c.get("error") or "(no message)").split()),
+        }
+        for c in bad
+    ]
+
+
+def throttle_rows(merged: Merged) -> list[dict]:
+    """Cases whose telemetry warned: throttling, or an SM clock under 90% of its max.
+    `warnings` leaves out benign clock-event bits (gpu_idle, sync boost) that
+    `throttle_reasons` lists too."""
+    rows = []
+    for c in merged.cases:
+        tel = c.get("telemetry")
+        if not isinstance(tel, dict):
+            continue
+        reasons = tel["warnings"] if "warnings" in tel else tel.get("throttle_reasons")
+        if reasons:
+            text = ", ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
+            rows.append({"gpu": c["gpu"], "id": c["id"], "reasons": text})
+    return rows
+
+
+def telemetry_note(merged: Merged) -> str | None:
+    """Why there is no telemetry, when every case says it was unavailable."""
+    reasons = {
+        str(c["telemetry"].get("reason"))
+        for c in merged.cases
+        if isinstance(c.get("telemetry"), dict) and c["telemetry"].get("available") is False
+    }
+    return "; ".join(sorted(reasons)) or None

@@ -1,0 +1,242 @@
+"""The report: merge, figures, summary, escaping, embedded JSON, `fa-bench report`, inputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from report_fixture import EVIL, GIB, make_case, two_gpu_docs
+from typer.testing import CliRunner
+
+from fa_bench.cli import app
+from fa_bench.inputs import load_any
+from fa_bench.reports import figures, roofline, speedup, summary
+from fa_bench.reports.build import ReportError, choose_baseline, merge, render
+from fa_bench.reports.embed import extract_results
+from fa_bench.results import ResultsError, build_document
+
+H200, A100 = "NVIDIA H200", "NVIDIA A100"
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    return two_gpu_docs()
+
+
+@pytest.fixture(scope="module")
+def page(docs: list[dict]) -> str:
+    return render(docs, plotlyjs="cdn", generated="2026-11-29T12:00:00+00:00")
+
+
+def _figure_specs(page: str) -> dict:
+    found = re.search(r'id="fa-bench-figures">(.*?)</script>', page, re.S)
+    assert found
+    return json.loads(found.group(1))
+
+
+def test_merge_keys_by_id_and_gpu(docs: list[dict]) -> None:
+    merged = merge(docs)
+    assert merged.gpus == [H200, A100]
+    assert len(merged.cases) == 12  # the same ids on two GPUs stay apart
+    again = merge([*docs, docs[0]])  # a repeated run replaces, not duplicates
+    assert len(again.cases) == 12 and again.replaced == 6
+
+
+def test_same_gpu_on_two_hosts_stays_apart(docs: list[dict]) -> None:
+    other = json.loads(json.dumps(docs[0]))
+    other["env"]["hostname"] = "node-c"
+    merged = merge([docs[0], other])
+    assert merged.gpus == [f"{H200} @ node-a", f"{H200} @ node-c"]
+
+
+def test_tflops_traces(docs: list[dict]) -> None:
+    fig = figures.tflops_figure(merge(docs)).figure
+    names = {t.name: t for t in fig.data}
+    lines = {f"{impl} · {gpu}" for impl in ("sdpa", "triton") for gpu in (H200, A100)}
+    assert set(names) == lines | {"out of memory", "failed (error/timeout/mismatch)"}
+    # ok cases only on the lines; the OOM and the mismatch are marked, not dropped
+    assert list(names[f"triton · {H200}"].x) == [1024, 16384]
+    assert list(names[f"triton · {A100}"].x) == [1024, 4096]
+    assert list(names["out of memory"].x) == [16384]
+    assert list(names["failed (error/timeout/mismatch)"].x) == [4096]
+    tflops = [c["tflops"] for c in docs[0]["cases"] if c["impl"] == "sdpa"]
+    assert list(names[f"sdpa · {H200}"].y) == pytest.approx(tflops)
+    hover = names[f"sdpa · {H200}"].text[0]
+    assert "p20–p80" in hover and "TFLOP/s" in hover and "peak memory" in hover
+
+
+def test_memory_marks_oom_at_device_memory(docs: list[dict]) -> None:
+    fig = figures.memory_figure(merge(docs)).figure
+    oom = next(t for t in fig.data if t.name == "out of memory")
+    assert list(oom.y) == [80.0]  # the A100's 80 GiB
+    assert fig.layout.yaxis.type == "log"
+    peak = next(t for t in fig.data if t.name == f"sdpa · {H200}")
+    assert list(peak.y) == pytest.approx([n * 1000 / GIB for n in (1024, 4096, 16384)])
+
+
+def test_speedup_vs_baseline(docs: list[dict]) -> None:
+    merged = merge(docs)
+    rows = speedup.speedups(merged, "sdpa")
+    # A100 medians: sdpa 2.0 / 8.0, triton 1.6 / 4.0 (16k was an OOM, so not compared)
+    assert sorted(r for _, r in rows[f"triton · {A100}"]) == pytest.approx([2.0 / 1.6, 2.0])
+    assert sorted(r for _, r in rows[f"triton · {H200}"]) == pytest.approx([1.6, 2.0])
+    fig = speedup.speedup_figure(merged, "sdpa").figure
+    assert list(fig.data[0].y) == [f"triton · {H200}", f"triton · {A100}"]
+    with pytest.raises(ReportError, match="present: sdpa, triton"):
+        choose_baseline(merged, "naive")
+
+
+def test_summary_paragraph(docs: list[dict]) -> None:
+    text = summary.paragraph(merge(docs), "sdpa")
+    assert "12 cases of sdpa, triton on NVIDIA H200 and NVIDIA A100" in text
+    assert "1 out of memory" in text and "1 failed" in text
+    assert f"triton is 1.80× sdpa on {H200} on median over 2 bf16 forward cases" in text
+    assert "1 triton case ran out of memory at N ≥ 16k" in text
+
+
+def test_roofline_ceilings_say_where_they_come_from(docs: list[dict]) -> None:
+    merged = merge(docs)
+    ceil = roofline.ceilings(merged)
+    assert ceil[H200]["gbps"] == 4239.0 and ceil[H200]["gbps_source"] == "measured (gbps_copy)"
+    best = max(c["tflops"] for c in docs[1]["cases"] if c["tflops"])
+    assert ceil[A100]["tflops"] == best
+    assert ceil[A100]["tflops_source"] == "best achieved in this data"
+    fig = roofline.roofline_figure(merged)
+    assert {t.name for t in fig.figure.data} >= {f"ceiling · {H200}", f"ceiling · {A100}"}
+    assert "best achieved in this data" in fig.caption
+
+
+def test_telemetry_panels_only_when_present(docs: list[dict]) -> None:
+    merged = merge(docs)
+    tel = roofline.telemetry_figure(merged).figure
+    assert {t.name for t in tel.data} == {f"sdpa · {H200}", f"triton · {H200}"}
+    bw = roofline.bandwidth_figure(merged).figure
+    assert f"sdpa · {H200}" in {t.name for t in bw.data}
+    without = merge([docs[1]])  # the A100 run: telemetry unavailable everywhere
+    assert roofline.telemetry_figure(without) is None
+    assert roofline.bandwidth_figure(without) is None
+
+
+def test_hostile_strings_are_escaped(page: str) -> None:
+    assert EVIL not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert escaped in page.split('id="fa-bench-results"')[0]  # header and failures table
+    assert len(re.findall(r"<script\b", page)) == 4  # results, figures, plotly.js, ours
+    hover = json.dumps(_figure_specs(page)["tflops"])
+    assert escaped in hover and EVIL not in hover
+
+
+def test_sections_and_round_trip(page: str, docs: list[dict], tmp_path: Path) -> None:
+    for section in (
+        "tflops",
+        "memory",
+        "speedup",
+        "roofline",
+        "bandwidth",
+        "telemetry",
+        "throttling",
+        "failures",
+        "cases",
+        "environment",
+    ):
+        assert f'id="section-{section}"' in page, section
+    assert extract_results(page) == docs
+    (tmp_path / "report.html").write_text(page, encoding="utf-8")
+    assert load_any(tmp_path / "report.html") == docs
+    assert load_any(tmp_path) == docs  # a folder with only a page
+
+
+def test_load_any_inputs(docs: list[dict], tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps(docs[0]), encoding="utf-8")
+    assert load_any(tmp_path) == [docs[0]]
+    (tmp_path / "both.json").write_text(json.dumps(docs), encoding="utf-8")
+    assert load_any(tmp_path / "both.json") == docs
+    (tmp_path / "bad.json").write_text('{"schema": "other"}', encoding="utf-8")
+    for path, match in (
+        (tmp_path / "bad.json", "bad.json: schema"),
+        (tmp_path / "missing.json", "missing.json: no such file"),
+        (tmp_path / "empty", "neither results.json nor report.html"),
+    ):
+        if path.name == "empty":
+            path.mkdir()
+        with pytest.raises(ResultsError, match=match):
+            load_any(path)
+
+
+def test_cli_report(docs: list[dict], tmp_path: Path) -> None:
+    for i, doc in enumerate(docs):
+        (tmp_path / f"r{i}.json").write_text(json.dumps(doc), encoding="utf-8")
+    out = tmp_path / "merged.html"
+    runner = CliRunner()
+    args = ["report", str(tmp_path / "r0.json"), str(tmp_path / "r1.json"), "--plotlyjs", "cdn"]
+    result = runner.invoke(app, [*args, "--out", str(out), "--title", "T <i>"])
+    assert result.exit_code == 0, result.output
+    assert load_any(out) == docs
+    assert "<title>T &lt;i&gt;</title>" in out.read_text(encoding="utf-8")
+    bad = runner.invoke(app, [*args, "--baseline", "flex", "--out", str(out)])
+    assert bad.exit_code == 2
+    assert "flex" in bad.output and "present: sdpa, triton" in bad.output
+    missing = runner.invoke(app, ["report", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+def test_run_report_failure_keeps_results(
+    docs: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from fa_bench import cli_report
+    from fa_bench.reports import build
+
+    (tmp_path / "results.json").write_text(json.dumps(docs[0]), encoding="utf-8")
+    quiet = Console(file=open(tmp_path / "out.txt", "w"))
+    err = Console(file=open(tmp_path / "err.txt", "w"), width=200)
+    assert cli_report.write_run_report(tmp_path / "results.json", console=quiet, err_console=err)
+    assert load_any(tmp_path / "report.html") == [docs[0]]
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("figure bug")
+
+    monkeypatch.setattr(build, "write_report", broken)
+    (tmp_path / "report.html").unlink()
+    result = cli_report.write_run_report(tmp_path / "results.json", console=quiet, err_console=err)
+    err.file.close()
+    assert result is None and not (tmp_path / "report.html").exists()
+    assert "report not written (RuntimeError: figure bug)" in (tmp_path / "err.txt").read_text()
+
+
+def test_run_no_report(tiny_suite, tmp_path: Path) -> None:
+    from conftest import FAST
+
+    suite = tiny_suite(["naive"], seqlens=[16])
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", "-s", str(suite), "--out", str(out), "--no-report",
+                                      "--device", "cpu", *FAST])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (out / "results.json").is_file() and not (out / "report.html").exists()
+
+
+def test_multi_gpu_run_keeps_each_gpu_and_flags_a_slow_one() -> None:
+    from fa_bench.reports.build import merge
+    from fa_bench.reports.per_gpu import peer_ratios, per_gpu_figure
+
+    def on_gpu(case: dict, index: int, median: float) -> dict:
+        scaled = {**case["latency_ms"], "median": median}
+        return {**case, "gpu": {"index": index, "uuid": f"u{index}", "name": "NVIDIA H200"},
+                "host": "node-a", "tflops": case["flops"] / (median * 1e9),
+                "latency_ms": scaled}  # fmt: skip
+
+    base = make_case("triton", 4096, median=4.0)
+    cases = [on_gpu(base, 0, 4.0), on_gpu(base, 1, 4.04), on_gpu(base, 2, 4.6)]  # GPU 2 slow
+    doc = build_document({"id": "m", "argv": []}, {"hostname": "node-a"}, cases)
+    merged = merge([doc])
+    assert merged.gpus == ["NVIDIA H200 #0 @ node-a", "NVIDIA H200 #1 @ node-a",
+                           "NVIDIA H200 #2 @ node-a"]  # fmt: skip
+    assert merged.replaced == 0  # one case on three GPUs is three points, not one
+    flagged = [r["gpu"] for r in peer_ratios(merged) if r["outlier"]]
+    assert flagged == ["NVIDIA H200 #2 @ node-a"]
+    fig = per_gpu_figure(merged)
+    assert fig is not None and len(fig.figure.data) == 3
+    assert "#2 @ node-a: 1 case" in fig.caption
