@@ -1,0 +1,209 @@
+"""How `fa-bench compare` shows its verdicts: a Rich table for the terminal, Markdown for a
+pull-request comment or $GITHUB_STEP_SUMMARY, and JSON for machines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from fa_bench.compare import Comparison, Metric, Row, Verdict
+from fa_bench.results import sanitize
+
+COMPARE_SCHEMA = "fa-bench-compare/1"
+VERDICT_STYLE = {
+    Verdict.BROKEN: "bold red",
+    Verdict.SLOWER: "red",
+    Verdict.MISSING: "yellow",
+    Verdict.AMBIGUOUS: "yellow",
+    Verdict.FASTER: "green",
+    Verdict.FIXED: "green",
+    Verdict.CHANGED: "magenta",
+    Verdict.NEW: "cyan",
+    Verdict.UNMEASURED: "dim",
+    Verdict.SAME: "dim",
+}
+TERMINAL_ROWS = 60  # beyond this, `same` rows are counted instead of listed
+MARKDOWN_ROWS = 50  # per section: a GitHub comment holds at most 65,536 characters
+
+
+def headline(cmp: Comparison) -> str:
+    failing = cmp.failing
+    if failing:
+        parts = [f"{sum(1 for r in failing if r.verdict is v)} {v.value}" for v in Verdict]
+        return "FAIL: " + ", ".join(p for p in parts if not p.startswith("0 "))
+    return f"PASS: no case failed the gate ({len(cmp.rows)} compared)"
+
+
+def counts(cmp: Comparison) -> dict[str, int]:
+    return {v.value: cmp.count(v) for v in Verdict if cmp.count(v)}
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4g}"
+
+
+def _change(row: Row) -> str:
+    """The median's move in the metric's own direction: +12% latency, -11% TFLOP/s."""
+    return "–" if row.ratio is None else f"{row.ratio - 1:+.1%}"
+
+
+def _status(row: Row) -> str:
+    if row.base_status == row.cur_status:
+        return row.cur_status or "–"
+    return f"{row.base_status or '–'} → {row.cur_status or '–'}"
+
+
+def env_panel(cmp: Comparison) -> Panel | None:
+    if not cmp.env_diffs:
+        return None
+    t = Table("", "baseline", "current", box=None)
+    for d in cmp.env_diffs:
+        t.add_row(d.key, d.base, d.current)
+    note = (
+        "GPU models differ: compared anyway (--allow-env-mismatch); timings may not be comparable."
+        if cmp.gpu_mismatch
+        else "Versions differ: a change may come from the environment, not the code."
+    )
+    return Panel(Group(Text(note), t), title="environment differs",
+                 style="bold red" if cmp.gpu_mismatch else "yellow")  # fmt: skip
+
+
+def verdict_table(cmp: Comparison) -> Table:
+    """All compared cases, gate failures and the largest changes first."""
+    rows: Sequence[Row] = cmp.rows
+    hidden = 0
+    if len(rows) > TERMINAL_ROWS:
+        shown = [r for r in rows if r.verdict is not Verdict.SAME]
+        hidden = len(rows) - len(shown)
+        rows = shown
+    unit = cmp.metric.unit
+    t = Table(
+        title=f"fa-bench compare: {cmp.metric.value} ({unit}), threshold "
+        f"{cmp.thresholds.of(cmp.metric):.1%}, alpha {cmp.thresholds.alpha:g}",
+        caption=f"{hidden} cases 'same' not listed" if hidden else None,
+    )
+    for col, wrap in [("verdict", False), ("case", True), ("status", True),
+                      (f"base {unit}", True), (f"current {unit}", True), ("change", False),
+                      ("confidence / why", True)]:  # fmt: skip
+        numeric = col.startswith(("base ", "current ", "change"))
+        t.add_column(col, justify="right" if numeric else "left", no_wrap=not wrap,
+                     overflow="fold")  # fmt: skip
+    for r in rows:
+        style = VERDICT_STYLE[r.verdict]
+        t.add_row(f"[{style}]{r.verdict.value}[/]", r.key, _status(r), _fmt(r.base_value),
+                  _fmt(r.cur_value), _change(r), r.reason)  # fmt: skip
+    return t
+
+
+def terminal(cmp: Comparison) -> Group:
+    parts: list = []
+    panel = env_panel(cmp)
+    if panel is not None:
+        parts.append(panel)
+    parts.append(verdict_table(cmp))
+    summary = ", ".join(f"{n} {v}" for v, n in counts(cmp).items())
+    style = "bold red" if cmp.failing else "bold green"
+    parts.append(Text(f"{headline(cmp)}  [{summary}]", style=style))
+    return Group(*parts)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_rows(title: str, rows: Sequence[Row], metric: Metric) -> list[str]:
+    if not rows:
+        return []
+    out = [f"#### {title} ({len(rows)})", "",
+           f"| case | status | baseline {metric.unit} | current {metric.unit} | change "
+           "| confidence / why |",
+           "|---|---|--:|--:|--:|---|"]  # fmt: skip
+    for r in rows[:MARKDOWN_ROWS]:
+        out.append(
+            f"| `{r.key}` | {_status(r)} | {_fmt(r.base_value)} | {_fmt(r.cur_value)} "
+            f"| {_change(r)} | {_md_escape(r.reason)} |"
+        )
+    if len(rows) > MARKDOWN_ROWS:
+        out.append(f"\n… and {len(rows) - MARKDOWN_ROWS} more (see the JSON output).")
+    return [*out, ""]
+
+
+def markdown(cmp: Comparison, *, baseline: str, current: str) -> str:
+    """A summary for a pull-request comment: the headline verdict, the environment diff,
+    then the cases that failed the gate, the faster ones and the ambiguous ones."""
+    mark = "❌" if cmp.failing else "✅"
+    th = cmp.thresholds
+    lines = [
+        f"### {mark} fa-bench compare: {headline(cmp)}",
+        "",
+        f"Baseline `{baseline}` → current `{current}`; metric **{cmp.metric.value}**, "
+        f"threshold {th.of(cmp.metric):.1%}, alpha {th.alpha:g}; gate fails on: "
+        + ", ".join(sorted(f.value for f in cmp.fail_on))
+        + ".",
+        "",
+        "Counts: " + ", ".join(f"{v} {n}" for v, n in counts(cmp).items()) + ".",
+        "",
+    ]
+    if cmp.env_diffs:
+        lines += ["#### ⚠️ Environment differs", "", "| | baseline | current |", "|---|---|---|"]
+        lines += [f"| {d.key} | {_md_escape(d.base)} | {_md_escape(d.current)} |"
+                  for d in cmp.env_diffs]  # fmt: skip
+        lines.append("")
+    failing = cmp.failing
+    by = {v: [r for r in cmp.rows if r.verdict is v] for v in Verdict}
+    lines += _md_rows("Failing the gate", failing, cmp.metric)
+    lines += _md_rows("Faster", by[Verdict.FASTER], cmp.metric)
+    lines += _md_rows("Fixed", by[Verdict.FIXED], cmp.metric)
+    other = [r for r in by[Verdict.AMBIGUOUS] + by[Verdict.CHANGED] + by[Verdict.MISSING]
+             + by[Verdict.NEW] if r not in failing]  # fmt: skip
+    if other:
+        lines += ["<details><summary>Ambiguous, changed, missing or new (not gating)</summary>", ""]
+        lines += _md_rows("Not gating", other, cmp.metric)
+        lines += ["</details>", ""]
+    lines.append(
+        "A case is slower or faster only when its median moved past the threshold, a "
+        "Mann-Whitney U test on the raw samples gives p < alpha, and the p20–p80 ranges of "
+        "the two runs do not overlap; past the threshold otherwise, it is ambiguous."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _row_json(r: Row) -> dict:
+    return {
+        "key": r.key, "verdict": r.verdict.value, "base_status": r.base_status,
+        "current_status": r.cur_status, "base": r.base_value, "current": r.cur_value,
+        "ratio": r.ratio, "worse": r.worse, "p_value": r.p_value, "ranges_overlap": r.overlap,
+        "base_p20_p80": list(r.base_range) if r.base_range else None,
+        "current_p20_p80": list(r.cur_range) if r.cur_range else None,
+        "n": list(r.n) if r.n else None, "reason": r.reason,
+    }  # fmt: skip
+
+
+def to_json(cmp: Comparison, *, baseline: Sequence[str], current: Sequence[str]) -> str:
+    th = cmp.thresholds
+    doc = {
+        "schema": COMPARE_SCHEMA,
+        "exit_code": cmp.exit_code,
+        "headline": headline(cmp),
+        "metric": cmp.metric.value,
+        "unit": cmp.metric.unit,
+        "thresholds": {m.value: th.of(m) for m in Metric}
+        | {"alpha": th.alpha, "min_samples": th.min_samples},
+        "fail_on": sorted(f.value for f in cmp.fail_on),
+        "baseline": list(baseline),
+        "current": list(current),
+        "keyed_by_gpu": cmp.keyed_by_gpu,
+        "gpu_mismatch": cmp.gpu_mismatch,
+        "environment": [
+            {"key": d.key, "base": d.base, "current": d.current} for d in cmp.env_diffs
+        ],
+        "counts": counts(cmp),
+        "cases": [_row_json(r) for r in cmp.rows],
+    }
+    # worse may be inf (peak memory from 0): JSON has no infinity, so sanitize writes null.
+    return json.dumps(sanitize(doc), indent=1, allow_nan=False) + "\n"
