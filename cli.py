@@ -25,7 +25,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Commands that live in their own modules; each module exposes register(app).
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = (
+    "fa_bench.cli_sweep",
+    "fa_bench.cli_report",
+    "fa_bench.cli_compare",
+)
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -158,8 +162,54 @@ def run(
             "--plugin", help="Module or .py file that registers more implementations; repeatable."
         ),
     ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="Run on several GPUs at once: 'all' or indices like 0,3,5 (one worker each).",
+        ),
+    ] = None,
+    spread: Annotated[
+        bool | None,
+        typer.Option(
+            "--spread/--replicate",
+            help="With --gpus or under torchrun/srun: share the cases among GPUs (--spread) "
+            "or run the whole suite on each to compare them (--replicate, the default).",
+        ),
+    ] = None,
+    merge_timeout: Annotated[
+        float,
+        typer.Option(
+            "--merge-timeout",
+            help="Under torchrun/srun: seconds rank 0 waits for the other ranks' results.",
+            min=0,
+        ),
+    ] = 3600.0,
+    telemetry: Annotated[
+        bool,
+        typer.Option(
+            "--telemetry/--no-telemetry",
+            help="NVML telemetry per case (HBM GB/s, SM/tensor activity, clocks, power, energy) "
+            "in a >= 1 s window after timing; on a machine without it, recorded as unavailable.",
+        ),
+    ] = True,
+    tuning_cache: Annotated[
+        str | None,
+        typer.Option(
+            "--tuning-cache",
+            help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
+            "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
+        ),
+    ] = None,
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report/--no-report",
+            help="Write report.html (self-contained interactive page) beside results.json.",
+        ),
+    ] = True,
 ) -> None:
-    """Run benchmark suites and write results.json and results.csv."""
+    """Run benchmark suites and write results.json, results.csv and report.html."""
     from fa_bench.cli_run import RunRequest, run_command
 
     code = run_command(
@@ -172,6 +222,8 @@ def run(
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
             max_time_s=max_time, l2_flush=l2_flush, cuda_graph=cuda_graph, seed=seed,
             plugins=tuple(plugin or ()), argv=["fa-bench", *sys.argv[1:]],
+            tuning_cache=tuning_cache, telemetry=telemetry,
+            gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
         ),
         console=console, err_console=err_console,
     )  # fmt: skip
@@ -239,6 +291,9 @@ def env(
         console.print(g)
     else:
         console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
+    from fa_bench.telemetry_env import support_report, support_table
+
+    console.print(support_table(support_report()))
     try:
         impls = registry.load(plugin or ())
     except registry.PluginError as exc:

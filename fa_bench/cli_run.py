@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +12,8 @@ from rich.panel import Panel
 from fa_bench import registry
 from fa_bench.case import Case
 from fa_bench.console import RunProgress, failures_table, summary_table
+from fa_bench.distributed import Rank, detect, part_dir, wait_and_merge
+from fa_bench.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
 from fa_bench.plan import (
     Plan,
     PlanError,
@@ -22,9 +24,8 @@ from fa_bench.plan import (
     new_plan,
     now_iso,
     ordered_records,
-    run_plan,
 )
-from fa_bench.results import read_journal
+from fa_bench.results import read_journal, write_results
 from fa_bench.runner import RunOptions
 from fa_bench.timing import TimingConfig
 
@@ -54,6 +55,12 @@ class RunRequest:
     seed: int = 0
     plugins: tuple[str, ...] = ()
     argv: tuple[str, ...] | list[str] = ()
+    gpus: str | None = None  # "all" or "0,3,5": one worker per GPU
+    spread: bool | None = None  # share the cases among GPUs/ranks; default: replicate
+    merge_timeout_s: float = 3600.0  # rank 0 waits this long for the other ranks
+    tuning_cache: str | None = None  # path or "off"; None: $FA_BENCH_TUNING_CACHE / default
+    telemetry: bool = True  # NVML per case; recorded as unavailable (with why) where it is not
+    report: bool = True  # report.html beside results.json (--no-report: skip)
 
     @property
     def selects_cases(self) -> bool:
@@ -132,13 +139,67 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     options = RunOptions(
         device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
         timeout_s=req.timeout_s, seed=req.seed, plugins=req.plugins,
+        tuning_cache=req.tuning_cache, telemetry=req.telemetry,
     )  # fmt: skip
     described = [{"name": s.name, "description": s.description, "source": s.source} for s in suites]
     plan = new_plan(cases, options, described, list(req.argv))
     out = req.out or default_out_dir(suite_names)
-    if (out / "plan.json").exists():
+    if (out / "plan.json").exists() or (out / "layout.json").exists():
         raise PlanError(f"--out {out}: already holds a run; use --resume {out} or another folder")
     return plan, out
+
+
+def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str, bool, list]:
+    """(kind, spread, parts) for a new run: one part, one per --gpus GPU, or this rank's."""
+    import torch
+
+    several = rank.distributed or bool(req.gpus)
+    spread = bool(req.spread) if several else False
+    if rank.distributed:
+        if req.gpus:
+            raise PlanError("--gpus: under torchrun/srun each rank runs on its own local GPU")
+        if req.out is None:
+            raise PlanError(f"{rank.launcher}: --out must name a folder shared by all ranks")
+        # A launcher that pins one GPU per task (srun --gpus-per-task) leaves one visible.
+        visible = torch.cuda.device_count() if plan.options.device == "cuda" else 0
+        gpu = req.gpu if req.gpu is not None else (0 if visible == 1 else rank.local_rank)
+        if plan.options.device == "cuda" and gpu >= visible:
+            raise PlanError(f"rank {rank.rank}: local GPU {gpu} is not visible ({visible} are)")
+        parts = split(plan, out, "rank", range(rank.world_size), spread)
+        part = parts[rank.rank]
+        if plan.options.device == "cuda":
+            part.plan.options = replace(part.plan.options, gpu=gpu)
+        return "rank", spread, [part]
+    if req.gpus:
+        if plan.options.device != "cuda" or req.gpu is not None:
+            raise PlanError("--gpus needs CUDA devices and replaces --gpu")
+        indices = parse_gpus(req.gpus, torch.cuda.device_count())
+        parts = split(plan, out, "gpu", indices, spread)
+        save_layout(out, "gpu", parts, spread)
+        return "gpu", spread, parts
+    return "single", False, [Part(0, plan, out)]
+
+
+def _resume(req: RunRequest, rank: Rank) -> tuple[str, bool, list, Path]:
+    if req.selects_cases or req.out or req.gpus:
+        raise PlanError(
+            "--resume takes the cases and options of the interrupted run; "
+            "drop --suite/--impl/.../--gpus and --out"
+        )
+    out = req.resume
+    layout = load_layout(out)
+    if layout is not None:
+        kind, spread, parts = layout
+    elif rank.distributed:
+        folder = part_dir(out, "rank", rank.rank)
+        kind, spread, parts = "rank", False, [Part(rank.rank, load_plan(folder), folder)]
+        spread = parts[0].plan.run.get("part", {}).get("mode") == "spread"
+    else:
+        kind, spread, parts = "single", False, [Part(0, load_plan(out), out)]
+    for part in parts:
+        registry.load(part.plan.options.plugins)
+        part.plan.run["resumed"].append(now_iso())
+    return kind, spread, parts, out
 
 
 def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
@@ -146,41 +207,65 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     from fa_bench.suite import SuiteError
 
     try:
+        rank = detect()
         if req.resume:
-            if req.selects_cases or req.out:
-                raise PlanError("--resume takes the cases and options of the interrupted run; "
-                                "drop --suite/--impl/... and --out")  # fmt: skip
-            out = req.resume
-            plan = load_plan(out)
-            registry.load(plan.options.plugins)
-            plan.run["resumed"].append(now_iso())
+            kind, spread, parts, out = _resume(req, rank)
         else:
             plan, out = _plan_new(req, console)
+            kind, spread, parts = _split_new(req, plan, out, rank)
     except (PlanError, SuiteError, registry.UnknownImpl, registry.PluginError, ValueError) as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2
 
-    if plan.options.device == "cpu":
+    if parts[0].plan.options.device == "cpu":
         console.print(Panel("Running on the CPU: these timings show that the cases run and are "
                             "correct; they say nothing about GPU performance.",
                             style="yellow", title="CPU run"))  # fmt: skip
-    done = (
-        len({r["id"] for r in read_journal(out)} & {c.id for c in plan.cases}) if req.resume else 0
+    total = sum(len(p.plan.cases) for p in parts)
+    done = sum(
+        len({r["id"] for r in read_journal(p.out)} & {c.id for c in p.plan.cases}) for p in parts
     )
-    console.print(f"{len(plan.cases)} cases ({done} already done) → {out}")
-    with RunProgress(console, total=len(plan.cases), already_done=done) as progress:
-        env, interrupted = run_plan(plan, out, progress)
-    json_path, csv_path = finish(plan, out, env, interrupted)
-    records = ordered_records(plan, out)
+    where = {"single": "", "gpu": f" on GPUs {', '.join(str(p.index) for p in parts)}",
+             "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
+    mode = f" ({'spread' if spread else 'replicate'})" if kind != "single" else ""
+    console.print(f"{total} cases ({done} already done){where}{mode} → {out}")
+    with RunProgress(console, total=total, already_done=done) as progress:
+        outcomes = run_parts(parts, progress)
+    written = [
+        finish(p.plan, p.out, env, intr) for p, (env, intr) in zip(parts, outcomes, strict=True)
+    ]
+    interrupted = any(intr for _, intr in outcomes)
+    missing: list[int] = []
+    if kind == "single":
+        json_path, csv_path = written[0]
+        records = ordered_records(parts[0].plan, out)
+    elif kind == "rank" and rank.rank != 0:
+        console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges")
+        return exit_code(ordered_records(parts[0].plan, parts[0].out))
+    else:
+        indices = [p.index for p in parts] if kind == "gpu" else range(rank.world_size)
+        folders = [(i, part_dir(out, kind, i)) for i in indices]
+        timeout = req.merge_timeout_s if kind == "rank" else 0.0
+        merged = wait_and_merge(out, folders, mode="spread" if spread else "replicate",
+                                timeout_s=timeout)  # fmt: skip
+        missing = merged.missing
+        json_path, csv_path = write_results(out, merged.doc)
+        records = merged.doc["cases"]
     console.print(summary_table(records))
     failures = failures_table(records)
     if failures is not None:
         console.print(failures)
     console.print(f"results: {json_path}\n         {csv_path}")
+    if missing:
+        err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
+    if req.report:
+        from fa_bench.cli_report import write_run_report
+
+        write_run_report(json_path, console=console, err_console=err_console)
     if interrupted:
-        kept = f"{len(records)} of {len(plan.cases)} cases kept"
         err_console.print(
-            f"[yellow]interrupted[/]: {kept}; finish with: fa-bench run --resume {out}"
+            f"[yellow]interrupted[/]: {len(records)} of {total} cases kept; "
+            f"finish with: fa-bench run --resume {out}"
         )
         return 130
-    return exit_code(records)
+    return 1 if missing else exit_code(records)

@@ -72,6 +72,11 @@ class RunProgress:
             self.progress.console.print(
                 f"[{STATUS_STYLE[status]}]{status}[/] {case.label}: {msg}", highlight=False
             )
+        warnings = (record.get("telemetry") or {}).get("warnings") or []
+        if warnings:  # throttling or low clocks: this case's numbers may not be comparable
+            self.progress.console.print(
+                f"[yellow]telemetry[/] {case.label}: {'; '.join(warnings)}", highlight=False
+            )
 
 
 def _fmt(value: float | None, spec: str) -> str:

@@ -7,12 +7,14 @@ status with its message; the caller never sees an exception from a case.
 from __future__ import annotations
 
 import gc
+import time
 import traceback
 import zlib
 from dataclasses import dataclass, field
 
 from fa_bench import models, registry
 from fa_bench.case import Case, Mode, Status
+from fa_bench.telemetry import TelemetrySession, case_telemetry
 from fa_bench.timing import Timing, TimingConfig, measure, summarize
 
 
@@ -21,6 +23,8 @@ class ExecOptions:
     timing: TimingConfig = field(default_factory=TimingConfig)
     seed: int = 0
     check_accuracy: bool = True
+    # NVML opened once by the worker; None (a direct caller) records telemetry as absent.
+    telemetry: TelemetrySession | None = None
 
 
 def case_seed(base: int, case: Case) -> int:
@@ -73,8 +77,13 @@ def _record(case: Case, device: object, **fields: object) -> dict:
     return rec
 
 
-def run_case(case: Case, device: object, opts: ExecOptions) -> dict:
-    """Measure one case; returns its result record (see fa_bench.results)."""
+def run_case(
+    case: Case, device: object, opts: ExecOptions, impl_options: dict | None = None
+) -> dict:
+    """Measure one case; returns its result record (see fa_bench.results).
+
+    `impl_options` go to the implementation's builder (`fa-bench sweep` passes a kernel
+    config this way)."""
     import torch
 
     impl = registry.get(case.impl)
@@ -90,7 +99,7 @@ def run_case(case: Case, device: object, opts: ExecOptions) -> dict:
         )
     torch.manual_seed(case_seed(opts.seed, case))
     try:
-        return _run(case, impl, device, opts)
+        return _run(case, impl, device, opts, impl_options)
     except registry.Unsupported as exc:
         return _record(case, device, status=Status.UNSUPPORTED.value, error=str(exc))
     except Exception as exc:
@@ -108,10 +117,16 @@ def run_case(case: Case, device: object, opts: ExecOptions) -> dict:
             torch.cuda.empty_cache()
 
 
-def _run(case: Case, impl: registry.Impl, device: object, opts: ExecOptions) -> dict:
+def _run(
+    case: Case, impl: registry.Impl, device: object, opts: ExecOptions, impl_options: dict | None
+) -> dict:
 
     q, k, v, do = make_inputs(case, device)
-    prepared = impl.prepare(case, q, k, v)
+    t_prepare = time.perf_counter()
+    prepared = impl.prepare(case, q, k, v, impl_options)
+    # Preparation (compilation for Triton on a GPU) is outside the timed span; its
+    # wall time is reported on its own.
+    prepare_s = round(time.perf_counter() - t_prepare, 4)
     fn = prepared.fn
     grads_needed = case.mode is not Mode.FWD
 
@@ -163,6 +178,11 @@ def _run(case: Case, impl: registry.Impl, device: object, opts: ExecOptions) -> 
         gbps_model=models.gbps(nbytes, median) if median > 0 else None,
         peak_mem_bytes=_peak_memory(closure, before, device),
         accuracy=accuracy,
+        # Its own >= 1 s window after timing, with the same closure and `before`.
+        telemetry=case_telemetry(
+            opts.telemetry, case, closure, before, median_ms=median, derived=derived is not None
+        ),
+        prepare_s=prepare_s,
     )
 
 

@@ -7,6 +7,7 @@ interrupted run with exactly the same cases and options.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,12 +116,17 @@ def finish(plan: Plan, out_dir: Path, env: dict | None, interrupted: bool) -> tu
     return write_results(out_dir, doc)
 
 
-def run_plan(plan: Plan, out_dir: Path, on_event: ProgressFn | None) -> tuple[dict | None, bool]:
+def run_plan(
+    plan: Plan,
+    out_dir: Path,
+    on_event: ProgressFn | None,
+    stop: threading.Event | None = None,
+) -> tuple[dict | None, bool]:
     """Execute the plan's remaining cases; returns (worker env, interrupted)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     save_plan(out_dir, plan)
     try:
-        return execute(plan.cases, out_dir, plan.options, on_event), False
+        return execute(plan.cases, out_dir, plan.options, on_event, stop=stop), False
     except KeyboardInterrupt:
         return None, True
 

@@ -75,8 +75,13 @@ class Impl:
         """Why the implementation cannot run on this machine at all, or None."""
         return self.availability() if self.availability else None
 
-    def prepare(self, case: Case, q: object, k: object, v: object) -> Prepared:
-        built = self.builder(case, q, k, v)
+    def prepare(
+        self, case: Case, q: object, k: object, v: object, options: dict | None = None
+    ) -> Prepared:
+        """`options` (e.g. a kernel config from `fa-bench sweep`) reaches builders that
+        take an `options` keyword; without it every builder is called as before."""
+        extra = {} if options is None else {"options": options}
+        built = self.builder(case, q, k, v, **extra)
         return built if isinstance(built, Prepared) else Prepared(fn=built)
 
 

@@ -99,7 +99,7 @@ def to_frame(doc: dict):
             for k, v in case.items()
             if not isinstance(v, (dict, list)) and k != "traceback"  # the JSON keeps it
         }
-        for key in ("latency_ms", "accuracy", "timing"):
+        for key in ("latency_ms", "accuracy", "timing", "telemetry"):
             for sub, val in (case.get(key) or {}).items():
                 if not isinstance(val, (dict, list)):
                     row[f"{key}.{sub}"] = val
@@ -129,6 +129,10 @@ def validate(doc: object, *, source: str = "results") -> dict:
         if case["status"] not in valid_status:
             valid = ", ".join(sorted(valid_status))
             raise ResultsError(f"{where}: status {case['status']!r} is not one of {valid}")
+        tel = case["telemetry"]
+        tel_ok = isinstance(tel, dict) and isinstance(tel.get("available"), bool)
+        if tel is not None and not tel_ok:
+            raise ResultsError(f"{where}: telemetry must be null or an object with 'available'")
         lat = case["latency_ms"]
         if lat is not None and (
             not isinstance(lat, dict) or any(k not in lat for k in LATENCY_KEYS)

@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +40,10 @@ class RunOptions:
     seed: int = 0
     plugins: tuple[str, ...] = ()
     check_accuracy: bool = True
+    telemetry: bool = True  # NVML telemetry per case where the GPU supports it
+    # Tuning cache for the worker (fa_bench.tuning): a path or "off"; None keeps the
+    # caller's $FA_BENCH_TUNING_CACHE / default location.
+    tuning_cache: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -66,6 +71,8 @@ class Worker:
 
     def __init__(self, opts: RunOptions, workdir: Path) -> None:
         env = dict(os.environ)
+        if opts.tuning_cache is not None:
+            env["FA_BENCH_TUNING_CACHE"] = opts.tuning_cache
         if opts.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # our Triton kernels run in the interpreter on CPU
             torch_device = "cpu"
@@ -80,6 +87,7 @@ class Worker:
             "plugins": list(opts.plugins),
             "plugin_path": os.getcwd(),
             "check_accuracy": opts.check_accuracy,
+            "telemetry": opts.telemetry,
         }
         self.log_path = Path(workdir) / WORKER_LOG
         self._log = open(self.log_path, "ab")
@@ -97,6 +105,7 @@ class Worker:
             start_new_session=True,  # Ctrl-C reaches the runner, which stops the worker
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self.stop: threading.Event | None = None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -105,10 +114,18 @@ class Worker:
         self._lines.put(None)
 
     def _next(self, timeout: float) -> dict:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise WorkerTimeout(f"no answer within {timeout:g} s") from None
+        # Wait in short slices so a stop request (Ctrl-C in a multi-GPU run, whose
+        # threads never see the signal themselves) ends the wait promptly.
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.stop is not None and self.stop.is_set():
+                raise KeyboardInterrupt
+            try:
+                line = self._lines.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise WorkerTimeout(f"no answer within {timeout:g} s") from None
         if line is None:
             self.proc.wait(timeout=10)
             raise WorkerError(self._death_message())
@@ -136,9 +153,13 @@ class Worker:
             raise WorkerError(f"unexpected first message from worker: {msg}")
         return msg["env"]
 
-    def run(self, case: Case, timeout: float) -> dict:
+    def run(self, case: Case, timeout: float, options: dict | None = None) -> dict:
+        """`options` reach the implementation's builder (a kernel config from a sweep)."""
+        msg: dict = {"op": "run", "case": case.to_dict()}
+        if options is not None:
+            msg["options"] = options
         try:
-            self.proc.stdin.write(json.dumps({"op": "run", "case": case.to_dict()}) + "\n")
+            self.proc.stdin.write(json.dumps(msg) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.proc.wait(timeout=10)
@@ -177,6 +198,17 @@ def _visible_device(gpu: int) -> str:
     return str(gpu)
 
 
+def _where(opts: RunOptions, env: dict | None) -> dict:
+    """Host and GPU of a record: the worker sees only its pinned GPU, as its device 0."""
+    env = env or {}
+    gpus = env.get("gpus") or []
+    gpu = None
+    if opts.device != "cpu":
+        seen = gpus[0] if gpus else {}
+        gpu = {"index": opts.gpu or 0, "uuid": seen.get("uuid"), "name": seen.get("name")}
+    return {"host": env.get("hostname") or socket.gethostname(), "gpu": gpu}
+
+
 def failed_record(case: Case, status: Status, message: str, device: str) -> dict:
     """A record for a case whose worker never answered."""
     from fa_bench.execute import _record
@@ -192,12 +224,13 @@ def execute(
     out_dir: Path,
     opts: RunOptions,
     on_event: ProgressFn | None = None,
+    stop: threading.Event | None = None,
 ) -> dict | None:
     """Run every case not yet in the journal of `out_dir`; return the worker's env.
 
     `on_event("start", case, None)` before and `on_event("done", case, record)` after
-    each case. A KeyboardInterrupt stops the worker and propagates; the journal keeps
-    everything already measured.
+    each case. A KeyboardInterrupt (or `stop` being set, from another thread) stops the
+    worker and propagates as KeyboardInterrupt; the journal keeps everything measured.
     """
     done = {r["id"] for r in read_journal(out_dir)}
     todo = [c for c in cases if c.id not in done]
@@ -207,6 +240,8 @@ def execute(
     device_label = "cpu" if opts.device == "cpu" else f"cuda:{opts.gpu or 0}"
     try:
         for case in todo:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             if on_event:
                 on_event("start", case, None)
             t0 = time.perf_counter()
@@ -221,6 +256,7 @@ def execute(
                 try:
                     if worker is None:
                         worker = Worker(opts, out_dir)
+                        worker.stop = stop
                         env = worker.wait_ready(opts.startup_timeout_s)
                         ready, failed_starts = True, 0
                     record = worker.run(case, opts.timeout_s)
@@ -239,6 +275,7 @@ def execute(
                     else:
                         record = failed_record(case, Status.ERROR, str(exc), device_label)
             record["wall_s"] = round(time.perf_counter() - t0, 3)
+            record.update(_where(opts, env))
             if record["status"] == Status.ERROR.value and opts.device != "cpu" and worker:
                 worker.close()
                 worker = None

@@ -94,7 +94,7 @@ def _should_stop(
     if len(samples) >= cfg.min_samples and timed_s >= cfg.min_time_s:
         if noise(samples) <= cfg.target_noise:
             return "noise"
-    if wall_s >= cfg.max_time_s:
+    if wall_s >= cfg.max_time_s and len(samples) >= 2:  # two samples give a spread
         return "time-limit"
     return None
 

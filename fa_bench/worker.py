@@ -3,7 +3,8 @@
 Started by fa_bench.runner as `python -m fa_bench.worker OPTIONS_JSON`. The protocol goes
 over the original stdout; anything an implementation prints is sent to stderr instead so
 it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once, then
-{"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}.
+{"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}, with an
+optional "options" object passed to the implementation's builder (a `fa-bench sweep` config).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from fa_bench.case import Case
     from fa_bench.env import collect_env
     from fa_bench.execute import ExecOptions, run_case
+    from fa_bench.telemetry import open_session
     from fa_bench.timing import TimingConfig
 
     if args.get("plugin_path"):
@@ -43,14 +45,19 @@ def main(argv: list[str] | None = None) -> int:
         timing=TimingConfig(**args.get("timing", {})),
         seed=args.get("seed", 0),
         check_accuracy=args.get("check_accuracy", True),
+        telemetry=open_session(device, enabled=args.get("telemetry", True)),
     )
-    proto.write(json.dumps({"op": "ready", "env": collect_env(device)}) + "\n")
+    env = collect_env(device)
+    # Before the first case: a device copy calibrates NVML's GB/s against bytes / time.
+    session = opts.telemetry
+    env["telemetry"] = {**session.describe(), "calibration": session.calibrate(device)}
+    proto.write(json.dumps({"op": "ready", "env": env}) + "\n")
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("op") == "exit":
             break
         case = Case.from_dict(msg["case"])
-        result = run_case(case, device, opts)
+        result = run_case(case, device, opts, impl_options=msg.get("options"))
         proto.write(json.dumps({"op": "result", "result": result}, allow_nan=False) + "\n")
     return 0
 

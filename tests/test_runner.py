@@ -77,8 +77,8 @@ def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) ->
     assert "timed out" in cases["test-hang"]["error"]
     assert "out of memory" in cases["test-oom"]["error"]
     assert "deliberate failure" in cases["test-raise"]["error"]
-    assert cases["test-wrong"]["latency_ms"]["n"] >= 3  # wrong, but still timed
-    assert cases["naive"]["latency_ms"]["n"] >= 3
+    assert cases["test-wrong"]["latency_ms"]["n"] >= 2  # wrong, but still timed
+    assert cases["naive"]["latency_ms"]["n"] >= 2
     frame = pandas.read_csv(out / "results.csv")
     assert list(frame["impl"]) == impls
     assert list(frame["status"]) == [got[i] for i in impls]
