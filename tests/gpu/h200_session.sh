@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU validation of the open issues, in phases sized for the device tool's 10-minute
+# calls. Run from the repo root on the H200 after the install prefix that
+# ../shared/tools/device-prep.sh prints; results go to fa-bench-out/ (kept while the
+# machine stays warm) and are copied to $OUT. Each long run stops itself with SIGINT
+# before the call's limit and is finished by the next call with --resume.
+#   bash tests/gpu/h200_session.sh checks      # gpu tests, env, do_bench cross-check
+#   bash tests/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
+#   bash tests/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
+set -u
+export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
+OUT=${OUT:-/tmp/out}
+RUNS=fa-bench-out
+mkdir -p "$RUNS" "$OUT"
+budget=${BUDGET:-500}
+
+case "${1:-}" in
+checks)
+  fa-bench env > "$OUT/env.txt" 2>&1
+  timeout 300 pytest -q -m gpu -n 8 -p no:cacheprovider tests 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+  python3 tests/gpu/crosscheck_do_bench.py "$RUNS/xcheck" > "$OUT/xcheck.txt" 2>&1
+  tail -3 "$OUT/gpu-tests.txt"; grep XCHECK "$OUT/xcheck.txt"
+  ;;
+standard)
+  if [ -f "$RUNS/std/plan.json" ]; then
+    timeout -s INT "$budget" fa-bench run --resume "$RUNS/std" > "$OUT/std.log" 2>&1
+  else
+    timeout -s INT "$budget" fa-bench run --suite standard --impl naive --impl sdpa-flash \
+      --impl sdpa-cudnn --impl flex --impl triton --no-telemetry --out "$RUNS/std" \
+      > "$OUT/std.log" 2>&1
+  fi
+  echo "fa-bench exit: $?" >> "$OUT/std.log"
+  cp "$RUNS/std/results.json" "$RUNS/std/report.html" "$OUT/" 2>/dev/null
+  tar czf "$OUT/std-run.tgz" "$RUNS/std"
+  tail -c 4000 "$OUT/std.log"
+  ;;
+telemetry)
+  fa-bench run -s standard -i naive -i sdpa-cudnn -i triton --dtype bf16 --head-dim 128 \
+    --seqlen 16384 --mode fwd --no-causal --out "$RUNS/tel16k" > "$OUT/tel.log" 2>&1
+  python3 - "$RUNS/tel16k/results.json" <<'PY' | tee "$OUT/tel.txt"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("calibration", d["env"].get("telemetry", {}).get("calibration"))
+keys = ("gbps_nvml", "dram_bw_util_pct", "tensor_util_pct", "hmma_util_pct", "power_w_mean",
+        "energy_j_per_call", "bytes_ratio_measured_to_model", "throttle_reasons", "warnings")
+for c in d["cases"]:
+    t = c.get("telemetry") or {}
+    print(c["impl"], c["status"], f"{c['tflops'] or 0:.1f} TFLOP/s", {k: t.get(k) for k in keys})
+PY
+  ;;
+*)
+  echo "usage: $0 checks|standard|telemetry" >&2; exit 2 ;;
+esac
