@@ -69,6 +69,23 @@ def _store_rows(
 
 
 @triton.jit
+def _key_ranges(
+    m0, seq_k, causal_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr
+):
+    """For the query rows [m0, m0 + BLOCK_M): keys [0, n_full) are seen by every row and
+    need no mask; [n_full, n_end) need the causal or tail mask; keys past n_end are
+    skipped (fully masked blocks cost nothing)."""
+    n_even = (seq_k // BLOCK_N) * BLOCK_N
+    if CAUSAL:
+        n_full = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_even)
+        n_end = tl.maximum(tl.minimum(m0 + BLOCK_M + causal_off, seq_k), 0)
+    else:
+        n_full = n_even
+        n_end = seq_k
+    return n_full, n_end
+
+
+@triton.jit
 def _fwd_inner(
     acc, l_i, m_i, q,
     # K/V: descriptors (TMA path) or base pointers of this (batch, kv head)
@@ -168,15 +185,8 @@ def _fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
-    # Keys [0, n_full) are seen by every row of the tile; [n_full, n_end) need masks.
     causal_off = seq_k - seq_q
-    n_even = (seq_k // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        n_full = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_even)
-        n_end = tl.maximum(tl.minimum(m0 + BLOCK_M + causal_off, seq_k), 0)
-    else:
-        n_full = n_even
-        n_end = seq_k
+    n_full, n_end = _key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
         0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
@@ -388,13 +398,7 @@ def _bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
     causal_off = seq_k - seq_q
-    n_even = (seq_k // BLOCK_N) * BLOCK_N
-    if CAUSAL:
-        n_full = tl.minimum((tl.maximum(m0 + causal_off + 1, 0) // BLOCK_N) * BLOCK_N, n_even)
-        n_end = tl.maximum(tl.minimum(m0 + BLOCK_M + causal_off, seq_k), 0)
-    else:
-        n_full = n_even
-        n_end = seq_k
+    n_full, n_end = _key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
     dq = _bwd_dq_inner(
         dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
         0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
