@@ -7,6 +7,7 @@
 #   bash tests/gpu/h200_session.sh checks      # gpu tests, env, do_bench cross-check
 #   bash tests/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
 #   bash tests/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
+#   bash tests/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -17,7 +18,9 @@ budget=${BUDGET:-500}
 case "${1:-}" in
 checks)
   fa-bench env > "$OUT/env.txt" 2>&1
-  timeout 300 pytest -q -m gpu -n 8 -p no:cacheprovider tests 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+  timeout 420 pytest -q -m gpu -n 8 -p no:cacheprovider tests/test_flash_attention.py \
+    tests/test_reference.py tests/test_accuracy.py tests/test_telemetry.py 2>&1 \
+    | tail -60 > "$OUT/gpu-tests.txt"
   python3 tests/gpu/crosscheck_do_bench.py "$RUNS/xcheck" > "$OUT/xcheck.txt" 2>&1
   tail -3 "$OUT/gpu-tests.txt"; grep XCHECK "$OUT/xcheck.txt"
   ;;
@@ -48,6 +51,13 @@ for c in d["cases"]:
     print(c["impl"], c["status"], f"{c['tflops'] or 0:.1f} TFLOP/s", {k: t.get(k) for k in keys})
 PY
   ;;
+multigpu)
+  fa-bench run -s smoke --device cuda --gpus all --no-telemetry --out "$RUNS/multi" \
+    > "$OUT/multi.log" 2>&1
+  echo "fa-bench exit: $?" >> "$OUT/multi.log"
+  cp "$RUNS/multi/results.json" "$OUT/multi-results.json" 2>/dev/null
+  tail -c 3000 "$OUT/multi.log"
+  ;;
 *)
-  echo "usage: $0 checks|standard|telemetry" >&2; exit 2 ;;
+  echo "usage: $0 checks|standard|telemetry|multigpu" >&2; exit 2 ;;
 esac
