@@ -8,6 +8,7 @@
 #   bash tests/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
 #   bash tests/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
 #   bash tests/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
+#   bash tests/gpu/h200_session.sh memory      # issue 3: fwd+bwd peak memory at 16k
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -49,6 +50,16 @@ keys = ("gbps_nvml", "dram_bw_util_pct", "tensor_util_pct", "hmma_util_pct", "po
 for c in d["cases"]:
     t = c.get("telemetry") or {}
     print(c["impl"], c["status"], f"{c['tflops'] or 0:.1f} TFLOP/s", {k: t.get(k) for k in keys})
+PY
+  ;;
+memory)
+  fa-bench run -s standard -i triton -i sdpa-flash --mode fwd_bwd --seqlen 16384 \
+    --no-telemetry --no-report --out "$RUNS/mem16k" > "$OUT/mem.log" 2>&1
+  python3 - "$RUNS/mem16k/results.json" <<'PY' | tee "$OUT/mem.txt"
+import json, sys
+for c in json.load(open(sys.argv[1]))["cases"]:
+    peak = c["peak_mem_bytes"]
+    print(c["id"], c["status"], f"{peak / 2**30:.3f} GiB" if peak else None)
 PY
   ;;
 multigpu)
