@@ -54,6 +54,7 @@ def run(
             "-s",
             help="Built-in suite name or TOML file; repeatable. "
             "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
+            rich_help_panel="Cases",
         ),
     ] = None,
     impl: Annotated[
@@ -62,34 +63,47 @@ def run(
             "--impl",
             "-i",
             help="Implementation(s) to run (see `fa-bench list impls`); overrides the suite.",
+            rich_help_panel="Cases",
         ),
     ] = None,
     mode: Annotated[
-        list[Mode] | None, typer.Option("--mode", "-m", help="fwd, bwd or fwd_bwd; repeatable.")
+        list[Mode] | None,
+        typer.Option(
+            "--mode", "-m", help="fwd, bwd or fwd_bwd; repeatable.", rich_help_panel="Cases"
+        ),
     ] = None,
     dtype: Annotated[
-        list[DType] | None, typer.Option("--dtype", help="fp32, fp16 or bf16; repeatable.")
+        list[DType] | None,
+        typer.Option("--dtype", help="fp32, fp16 or bf16; repeatable.", rich_help_panel="Cases"),
     ] = None,
     seqlen: Annotated[
         list[int] | None,
-        typer.Option("--seqlen", help="Sequence length (query = key); repeatable."),
+        typer.Option(
+            "--seqlen", help="Sequence length (query = key); repeatable.", rich_help_panel="Cases"
+        ),
     ] = None,
     head_dim: Annotated[
-        list[int] | None, typer.Option("--head-dim", help="Head dimension; repeatable.")
+        list[int] | None,
+        typer.Option("--head-dim", help="Head dimension; repeatable.", rich_help_panel="Cases"),
     ] = None,
     batch: Annotated[
         list[int] | None,
         typer.Option(
-            "--batch", help="Batch size; repeatable (replaces the suite's batch or tokens)."
+            "--batch",
+            help="Batch size; repeatable (replaces the suite's batch or tokens).",
+            rich_help_panel="Cases",
         ),
     ] = None,
     heads: Annotated[
-        list[int] | None, typer.Option("--heads", help="Query heads; repeatable.")
+        list[int] | None,
+        typer.Option("--heads", help="Query heads; repeatable.", rich_help_panel="Cases"),
     ] = None,
     kv_heads: Annotated[
         list[int] | None,
         typer.Option(
-            "--kv-heads", help="Key/value heads (GQA/MQA when fewer than --heads); repeatable."
+            "--kv-heads",
+            help="Key/value heads (GQA/MQA when fewer than --heads); repeatable.",
+            rich_help_panel="Cases",
         ),
     ] = None,
     causal: Annotated[
@@ -97,19 +111,33 @@ def run(
         typer.Option(
             "--causal/--no-causal",
             help="Only causal, or only non-causal cases (default: the suite's).",
+            rich_help_panel="Cases",
         ),
     ] = None,
     device: Annotated[
         DeviceChoice,
-        typer.Option("--device", help="auto (CUDA when present, else CPU), cuda or cpu."),
+        typer.Option(
+            "--device",
+            help="auto (CUDA when present, else CPU), cuda or cpu.",
+            rich_help_panel="Where and output",
+        ),
     ] = DeviceChoice.AUTO,
     gpu: Annotated[
-        int | None, typer.Option("--gpu", help="GPU index to run on (default 0).", min=0)
+        int | None,
+        typer.Option(
+            "--gpu",
+            help="GPU index to run on (default 0).",
+            min=0,
+            rich_help_panel="Where and output",
+        ),
     ] = None,
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", help="Output folder (default: a new folder under ./fa-bench-out/)."
+            "--out",
+            "-o",
+            help="Output folder (default: a new folder under ./fa-bench-out/).",
+            rich_help_panel="Where and output",
         ),
     ] = None,
     resume: Annotated[
@@ -117,6 +145,7 @@ def run(
         typer.Option(
             "--resume",
             help="Finish an interrupted run in this folder, with its own cases and options.",
+            rich_help_panel="Where and output",
         ),
     ] = None,
     timeout: Annotated[
@@ -125,6 +154,7 @@ def run(
             "--timeout",
             help="Seconds one case may take (compilation included) before it is killed.",
             min=1,
+            rich_help_panel="Measurement",
         ),
     ] = 600.0,
     target_noise: Annotated[
@@ -135,10 +165,14 @@ def run(
             "is at most this.",
             min=1e-4,
             max=0.5,
+            rich_help_panel="Measurement",
         ),
     ] = 0.01,
     min_samples: Annotated[
-        int, typer.Option("--min-samples", help="Samples to take at least.", min=2)
+        int,
+        typer.Option(
+            "--min-samples", help="Samples to take at least.", min=2, rich_help_panel="Measurement"
+        ),
     ] = 10,
     max_time: Annotated[
         float | None,
@@ -146,20 +180,35 @@ def run(
             "--max-time",
             help="Seconds of timing per case at most (default 3 on GPU, 1 on CPU).",
             min=0.01,
+            rich_help_panel="Measurement",
         ),
     ] = None,
     l2_flush: Annotated[
         bool,
-        typer.Option("--l2-flush/--no-l2-flush", help="Flush the GPU's L2 between timed calls."),
+        typer.Option(
+            "--l2-flush/--no-l2-flush",
+            help="Flush the GPU's L2 between timed calls.",
+            rich_help_panel="Measurement",
+        ),
     ] = True,
     cuda_graph: Annotated[
-        bool, typer.Option("--cuda-graph", help="Time CUDA-graph replays (forward cases only).")
+        bool,
+        typer.Option(
+            "--cuda-graph",
+            help="Time CUDA-graph replays (forward cases only).",
+            rich_help_panel="Measurement",
+        ),
     ] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the random inputs.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option("--seed", help="Seed for the random inputs.", rich_help_panel="Measurement"),
+    ] = 0,
     plugin: Annotated[
         list[str] | None,
         typer.Option(
-            "--plugin", help="Module or .py file that registers more implementations; repeatable."
+            "--plugin",
+            help="Module or .py file that registers more implementations; repeatable.",
+            rich_help_panel="Cases",
         ),
     ] = None,
     gpus: Annotated[
@@ -167,6 +216,7 @@ def run(
         typer.Option(
             "--gpus",
             help="Run on several GPUs at once: 'all' or indices like 0,3,5 (one worker each).",
+            rich_help_panel="Several GPUs or nodes",
         ),
     ] = None,
     spread: Annotated[
@@ -175,6 +225,7 @@ def run(
             "--spread/--replicate",
             help="With --gpus or under torchrun/srun: share the cases among GPUs (--spread) "
             "or run the whole suite on each to compare them (--replicate, the default).",
+            rich_help_panel="Several GPUs or nodes",
         ),
     ] = None,
     merge_timeout: Annotated[
@@ -183,6 +234,7 @@ def run(
             "--merge-timeout",
             help="Under torchrun/srun: seconds rank 0 waits for the other ranks' results.",
             min=0,
+            rich_help_panel="Several GPUs or nodes",
         ),
     ] = 3600.0,
     telemetry: Annotated[
@@ -191,6 +243,7 @@ def run(
             "--telemetry/--no-telemetry",
             help="NVML telemetry per case (HBM GB/s, SM/tensor activity, clocks, power, energy) "
             "in a >= 1 s window after timing; on a machine without it, recorded as unavailable.",
+            rich_help_panel="Measurement",
         ),
     ] = True,
     tuning_cache: Annotated[
@@ -199,6 +252,7 @@ def run(
             "--tuning-cache",
             help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
             "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
+            rich_help_panel="Measurement",
         ),
     ] = None,
     report: Annotated[
@@ -206,6 +260,7 @@ def run(
         typer.Option(
             "--report/--no-report",
             help="Write report.html (self-contained interactive page) beside results.json.",
+            rich_help_panel="Where and output",
         ),
     ] = True,
 ) -> None:
