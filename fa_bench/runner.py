@@ -75,6 +75,11 @@ class Worker:
             env["FA_BENCH_TUNING_CACHE"] = opts.tuning_cache
         if opts.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # our Triton kernels run in the interpreter on CPU
+            # Fixed glibc malloc thresholds: with the adaptive defaults, whether the N x N
+            # buffers of naive/sdpa-math come from fresh pages is decided per process, and
+            # the same case timed 1.3x-2.8x apart from one run to the next.
+            env.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
+            env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
             torch_device = "cpu"
         else:
             if opts.gpu is not None:

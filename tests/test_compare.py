@@ -298,11 +298,14 @@ def test_markdown_and_json_name_the_slower_cases(tmp_path: Path) -> None:
 
 # --- end to end on this CPU ------------------------------------------------------------------
 
-# Measured on this 2-core CI machine (10 runs of this suite, 45 pairs, other jobs running):
-# the medians of the same code moved by up to 1.29x between runs (the 19 us naive case
-# jumps between two levels), while within a run the p20-p80 ranges are a few % wide, so the
-# rank test alone would call such a shift "slower". Only the threshold can absorb a
-# run-to-run shift: 50% leaves a margin over the 29% seen. Torch's intra-op threads are
+# Measured on this 2-core CI machine (2026-11-29, four fresh runs each): with glibc's
+# adaptive malloc thresholds, cases that allocate N x N buffers every call (naive,
+# sdpa-math) timed 1.3x-2.8x apart from run to run; the runner now fixes those thresholds
+# for CPU workers, after which sdpa-math and sdpa moved <= 1.06x, while naive still
+# jumped 1.49x once at N=512, so this test, which is about the gate, leaves naive out.
+# Within a run the p20-p80 ranges are a few % wide, so the rank test alone would call any
+# run-to-run shift "slower": the 50% threshold is what absorbs it, and it is well under
+# the 3.8-4.5x slowdown the next test must catch. Torch's intra-op threads are
 # pinned to 1: with 2 threads and another process on the 2 cores, OpenMP spin-waits put
 # some medians 1000x off (measured: 36 ms vs 0.03 ms for the same case).
 CPU_THRESHOLD = "50%"
@@ -323,7 +326,7 @@ def fa_run(suite: Path, out: Path, *extra: str) -> Path:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU end-to-end")
 def test_cpu_runs_of_the_same_code_do_not_flap(tmp_path: Path, tiny_suite, quiet_cpu) -> None:
-    suite = tiny_suite(["naive", "sdpa"], seqlens=[32, 128])
+    suite = tiny_suite(["sdpa-math", "sdpa"], seqlens=[256, 512])
     runs = [fa_run(suite, tmp_path / f"run{i}") for i in range(4)]
     for base, cur in itertools.pairwise(runs):  # three comparisons, each of two fresh runs
         result = invoke(base, cur, "--threshold", CPU_THRESHOLD)
@@ -337,7 +340,7 @@ def test_cpu_slowed_triton_config_fails_the_gate(
 ) -> None:
     # Our Triton kernel, interpreted: the heuristic's 64x64 tiles cover seqlen 64 in one
     # program; 16x64 tiles take four (measured: 3.8-4.5x the time, 13.5 -> 50 ms), well
-    # past the 1.29x run-to-run shift this machine shows.
+    # past the run-to-run shifts this machine shows (up to 1.69x).
     suite = tiny_suite(["triton"], seqlens=[64], head_dims=[16])
     cpu_run = ["--max-time", "1.0"]
     normal = fa_run(suite, tmp_path / "normal", *cpu_run)
