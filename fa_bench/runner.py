@@ -221,6 +221,60 @@ def failed_record(case: Case, status: Status, message: str, device: str) -> dict
     return _record(case, device, status=status.value, error=message)
 
 
+class CaseRunner:
+    """Runs cases on one worker: starts it when needed, replaces it after a crash, a
+    timeout or (on a GPU, where a CUDA error can leave the context unusable) an error,
+    and gives up starting it after two failed starts in a row. Every outcome is a
+    record; worker trouble never raises out of `run`."""
+
+    def __init__(self, opts: RunOptions, out_dir: Path, stop: threading.Event | None = None):
+        self.opts, self.out_dir, self.stop = opts, out_dir, stop
+        self.worker: Worker | None = None
+        self.env: dict | None = None
+        self.failed_starts = 0
+        self.device_label = "cpu" if opts.device == "cpu" else f"cuda:{opts.gpu or 0}"
+
+    def run(self, case: Case, options: dict | None = None) -> dict:
+        """The case's record, with `wall_s`, `host` and `gpu` filled in."""
+        t0 = time.perf_counter()
+        record = self._attempt(case, options)
+        record["wall_s"] = round(time.perf_counter() - t0, 3)
+        record.update(_where(self.opts, self.env))
+        if record["status"] == Status.ERROR.value and self.opts.device != "cpu":
+            self.close()
+        return record
+
+    def _attempt(self, case: Case, options: dict | None) -> dict:
+        if self.worker is None and self.failed_starts >= 2:
+            return self._failed(
+                case, Status.ERROR, "worker could not start (twice); see worker.log"
+            )
+        ready = self.worker is not None
+        try:
+            if self.worker is None:
+                self.worker = Worker(self.opts, self.out_dir)
+                self.worker.stop = self.stop
+                self.env = self.worker.wait_ready(self.opts.startup_timeout_s)
+                ready, self.failed_starts = True, 0
+            return self.worker.run(case, self.opts.timeout_s, options)
+        except WorkerError as exc:
+            self.close(kill=True)
+            if not ready:
+                self.failed_starts += 1
+                return self._failed(case, Status.ERROR, f"worker failed to start: {exc}")
+            if isinstance(exc, WorkerTimeout):
+                return self._failed(case, Status.TIMEOUT, f"case timed out ({exc})")
+            return self._failed(case, Status.ERROR, str(exc))
+
+    def _failed(self, case: Case, status: Status, message: str) -> dict:
+        return failed_record(case, status, message, self.device_label)
+
+    def close(self, kill: bool = False) -> None:
+        if self.worker is not None:
+            self.worker.kill() if kill else self.worker.close()
+            self.worker = None
+
+
 ProgressFn = Callable[[str, Case, dict | None], None]
 
 
@@ -238,56 +292,17 @@ def execute(
     worker and propagates as KeyboardInterrupt; the journal keeps everything measured.
     """
     done = {r["id"] for r in read_journal(out_dir)}
-    todo = [c for c in cases if c.id not in done]
-    worker: Worker | None = None
-    env: dict | None = None
-    failed_starts = 0
-    device_label = "cpu" if opts.device == "cpu" else f"cuda:{opts.gpu or 0}"
+    runner = CaseRunner(opts, out_dir, stop)
     try:
-        for case in todo:
+        for case in (c for c in cases if c.id not in done):
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
             if on_event:
                 on_event("start", case, None)
-            t0 = time.perf_counter()
-            record: dict
-            if worker is None and failed_starts >= 2:
-                record = failed_record(
-                    case, Status.ERROR, "worker could not start (twice); see worker.log",
-                    device_label,
-                )  # fmt: skip
-            else:
-                ready = worker is not None
-                try:
-                    if worker is None:
-                        worker = Worker(opts, out_dir)
-                        worker.stop = stop
-                        env = worker.wait_ready(opts.startup_timeout_s)
-                        ready, failed_starts = True, 0
-                    record = worker.run(case, opts.timeout_s)
-                except WorkerError as exc:
-                    worker.kill()
-                    worker = None
-                    if not ready:
-                        failed_starts += 1
-                        record = failed_record(
-                            case, Status.ERROR, f"worker failed to start: {exc}", device_label
-                        )
-                    elif isinstance(exc, WorkerTimeout):
-                        record = failed_record(
-                            case, Status.TIMEOUT, f"case timed out ({exc})", device_label
-                        )
-                    else:
-                        record = failed_record(case, Status.ERROR, str(exc), device_label)
-            record["wall_s"] = round(time.perf_counter() - t0, 3)
-            record.update(_where(opts, env))
-            if record["status"] == Status.ERROR.value and opts.device != "cpu" and worker:
-                worker.close()
-                worker = None
+            record = runner.run(case)
             append_journal(out_dir, record)
             if on_event:
                 on_event("done", case, record)
     finally:
-        if worker is not None:
-            worker.kill() if sys.exc_info()[0] else worker.close()
-    return env
+        runner.close(kill=sys.exc_info()[0] is not None)
+    return runner.env

@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fa_bench.case import Status
 from fa_bench.results import append_journal, sanitize
-from fa_bench.runner import RunOptions, Worker, WorkerError, WorkerTimeout
+from fa_bench.runner import CaseRunner, RunOptions
 from fa_bench.sweep import Point, label, short_fields
 
 SCHEMA = "fa-bench-sweep/1"
@@ -81,8 +80,7 @@ def execute_points(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
-    worker: Worker | None = None
-    env: dict | None = None
+    runner = CaseRunner(opts, out_dir)
     stop: str | None = None
     start = time.monotonic()
     try:
@@ -96,24 +94,8 @@ def execute_points(
                 break
             if on_event:
                 on_event("start", point, None)
-            t0 = time.perf_counter()
-            options = {"config": dict(point.fields)}
-            try:
-                if worker is None:
-                    worker = Worker(opts, out_dir)
-                    env = worker.wait_ready(opts.startup_timeout_s)
-                record = worker.run(point.case, opts.timeout_s, options)
-                row = _from_record(point, record, time.perf_counter() - t0)
-            except WorkerError as exc:
-                if worker is not None:
-                    worker.kill()
-                worker = None
-                status = Status.TIMEOUT if isinstance(exc, WorkerTimeout) else Status.ERROR
-                row = _row(point, status=status.value, error=str(exc)[:2000],
-                           wall_s=round(time.perf_counter() - t0, 3))  # fmt: skip
-            if row["status"] == Status.ERROR.value and opts.device != "cpu" and worker:
-                worker.close()  # a CUDA error can leave the context unusable
-                worker = None
+            record = runner.run(point.case, {"config": dict(point.fields)})
+            row = _from_record(point, record, record["wall_s"])
             rows.append(row)
             append_journal(out_dir, row)
             if on_event:
@@ -121,8 +103,8 @@ def execute_points(
     except KeyboardInterrupt:
         stop = "interrupted"
     finally:
-        if worker is not None:
-            worker.kill() if stop == "interrupted" else worker.close()
+        runner.close(kill=stop == "interrupted")
+    env = runner.env
     return rows, env, stop
 
 

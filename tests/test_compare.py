@@ -298,17 +298,18 @@ def test_markdown_and_json_name_the_slower_cases(tmp_path: Path) -> None:
 
 # --- end to end on this CPU ------------------------------------------------------------------
 
-# Measured on this 2-core CI machine (2026-11-29, four fresh runs each): with glibc's
-# adaptive malloc thresholds, cases that allocate N x N buffers every call (naive,
-# sdpa-math) timed 1.3x-2.8x apart from run to run; the runner now fixes those thresholds
-# for CPU workers, after which sdpa-math and sdpa moved <= 1.06x, while naive still
-# jumped 1.49x once at N=512, so this test, which is about the gate, leaves naive out.
-# Within a run the p20-p80 ranges are a few % wide, so the rank test alone would call any
-# run-to-run shift "slower": the 50% threshold is what absorbs it, and it is well under
-# the 3.8-4.5x slowdown the next test must catch. Torch's intra-op threads are
-# pinned to 1: with 2 threads and another process on the 2 cores, OpenMP spin-waits put
-# some medians 1000x off (measured: 36 ms vs 0.03 ms for the same case).
-CPU_THRESHOLD = "50%"
+# Measured on this 2-core CI machine (2026-11-29): with glibc's adaptive malloc
+# thresholds, cases that allocate N x N buffers every call (naive, sdpa-math) timed
+# 1.3x-2.8x apart from run to run; the runner now fixes those thresholds for CPU workers.
+# Even so, run-to-run shifts of a whole case remain: naive jumped 1.49x, and after the
+# heavier tests of this suite had run, sdpa-math (N=512) moved 1.60x and sdpa (N=128)
+# 1.52x between two fresh runs. Within a run the p20-p80 ranges are a few % wide, so the
+# rank test alone would call such a shift "slower"; only the threshold can absorb it.
+# 100% (2x) clears the 1.6x seen and still catches the 3.8-4.5x slowdown of the next test.
+# naive is left out: its shifts are the largest, and this test is about the gate.
+# Torch's intra-op threads are pinned to 1: with 2 threads and another process on the 2
+# cores, OpenMP spin-waits put some medians 1000x off (measured: 36 ms vs 0.03 ms).
+CPU_THRESHOLD = "100%"
 CPU_RUN = ["--max-time", "0.2", "--min-samples", "10", "--target-noise", "0.01"]
 
 
