@@ -1,14 +1,14 @@
 """Several GPUs and nodes: who this process is, which cases it runs, and the merge.
 
 Launchers are the usual ones, not a home-made one: under `torchrun` (RANK, WORLD_SIZE,
-LOCAL_RANK) or Slurm's `srun` (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS,
-SLURM_LOCALID) each rank runs its share (`--spread`) or the whole suite (`--replicate`)
-on its local GPU and writes an ordinary run folder `OUT/rank-NNN/`. The merge goes
-through the shared `--out` directory, not torch.distributed: rank 0 waits (with a
-timeout) until every rank's results.json says it has ended, then writes one merged
-OUT/results.json; ranks that never finish are listed in `run.missing_ranks` instead of
-hanging the merge. `fa-bench run --gpus` on one node uses the same layout with one
-folder per GPU (`OUT/gpu-N/`) and the same merge.
+LOCAL_RANK) or Slurm's `srun` (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID) each
+rank runs its share (`--spread`) or the whole suite (`--replicate`) on its local GPU and
+writes an ordinary run folder `OUT/rank-NNN/`. The merge goes through the shared `--out`
+directory, not torch.distributed: rank 0 waits (with a timeout) until every rank's
+results.json says it has ended, then writes one merged OUT/results.json; ranks that
+never finish are listed in `run.missing_ranks` instead of hanging the merge.
+`fa-bench run --gpus` on one node uses the same layout with one folder per GPU
+(`OUT/gpu-N/`) and the same merge.
 """
 
 from __future__ import annotations
@@ -62,12 +62,12 @@ def detect(env: Mapping[str, str] | None = None) -> Rank:
         rank, world = _int(env, "RANK"), _int(env, "WORLD_SIZE")
         local = _int(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0
         launcher = "torchrun"
-    elif "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
-        # SLURM_STEP_NUM_TASKS is the srun step's size; a batch script alone is one task.
+    elif "SLURM_PROCID" in env and "SLURM_STEP_NUM_TASKS" in env:
+        # Only srun's job steps set SLURM_STEP_NUM_TASKS. A batch script run directly sees
+        # SLURM_PROCID=0 and the allocation's SLURM_NTASKS too, but it is one process:
+        # taking SLURM_NTASKS as the world would make it wait for ranks that never start.
         rank = _int(env, "SLURM_PROCID")
-        world = _int(
-            env, "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
-        )
+        world = _int(env, "SLURM_STEP_NUM_TASKS")
         local = _int(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0
         launcher = "slurm"
     else:

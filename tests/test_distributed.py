@@ -24,6 +24,12 @@ def test_detect_torchrun() -> None:
     assert (r.rank, r.world_size, r.local_rank, r.launcher) == (5, 8, 1, "torchrun")
 
 
+def test_a_batch_script_without_srun_is_one_process() -> None:
+    # what sbatch --ntasks=4 gives the batch script itself (no srun): one process
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7"}
+    assert detect(env).world_size == 1 and not detect(env).distributed
+
+
 def test_detect_slurm_step_and_torchrun_precedence() -> None:
     env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "4",
            "SLURM_LOCALID": "3"}  # fmt: skip
@@ -38,7 +44,7 @@ def test_detect_slurm_step_and_torchrun_precedence() -> None:
     [
         ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x'"),
         ({"RANK": "2", "WORLD_SIZE": "2"}, "outside a world of size 2"),
-        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "-1"}, "negative"),
+        ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "-1"}, "negative"),
     ],
 )
 def test_detect_rejects_bad_variables(env: dict, message: str) -> None:
