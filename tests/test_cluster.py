@@ -72,3 +72,30 @@ def test_torchrun_two_ranks_merge_into_one_results(tmp_path: Path) -> None:
     for rank in (0, 1):
         part = load_results(out / f"rank-00{rank}")
         assert part["run"]["part"]["index"] == rank
+
+
+def test_parts_run_concurrently_and_merge(tmp_path: Path) -> None:
+    """The --gpus path minus the GPUs: two parts in threads, each with its own worker
+    (on CPU the GPU index is unused), finished and merged like a one-node run."""
+    from fa_bench.case import Case
+    from fa_bench.distributed import part_dir, wait_and_merge
+    from fa_bench.multi import run_parts
+    from fa_bench.plan import finish
+    from fa_bench.timing import TimingConfig
+
+    cases = [Case(i, "fwd", "fp32", 1, 2, 2, 32, 32, 16, False) for i in ("naive", "sdpa")]
+    fast = TimingConfig(target_noise=0.2, min_samples=3, min_time_s=0.0, max_time_s=0.05)
+    options = RunOptions(device="cpu", timing=fast, telemetry=False)
+    plan = new_plan(cases, options, [], ["fa-bench"])
+    parts = split(plan, tmp_path, "gpu", [0, 1], spread=False)
+    events: list[tuple[str, str]] = []
+    outcomes = run_parts(parts, lambda event, case, rec: events.append((event, case.impl)))
+    assert [interrupted for _, interrupted in outcomes] == [False, False]
+    for part, (env, interrupted) in zip(parts, outcomes, strict=True):
+        finish(part.plan, part.out, env, interrupted)
+    merged = wait_and_merge(tmp_path, [(i, part_dir(tmp_path, "gpu", i)) for i in (0, 1)],
+                            mode="replicate", timeout_s=0)  # fmt: skip
+    assert merged.missing == []
+    got = sorted((c["rank"], c["impl"], c["status"]) for c in merged.doc["cases"])
+    assert got == [(0, "naive", "ok"), (0, "sdpa", "ok"), (1, "naive", "ok"), (1, "sdpa", "ok")]
+    assert events.count(("done", "naive")) == 2 and events.count(("done", "sdpa")) == 2
