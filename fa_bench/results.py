@@ -103,7 +103,12 @@ def to_frame(doc: dict):
             for sub, val in (case.get(key) or {}).items():
                 if not isinstance(val, (dict, list)):
                     row[f"{key}.{sub}"] = val
-        row["gpu"] = doc.get("env", {}).get("gpu_name")
+        gpu = case.get("gpu")
+        if isinstance(gpu, dict):  # runs over several GPUs keep each case's own
+            row.update({"gpu": gpu.get("name"), "gpu.index": gpu.get("index"),
+                        "gpu.uuid": gpu.get("uuid")})  # fmt: skip
+        else:
+            row["gpu"] = doc.get("env", {}).get("gpu_name")
         rows.append(row)
     return pd.DataFrame(rows)
 

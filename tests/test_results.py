@@ -81,3 +81,15 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
     other.write_text(json.dumps({"schema": "something-else", "cases": []}))
     with pytest.raises(ResultsError, match="something-else"):
         load_results(other)
+
+
+def test_csv_keeps_each_cases_gpu_in_multi_gpu_runs() -> None:
+    from fa_bench.results import to_frame
+
+    case = Case("naive", "fwd", "bf16", 1, 2, 2, 8, 8, 16, False)
+    recs = [
+        {**_record(case, "cuda:0"), "gpu": {"index": i, "uuid": f"u{i}", "name": "H200"}}
+        for i in (0, 3)
+    ]
+    frame = to_frame(build_document({}, {"gpu_name": "H200"}, recs))
+    assert list(frame["gpu.index"]) == [0, 3] and list(frame["gpu.uuid"]) == ["u0", "u3"]
