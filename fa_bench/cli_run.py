@@ -120,11 +120,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         console.print(
             f"No --suite given: running [bold]{suite_names[0]}[/], the default on {where}."
         )
-    overrides = Overrides(
-        impls=req.impls or None, modes=req.modes or None, dtypes=req.dtypes or None,
-        seqlens=req.seqlens or None, head_dims=req.head_dims or None, batch=req.batch or None,
-        heads=req.heads or None, kv_heads=req.kv_heads or None, causal=req.causal,
-    )  # fmt: skip
+    overrides = Overrides.from_flags(req)
     suites = load_suites(suite_names, overrides=overrides, known_impls=list(impls))
     cases = interleave_impls(c for s in suites for c in s.cases)
     on_cpu = device == "cpu"

@@ -85,11 +85,7 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
         stages=parse_int_list("--stages", req.stages),
     )
     registry.load()
-    overrides = Overrides(
-        impls=("triton",), modes=req.modes, dtypes=req.dtypes or None,
-        seqlens=req.seqlens or None, head_dims=req.head_dims or None, batch=req.batch or None,
-        heads=req.heads or None, kv_heads=req.kv_heads or None, causal=req.causal,
-    )  # fmt: skip
+    overrides = Overrides.from_flags(req, impls=("triton",))
     names = list(req.suites) or ["standard" if device == "cuda" else "smoke"]
     suites = load_suites(names, overrides=overrides, known_impls=registry.names())
     cases = list({c.id: sweep_case(c) for s in suites for c in s.cases}.values())
