@@ -77,6 +77,8 @@ first)
   # One 10-minute call: the checks and short runs, then the standard suite until ~570 s.
   for phase in checks memory multigpu; do bash "$0" "$phase"; done
   BUDGET=$((560 - SECONDS)) bash "$0" standard
+  # The device tool brings back at most 8 files: logs go back as one archive.
+  (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
   echo "usage: $0 checks|standard|telemetry|multigpu|memory|first" >&2; exit 2 ;;
