@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.panel import Panel
 
-from fa_bench import registry
+from fa_bench import registry, tuning
 from fa_bench.case import Case
 from fa_bench.console import RunProgress, failures_table, summary_table
 from fa_bench.distributed import Rank, detect, part_dir, wait_and_merge
@@ -132,10 +132,17 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         flush_l2=req.l2_flush,
         cuda_graph=req.cuda_graph,
     )
+    named = tuning.explicit_missing(req.tuning_cache)
+    if named:
+        raise PlanError(
+            f"{named}: no tuning cache file at {tuning.resolve_path(req.tuning_cache)}"
+            " (a path to a file `fa-bench sweep --save-best` wrote, or 'off')"
+        )
     options = RunOptions(
         device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
         timeout_s=req.timeout_s, seed=req.seed, plugins=req.plugins,
-        tuning_cache=req.tuning_cache, telemetry=req.telemetry,
+        # Pinned absolute: the plan records the cache it ran with, for --resume too.
+        tuning_cache=tuning.pin(req.tuning_cache), telemetry=req.telemetry,
     )  # fmt: skip
     described = [{"name": s.name, "description": s.description, "source": s.source} for s in suites]
     plan = new_plan(cases, options, described, list(req.argv))

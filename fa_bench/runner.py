@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fa_bench import tuning
 from fa_bench.case import Case, Status
 from fa_bench.results import append_journal, read_journal
 from fa_bench.timing import TimingConfig
@@ -71,8 +72,7 @@ class Worker:
 
     def __init__(self, opts: RunOptions, workdir: Path) -> None:
         env = dict(os.environ)
-        if opts.tuning_cache is not None:
-            env["FA_BENCH_TUNING_CACHE"] = opts.tuning_cache
+        env[tuning.ENV_VAR] = tuning.pin(opts.tuning_cache)
         if opts.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # our Triton kernels run in the interpreter on CPU
             # Fixed glibc malloc thresholds: with the adaptive defaults, whether the N x N

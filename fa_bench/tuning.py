@@ -15,8 +15,10 @@ A readable JSON file (schema `fa-bench-tuning/1`) with one entry per key
 
 Where: `--tuning-cache PATH`, else `$FA_BENCH_TUNING_CACHE`, else
 `$XDG_CACHE_HOME/fa-bench/tuning.json` (`~/.cache/fa-bench/tuning.json`). The value
-`off` disables the cache. A missing file means "no tuning"; an unreadable or malformed
-one gives one warning and the heuristic, never an exception.
+`off` disables the cache. A relative path is taken from the current directory (`fa-bench
+run` pins it absolute in its plan). At the default location a missing file means "no
+tuning"; a file named by the flag or the variable must exist (`fa-bench run` exits 2). An
+unreadable or malformed one gives one warning and the heuristic, never an exception.
 """
 
 from __future__ import annotations
@@ -57,6 +59,23 @@ def resolve_path(flag: str | Path | None = None) -> Path | None:
     if value is None or value == "":
         return default_path()
     return None if value.strip().lower() == OFF else Path(value).expanduser()
+
+
+def pin(flag: str | Path | None = None) -> str:
+    """`resolve_path` as an absolute path, or "off": what a worker process is handed, since
+    it runs in the output folder where a relative path would name another file."""
+    path = resolve_path(flag)
+    return OFF if path is None else str(path.absolute())
+
+
+def explicit_missing(flag: str | Path | None = None) -> str | None:
+    """Where a cache the user named (flag or $FA_BENCH_TUNING_CACHE) points to no file,
+    which of the two named it; None when it exists, is `off` or is the default location."""
+    named = "--tuning-cache" if flag is not None else ENV_VAR if os.environ.get(ENV_VAR) else None
+    path = resolve_path(flag)
+    if named is None or path is None or path.is_file():
+        return None
+    return named
 
 
 def seqlen_bucket(seqlen: int) -> str:

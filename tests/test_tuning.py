@@ -115,3 +115,47 @@ def test_flash_attention_runs_with_the_cached_config(tmp_path: Path, monkeypatch
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU end-to-end")
+def test_run_honours_a_relative_cache_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_suite
+) -> None:
+    # The worker runs in the output folder: a relative $FA_BENCH_TUNING_CACHE was once
+    # read from there, found nothing, and the run silently used the heuristic (H200,
+    # 2026-11-29: a "slowed" run that was not slowed).
+    from slow_tuning import write_slow_cache
+    from typer.testing import CliRunner
+
+    from fa_bench.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    write_slow_cache(tmp_path / "slow.json", "cpu", block_m=16, block_n=16)
+    monkeypatch.setenv(tuning.ENV_VAR, "slow.json")
+    suite = tiny_suite(["triton"], seqlens=[32], head_dims=[16])
+    args = ["run", "-s", str(suite), "--out", "out", "--max-time", "0.05", "--mode", "fwd"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    case = json.loads((tmp_path / "out" / "results.json").read_text())["cases"][0]
+    assert "bm16-bn16" in case["backend"] and "tuning cache" in case["backend"]
+
+
+@pytest.mark.parametrize("via", ["flag", "env"])
+def test_run_rejects_a_named_cache_that_does_not_exist(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from fa_bench.cli import app
+
+    missing = tmp_path / "nope.json"
+    args = ["run", "-s", "smoke", "--out", str(tmp_path / "out")]
+    if via == "flag":
+        args += ["--tuning-cache", str(missing)]
+    else:
+        monkeypatch.setenv(tuning.ENV_VAR, str(missing))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    named = "--tuning-cache" if via == "flag" else tuning.ENV_VAR
+    assert named in result.output and "nope.json" in result.output
+    assert not (tmp_path / "out").exists()
