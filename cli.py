@@ -183,6 +183,16 @@ def run(
             rich_help_panel="Measurement",
         ),
     ] = None,
+    warmup: Annotated[
+        float,
+        typer.Option(
+            "--warmup",
+            help="Milliseconds of untimed calls before a case's samples. Longer lets a "
+            "power-capped GPU settle its clock before timing (see docs/measurement.md).",
+            min=0.0,
+            rich_help_panel="Measurement",
+        ),
+    ] = 20.0,
     l2_flush: Annotated[
         bool,
         typer.Option(
@@ -275,8 +285,8 @@ def run(
             head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
             kv_heads=tuple(kv_heads or ()), causal=causal, device=device.value, gpu=gpu, out=out,
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
-            max_time_s=max_time, l2_flush=l2_flush, cuda_graph=cuda_graph, seed=seed,
-            plugins=tuple(plugin or ()), argv=["fa-bench", *sys.argv[1:]],
+            max_time_s=max_time, warmup_ms=warmup, l2_flush=l2_flush, cuda_graph=cuda_graph,
+            seed=seed, plugins=tuple(plugin or ()), argv=["fa-bench", *sys.argv[1:]],
             tuning_cache=tuning_cache, telemetry=telemetry,
             gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
         ),

@@ -189,6 +189,7 @@ class Row:
     cur_range: tuple[float, float] | None = None
     n: tuple[int, int] | None = None
     reason: str = ""
+    sm_clock_mhz: tuple[float, float] | None = None  # mean while sampling, both sides
 
     @property
     def impact(self) -> float:
@@ -275,7 +276,19 @@ def compare_case(key: str, base: dict, cur: dict, metric: Metric, th: Thresholds
         row.reason = f"p={row.p_value:.2g} but p20–p80 ranges overlap"
     else:
         row.reason = f"p={row.p_value:.2g}, p20–p80 ranges apart"
+    _note_clock(row, base, cur)
     return row
+
+
+def _note_clock(row: Row, base: dict, cur: dict) -> None:
+    """Say when the SM clock moved with the latency: on a power-capped GPU the same code
+    runs some percent slower at a lower clock. Said, not excused: the verdict stands."""
+    clocks = [((c.get("timing") or {}).get("sm_clock_mhz") or {}).get("mean") for c in (base, cur)]
+    if None in clocks:
+        return
+    row.sm_clock_mhz = (clocks[0], clocks[1])
+    if abs(clocks[1] / clocks[0] - 1) >= 0.01:
+        row.reason += f"; SM clock {clocks[0]:.0f}→{clocks[1]:.0f} MHz"
 
 
 # --- many cases -------------------------------------------------------------------------

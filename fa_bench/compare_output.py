@@ -181,6 +181,7 @@ def _row_json(r: Row) -> dict:
         "base_p20_p80": list(r.base_range) if r.base_range else None,
         "current_p20_p80": list(r.cur_range) if r.cur_range else None,
         "n": list(r.n) if r.n else None, "reason": r.reason,
+        "sm_clock_mhz": list(r.sm_clock_mhz) if r.sm_clock_mhz else None,
     }  # fmt: skip
 
 

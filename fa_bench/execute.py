@@ -6,6 +6,7 @@ status with its message; the caller never sees an exception from a case.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 import traceback
@@ -140,16 +141,17 @@ def _run(
         qg.grad = kg.grad = vg.grad = None
 
     derived = None
+    clock = opts.telemetry.clock_probe() if opts.telemetry is not None else None
     if case.mode is Mode.FWD:
         closure, before = (lambda: fn(q, k, v)), None
-        timing = measure(closure, device=device, config=opts.timing)
+        timing = measure(closure, device=device, config=opts.timing, clock=clock)
     elif case.mode is Mode.FWD_BWD or not impl.backward_reruns:
 
         def closure() -> None:
             fn(qg, kg, vg).backward(do)
 
         before = reset_grads
-        timing = measure(closure, device=device, config=opts.timing, before=before)
+        timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
         if case.mode is Mode.BWD:
             timing, derived = _subtract_forward(timing, fn, q, k, v, device, opts)
     else:
@@ -159,7 +161,7 @@ def _run(
             out.backward(do, retain_graph=True)
 
         before = reset_grads
-        timing = measure(closure, device=device, config=opts.timing, before=before)
+        timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
 
     stats = timing.stats()
     median = stats["median"]
@@ -208,12 +210,7 @@ def _subtract_forward(
         f"fwd_bwd samples minus the forward median ({fwd_median:.4g} ms): "
         "this implementation's backward cannot be re-run with retain_graph"
     )
-    return (
-        Timing(
-            samples, fwd_bwd.method, fwd_bwd.stop_reason, fwd_bwd.warmup_calls, fwd_bwd.l2_flush
-        ),
-        note,
-    )
+    return dataclasses.replace(fwd_bwd, samples_ms=samples), note
 
 
 def _timing_meta(timing: Timing, cfg: TimingConfig) -> dict:
@@ -225,6 +222,9 @@ def _timing_meta(timing: Timing, cfg: TimingConfig) -> dict:
         "target_noise": cfg.target_noise,
         "min_samples": cfg.min_samples,
         "max_time_s": cfg.max_time_s,
+        "warmup_ms": cfg.warmup_ms,
+        # NVML's SM clock while the samples ran (telemetry on); null without it.
+        "sm_clock_mhz": timing.clock_stats(),
     }
 
 

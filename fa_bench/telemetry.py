@@ -122,6 +122,20 @@ class TelemetrySession:
             "sm_clock_mhz_max": self.sm_clock_max_mhz,
         }
 
+    def clock_probe(self) -> Callable[[], float | None] | None:
+        """The SM clock reader the timing loop samples; None without NVML."""
+        if not self.available:
+            return None
+        dev = self.dev
+
+        def read() -> float | None:
+            try:
+                return float(dev.read("sm_clock_mhz"))
+            except NvmlUnavailable:
+                return None
+
+        return read
+
     def measure(
         self,
         closure: Closure,

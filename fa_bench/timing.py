@@ -7,6 +7,10 @@ as it would inside a model. CPU calls use `time.perf_counter` with the same stat
 Stopping rule: after at least `min_samples` samples and `min_time_s` of timed work, stop
 as soon as the noise, the relative standard error of the mean (stdev / mean / sqrt(n)),
 is at most `target_noise`; give up at `max_time_s` and say so in `stop_reason`.
+
+On a GPU an optional `clock` probe (NVML's SM clock) is read once per batch of samples
+while the batch runs: an H200 under its power cap moves its clock between runs, and a
+latency change that comes with a clock change is the hardware's, not the code's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Closure = Callable[[], object]
 
@@ -48,9 +52,16 @@ class Timing:
     stop_reason: str
     warmup_calls: int
     l2_flush: bool
+    sm_clock_mhz: list[float] = field(default_factory=list)  # one reading per batch
 
     def stats(self) -> dict:
         return summarize(self.samples_ms)
+
+    def clock_stats(self) -> dict | None:
+        c = self.sm_clock_mhz
+        if not c:
+            return None
+        return {"min": min(c), "mean": statistics.fmean(c), "max": max(c), "n": len(c)}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -105,10 +116,12 @@ def measure(
     device: object,
     config: TimingConfig,
     before: Closure | None = None,
+    clock: Callable[[], float | None] | None = None,
 ) -> Timing:
-    """Time `fn()`; `before()` runs ahead of every call, outside the timed span."""
+    """Time `fn()`; `before()` runs ahead of every call, outside the timed span; `clock()`
+    (GPU only) reads the SM clock in MHz, None when it cannot."""
     if getattr(device, "type", str(device)) == "cuda":
-        return _measure_cuda(fn, device, config, before)
+        return _measure_cuda(fn, device, config, before, clock)
     return _measure_cpu(fn, config, before)
 
 
@@ -142,7 +155,13 @@ def l2_flush_bytes(device: object) -> int:
     return max(2 * l2, 256 * 1024 * 1024)
 
 
-def _measure_cuda(fn: Closure, device: object, cfg: TimingConfig, before: Closure | None) -> Timing:
+def _measure_cuda(
+    fn: Closure,
+    device: object,
+    cfg: TimingConfig,
+    before: Closure | None,
+    clock: Callable[[], float | None] | None = None,
+) -> Timing:
     import torch
 
     flush = (
@@ -164,19 +183,29 @@ def _measure_cuda(fn: Closure, device: object, cfg: TimingConfig, before: Closur
         run()
         end.record()
 
-    # Warm up, and estimate one call's cost to size the batches between synchronizations.
-    warm = 0
+    # Two synchronized calls estimate one call's cost (to size the batches between
+    # synchronizations); the rest of the warm-up runs back to back, keeping the GPU as
+    # busy as the samples will, so its clock settles under the same load.
     torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    while warm < 2 or (time.perf_counter() - t0) * 1e3 < cfg.warmup_ms:
+    t_start = time.perf_counter()
+    for _ in range(2):
+        t0 = time.perf_counter()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         one_iteration(s, e)
         torch.cuda.synchronize(device)
-        warm += 1
+    warm = 2
+    iter_ms = (time.perf_counter() - t0) * 1e3  # the second call: flush and launch included
     est_ms = max(s.elapsed_time(e), 1e-3)
+    spent_ms = (time.perf_counter() - t_start) * 1e3
+    more = math.ceil(max(0.0, cfg.warmup_ms - spent_ms) / max(iter_ms, 1e-3))
+    for _ in range(min(more, 100_000)):
+        one_iteration(s, e)
+        warm += 1
+    torch.cuda.synchronize(device)
     batch = int(min(100, max(1, 20.0 / est_ms)))
 
     samples: list[float] = []
+    clocks: list[float] = []
     timed_s, start = 0.0, time.perf_counter()
     while True:
         events = [
@@ -185,6 +214,10 @@ def _measure_cuda(fn: Closure, device: object, cfg: TimingConfig, before: Closur
         ]
         for s, e in events:
             one_iteration(s, e)
+        if clock is not None:  # before the sync: the batch is still running
+            mhz = clock()
+            if mhz is not None:
+                clocks.append(float(mhz))
         torch.cuda.synchronize(device)
         for s, e in events:
             ms = s.elapsed_time(e)
@@ -193,7 +226,7 @@ def _measure_cuda(fn: Closure, device: object, cfg: TimingConfig, before: Closur
         reason = _should_stop(samples, timed_s, time.perf_counter() - start, cfg)
         if reason:
             method = "cuda-graph" if cfg.cuda_graph else "cuda-events"
-            return Timing(samples, method, reason, warm, l2_flush=flush is not None)
+            return Timing(samples, method, reason, warm, flush is not None, clocks)
 
 
 def _capture_graph(fn: Closure, device: object, before: Closure | None) -> Closure:

@@ -136,6 +136,26 @@ def test_ten_percent_shift_within_high_noise_is_ambiguous(tmp_path: Path) -> Non
     assert strict.exit_code == 1 and "ambiguous" in strict.output
 
 
+def test_a_clock_change_is_named_beside_the_verdict(tmp_path: Path) -> None:
+    # On the H200 the power cap moved the SM clock between two runs of the same code and
+    # sdpa-cudnn timed 6-8% slower: the row says so, and the verdict still stands.
+    base_doc, cur_doc = run_doc(1, 0.01), run_doc(2, 0.01, scale=1.08)
+    for doc, mhz in ((base_doc, 1980.0), (cur_doc, 1830.0)):
+        for c in doc["cases"]:
+            c["timing"] = {"sm_clock_mhz": {"min": mhz, "mean": mhz, "max": mhz, "n": 3}}
+    cmp = compare_docs([base_doc], [cur_doc])
+    assert verdicts(cmp) == {"slower": 20}
+    assert all(r.reason.endswith("; SM clock 1980→1830 MHz") for r in cmp.rows)
+    out = tmp_path / "v.json"
+    invoke(save(tmp_path, "b.json", base_doc), save(tmp_path, "c.json", cur_doc), "--json", out)
+    rows = json.loads(out.read_text())["cases"]
+    assert {tuple(r["sm_clock_mhz"]) for r in rows} == {(1980.0, 1830.0)}
+    # Same clock, or a side without clock readings: nothing is added.
+    for c in cur_doc["cases"]:
+        c["timing"] = None
+    assert not any("SM clock" in r.reason for r in compare_docs([base_doc], [cur_doc]).rows)
+
+
 def test_too_few_samples_is_ambiguous() -> None:
     rng = random.Random(0)
     base = make_doc([make_case("triton", 1024, 64, draw(rng, 1.0, 0.01, n=3))])

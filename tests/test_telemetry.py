@@ -371,6 +371,8 @@ def test_gpu_naive_moves_more_bytes_than_flash() -> None:
         t = record["telemetry"]
         assert t["available"] and t["gbps_nvml"], t
         ratios[impl] = t["bytes_ratio_measured_to_model"]
+        clock = record["timing"]["sm_clock_mhz"]  # read while the latency samples ran
+        assert clock["n"] >= 1 and 0 < clock["min"] <= clock["mean"] <= clock["max"], clock
     # naive writes and reads the N×N scores and probabilities; flash keeps them on chip.
     assert ratios["naive"] > ratios["sdpa-flash"], ratios
 

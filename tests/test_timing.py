@@ -1,4 +1,4 @@
-"""The measurement engine's statistics and stopping rule (CPU path)."""
+"""The measurement engine: statistics and stopping rule (CPU), warm-up and clock (GPU)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import math
 import time
 
 import pytest
+import torch
 
-from fa_bench.timing import TimingConfig, measure, noise, quantile, summarize
+from fa_bench.timing import Timing, TimingConfig, measure, noise, quantile, summarize
 
 
 def test_quantile_matches_linear_interpolation() -> None:
@@ -67,3 +68,24 @@ def test_before_runs_outside_timed_span() -> None:
 def test_config_validation(kw: dict) -> None:
     with pytest.raises(ValueError):
         TimingConfig(**kw)
+
+
+def test_clock_stats_summarize_the_readings() -> None:
+    t = Timing([1.0, 1.1], "cuda-events", "noise", 2, True, [1980.0, 1830.0, 1890.0])
+    assert t.clock_stats() == {"min": 1830.0, "mean": 1900.0, "max": 1980.0, "n": 3}
+    assert Timing([1.0], "perf_counter", "noise", 2, False).clock_stats() is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_warmup_fills_its_time_and_the_clock_is_read_per_batch() -> None:
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    readings = iter([1980.0, None, 1500.0] + [1700.0] * 10_000)
+    cfg = TimingConfig(warmup_ms=300.0, target_noise=0.05, max_time_s=0.5)
+    t0 = time.perf_counter()
+    cuda = torch.device("cuda")
+    t = measure(lambda: a @ a, device=cuda, config=cfg, clock=lambda: next(readings))
+    assert time.perf_counter() - t0 >= 0.3
+    # A 2048^3 matmul takes well under a millisecond: 300 ms of warm-up is many calls.
+    assert t.warmup_calls > 50
+    assert t.sm_clock_mhz[:2] == [1980.0, 1500.0]  # the None reading is skipped
