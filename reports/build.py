@@ -122,16 +122,62 @@ def choose_baseline(merged: Merged, requested: str | None) -> str:
     return merged.impls[0]
 
 
+def cudnn_version(value: object) -> str:
+    """cuDNN's version as torch reports it (`torch.backends.cudnn.version()`, an int) in
+    dotted form: cuDNN 9 encodes it as major·10000 + minor·100 + patch (91900 is 9.19.0),
+    earlier releases as major·1000 + minor·100 + patch (8907 is 8.9.7)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return "–" if value is None else str(value)
+    major, rest = divmod(value, 10000) if value >= 90000 else divmod(value, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _env_value(env: dict, key: str) -> str:
+    if key == "cudnn":
+        return cudnn_version(env.get(key))
+    return "–" if env.get(key) is None else str(env[key])
+
+
 def _env_rows(doc: dict, label: str) -> list[tuple[str, str]]:
     env = doc.get("env") or {}
     run = doc.get("run") or {}
     rows = [("GPU", label)]
     for key in ("hostname", "driver", "torch", "triton", "cuda", "cudnn", "python", "platform"):
-        rows.append((key, "–" if env.get(key) is None else str(env[key])))
+        rows.append((key, _env_value(env, key)))
     rows.append(("fa-bench", f"{run.get('fa_bench', '–')} ({run.get('git_sha') or 'no git'})"))
     rows.append(("started", str(run.get("started") or "–")))
     rows.append(("ended", str(run.get("ended") or "–")))
     return rows
+
+
+_WHERE_KEYS = ("hostname", "driver", "torch", "triton", "cuda", "cudnn")
+
+
+def where_line(doc: dict, label: str) -> list[str]:
+    """The header's 'where' items: the GPU and the software versions the run recorded."""
+    env = doc.get("env") or {}
+    items = [f"GPU {label}"]
+    items += [f"{k} {_env_value(env, k)}" for k in _WHERE_KEYS if env.get(k) is not None]
+    return items
+
+
+def run_notes(doc: dict) -> list[str]:
+    """What a reader should know about how the numbers were produced: a run resumed after
+    a stop (its cases come from several sessions), an interrupted one (cases are missing)
+    and code from a git tree with uncommitted changes (the sha alone does not pin it)."""
+    run = doc.get("run") or {}
+    notes = []
+    resumed = run.get("resumed") or []
+    if resumed:
+        times = ", ".join(str(t) for t in resumed)
+        notes.append(f"resumed {len(resumed)} time{'s' if len(resumed) != 1 else ''} ({times})")
+    if run.get("interrupted"):
+        notes.append("interrupted: the cases not run are missing")
+    sha = str(run.get("git_sha") or "")
+    if sha.endswith("+dirty"):
+        short = sha.removesuffix("+dirty")[:12]
+        notes.append(f"built from a git tree with uncommitted changes ({short}+dirty)")
+    return notes
 
 
 def _command(doc: dict) -> str:
@@ -181,7 +227,14 @@ def render(
     figs = figures.build_all(merged, base)
     labels = _labels(docs)
     runs = [
-        {"label": lbl, "command": _command(d), "env": _env_rows(d, lbl), "raw_env": d.get("env")}
+        {
+            "label": lbl,
+            "command": _command(d),
+            "env": _env_rows(d, lbl),
+            "where": where_line(d, lbl),
+            "notes": run_notes(d),
+            "raw_env": d.get("env"),
+        }
         for d, lbl in zip(docs, labels, strict=True)
     ]
     return _template(plotlyjs).render(

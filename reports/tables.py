@@ -117,10 +117,29 @@ def throttle_rows(merged: Merged) -> list[dict]:
 
 
 def telemetry_note(merged: Merged) -> str | None:
-    """Why there is no telemetry, when every case says it was unavailable."""
-    reasons = {
-        str(c["telemetry"].get("reason"))
-        for c in merged.cases
-        if isinstance(c.get("telemetry"), dict) and c["telemetry"].get("available") is False
-    }
-    return "; ".join(sorted(reasons)) or None
+    """A sentence for the GPUs whose cases have no NVML telemetry: switched off by the
+    user (--no-telemetry), which is a choice and not a fault, or unavailable, with why.
+    None when every GPU has telemetry, or no case recorded any (older results)."""
+    from fa_bench.telemetry import DISABLED
+
+    states: list[tuple[str, str]] = []
+    for doc, label in merged.labelled_docs():
+        tels = [
+            c["telemetry"]
+            for c in merged.cases
+            if c["gpu"] == label and isinstance(c.get("telemetry"), dict)
+        ]
+        if not tels or any(t.get("available") is not False for t in tels):
+            continue
+        options = (doc.get("run") or {}).get("options") or {}
+        reasons = sorted({str(t.get("reason")) for t in tels if t.get("reason")} - {DISABLED})
+        switched_off = not reasons and any(t.get("reason") == DISABLED for t in tels)
+        if options.get("telemetry") is False or switched_off:
+            states.append((label, "off (--no-telemetry)"))
+        else:
+            states.append((label, "unavailable: " + ("; ".join(reasons) or "no reason recorded")))
+    if not states:
+        return None
+    if len(merged.gpus) == 1:
+        return f"NVML telemetry: {states[0][1]}."
+    return "NVML telemetry " + "; ".join(f"on {label}: {state}" for label, state in states) + "."

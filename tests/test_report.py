@@ -240,3 +240,44 @@ def test_multi_gpu_run_keeps_each_gpu_and_flags_a_slow_one() -> None:
     fig = per_gpu_figure(merged)
     assert fig is not None and len(fig.figure.data) == 3
     assert "#2 @ node-a: 1 case" in fig.caption
+
+
+def test_cudnn_version_is_dotted() -> None:
+    from fa_bench.reports.build import cudnn_version
+
+    assert cudnn_version(91900) == "9.19.0"  # cuDNN 9: major*10000 + minor*100 + patch
+    assert cudnn_version(90100) == "9.1.0"
+    assert cudnn_version(8907) == "8.9.7"  # before 9: major*1000 + minor*100 + patch
+    assert cudnn_version(None) == "–" and cudnn_version("9.2.1") == "9.2.1"
+
+
+def _header(page: str) -> str:
+    return page[page.index("<header>") : page.index("</header>")]
+
+
+def test_header_where_line_and_run_notes(docs: list[dict]) -> None:
+    header = _header(render(docs[:1], plotlyjs="cdn"))
+    where = re.search(r"<dt>where</dt><dd>(.*?)</dd>", header).group(1)
+    assert where.endswith("cudnn 9.19.0")  # dotted, and no separator left dangling
+    assert "run-notes" not in header  # a clean, uninterrupted run has nothing to flag
+    doc = json.loads(json.dumps(docs[0]))
+    doc["run"].update(resumed=["2026-11-29T10:30:00+00:00"], git_sha="41a6d13a977c+dirty")
+    notes = re.search(r'class="run-notes">(.*?)</dd>', _header(render([doc], plotlyjs="cdn")))
+    assert "resumed 1 time (2026-11-29T10:30:00+00:00)" in notes.group(1)
+    assert "uncommitted changes (41a6d13a977c+dirty)" in notes.group(1)
+
+
+def test_telemetry_note_says_off_or_unavailable(docs: list[dict]) -> None:
+    from fa_bench.reports.tables import telemetry_note
+    from fa_bench.telemetry import DISABLED
+
+    assert telemetry_note(merge(docs[:1])) is None  # the H200 run has telemetry
+    assert telemetry_note(merge(docs)) == (
+        f"NVML telemetry on {A100}: unavailable: NVML not installed."
+    )
+    off = json.loads(json.dumps(docs[1]))
+    off["run"]["options"] = {"telemetry": False}
+    for c in off["cases"]:
+        c["telemetry"] = {"available": False, "reason": DISABLED}
+    assert telemetry_note(merge([off])) == "NVML telemetry: off (--no-telemetry)."
+    assert "NVML telemetry: off (--no-telemetry).</p>" in render([off], plotlyjs="cdn")
