@@ -10,6 +10,8 @@
 #   bash tests/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
 #   bash tests/gpu/h200_session.sh memory      # issue 3: fwd+bwd peak memory at 16k
 #   bash tests/gpu/h200_session.sh first       # checks, memory, multigpu, then standard
+#   bash tests/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
+#   bash tests/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -21,11 +23,15 @@ case "${1:-}" in
 checks)
   fa-bench env > "$OUT/env.txt" 2>&1
   # test_reference's GPU tests ran on the H200 on 2026-11-29 (36 passed) and take ~9 min.
-  timeout 300 pytest -q -m gpu -n 8 -p no:cacheprovider tests/test_flash_attention.py \
-    tests/test_accuracy.py tests/test_telemetry.py 2>&1 \
-    | tail -60 > "$OUT/gpu-tests.txt"
+  timeout 240 pytest -q -m gpu -n 8 -p no:cacheprovider tests/test_flash_attention.py \
+    tests/test_accuracy.py 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+  # Telemetry and timing measure the whole GPU: never beside other tests (-n 8 once let a
+  # copy-vs-NVML check pass on the other tests' traffic).
+  timeout 120 pytest -q -m gpu -p no:cacheprovider tests/test_telemetry.py \
+    tests/test_timing.py 2>&1 | tail -30 >> "$OUT/gpu-tests.txt"
+  python3 tests/gpu/gpm_window.py > "$OUT/gpm.txt" 2>&1
   python3 tests/gpu/crosscheck_do_bench.py "$RUNS/xcheck" > "$OUT/xcheck.txt" 2>&1
-  tail -3 "$OUT/gpu-tests.txt"; grep XCHECK "$OUT/xcheck.txt"
+  grep -E "passed|failed" "$OUT/gpu-tests.txt"; cat "$OUT/gpm.txt"; grep XCHECK "$OUT/xcheck.txt"
   ;;
 standard)
   # A fresh machine: pick up the run that an earlier call carried back (.carry/std-run.tgz).
@@ -73,6 +79,34 @@ multigpu)
   cp "$RUNS/multi/results.json" "$OUT/multi-results.json" 2>/dev/null
   tail -c 3000 "$OUT/multi.log"
   ;;
+gate)
+  # Issue 6: two back-to-back runs, then a deliberately slowed triton; GATE_FLAGS adds
+  # run flags (e.g. "--warmup 500" or "--no-telemetry").
+  flags=${GATE_FLAGS:-}
+  for x in a b; do
+    fa-bench run --suite standard --impl sdpa-cudnn --impl triton $flags --no-report \
+      --out "$RUNS/gate-$x" > "$OUT/gate-$x.log" 2>&1
+  done
+  fa-bench compare "$RUNS/gate-a" "$RUNS/gate-b" --markdown "$OUT/gate-ab.md" > "$OUT/gate-ab.txt" 2>&1
+  echo "compare a b exit $?"
+  python3 tests/slow_tuning.py "$RUNS/slow-cache.json"
+  FA_BENCH_TUNING_CACHE="$RUNS/slow-cache.json" fa-bench run --suite standard --impl triton \
+    --dtype bf16 $flags --no-report --out "$RUNS/gate-slow" > "$OUT/gate-slow.log" 2>&1
+  fa-bench compare "$RUNS/gate-a" "$RUNS/gate-slow" --filter 'impl=triton,dtype=bf16' \
+    --markdown "$OUT/gate-slow.md" > "$OUT/gate-slow.txt" 2>&1
+  echo "compare a slow exit $?"
+  tail -4 "$OUT/gate-ab.txt" "$OUT/gate-slow.txt"
+  ;;
+warmup)
+  # Does a longer warm-up make back-to-back runs of power-hungry cuDNN agree?
+  for w in 20 500; do
+    for x in a b; do
+      fa-bench run -s standard -i sdpa-cudnn --dtype bf16 --seqlen 4096 --seqlen 16384 \
+        --warmup "$w" --no-report --out "$RUNS/w$w-$x" > /dev/null 2>&1
+    done
+    echo "warmup $w ms:"; fa-bench compare "$RUNS/w$w-a" "$RUNS/w$w-b" 2>&1 | tail -3
+  done
+  ;;
 first)
   # One 10-minute call: the checks and short runs, then the standard suite until ~570 s.
   for phase in checks memory multigpu; do bash "$0" "$phase"; done
@@ -81,5 +115,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first" >&2; exit 2 ;;
+  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first|gate|warmup" >&2; exit 2 ;;
 esac
