@@ -52,50 +52,113 @@ def speedups(merged: Merged, baseline: str) -> dict[str, list[tuple[tuple, float
     return out
 
 
+# The colour range follows the data's spread, symmetric in log around 1×: at least
+# 0.8×–1.25×, so near-parity noise is not painted as a big difference, and at most
+# 0.25×–4×, so one far-off row (naive, 30× slower) does not wash every other cell out to
+# white. Cells beyond take the end colour; the number in each cell is exact.
+RANGE_FLOOR = math.log2(1.25)
+RANGE_CAP = 2.0
+ROW_PX = 20  # one case per row: its label and in-cell text need this much height
+
+
+def display_key(key: tuple) -> tuple:
+    """Cases grouped by (mode, dtype, head dim, masking), then by sequence length, as the
+    throughput plot's x axis runs; batch and heads break ties."""
+    mode, dtype, d, causal, b, hq, hkv, sq, sk = key
+    return (mode, dtype, d, causal, sq, sk, b, hq, hkv)
+
+
+def colour_range(log_ratios: list[float]) -> float:
+    """Half-width of the colour scale in log2 units, from the data's largest deviation."""
+    spread = max((abs(v) for v in log_ratios), default=0.0)
+    return min(max(spread, RANGE_FLOOR), RANGE_CAP)
+
+
+def colorbar_ticks(half: float, lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Ticks at the ends of the scale and at even steps between; an end the data goes
+    past is labelled ≤/≥, as those cells are clipped to its colour."""
+    step = 1.0 if half >= 1.5 else 0.5 if half >= 0.75 else half / 2
+    inner = [k * step for k in range(-int(half / step), int(half / step) + 1)]
+    vals = [-half, *(v for v in inner if abs(v) < half - 0.2 * step), half]
+    text = [f"{2.0**v:.2g}×" for v in vals]
+    if lo < -half:
+        text[0] = "≤" + text[0]
+    if hi > half:
+        text[-1] = "≥" + text[-1]
+    return vals, text
+
+
 def speedup_figure(merged: Merged, baseline: str) -> Figure | None:
     rows = speedups(merged, baseline)
     if not rows:
         return None
-    shapes = sorted({s for pairs in rows.values() for s, _ in pairs})
-    col = {s: i for i, s in enumerate(shapes)}
+    # Cases down, implementations across: a case label per row stays legible at any
+    # number of cases, where 96 rotated labels along x had plotly drop every other one.
+    shapes = sorted({s for pairs in rows.values() for s, _ in pairs}, key=display_key)
+    index = {s: i for i, s in enumerate(shapes)}
     names = list(rows)
-    z = [[None] * len(shapes) for _ in names]
-    for r, name in enumerate(names):
+    z: list[list[float | None]] = [[None] * len(names) for _ in shapes]
+    for c, name in enumerate(names):
         for s, ratio in rows[name]:
-            z[r][col[s]] = math.log2(ratio)
-    text = [[None if v is None else f"{2**v:.2f}×" for v in row] for row in z]
-    ticks = [-3, -2, -1, 0, 1, 2, 3]
+            z[index[s]][c] = math.log2(ratio)
+    logs = [v for row in z for v in row if v is not None]
+    half = colour_range(logs)
+    tickvals, ticktext = colorbar_ticks(half, min(logs), max(logs))
+    labels = [shape_label(s) for s in shapes]
+    plot_px = ROW_PX * len(shapes)
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=[shape_label(s) for s in shapes],
-            y=[esc(n) for n in names],
-            text=text,
-            texttemplate="%{text}" if len(shapes) <= 40 else None,
+            x=[esc(n) for n in names],
+            y=labels,
+            text=[[None if v is None else f"{2**v:.2f}×" for v in row] for row in z],
+            texttemplate="%{text}",
+            textfont={"size": 11},
             zmid=0,
-            zmin=-3,
-            zmax=3,
+            zmin=-half,
+            zmax=half,
             colorscale="RdBu",
             name=f"speedup vs {esc(baseline)}",
             colorbar={
                 "title": {"text": f"× {esc(baseline)}"},
-                "tickvals": ticks,
-                "ticktext": [f"{2.0**t:g}×" for t in ticks],
+                "tickvals": tickvals,
+                "ticktext": ticktext,
+                "lenmode": "pixels",
+                "len": min(320, plot_px),
+                "y": 1,
+                "yanchor": "top",
             },
-            hovertemplate="%{y}<br>%{x}<br>%{text} the speed of "
+            hovertemplate="%{x}<br>%{y}<br>%{text} the speed of "
             + esc(baseline)
             + "<extra></extra>",
         )
     )
-    # The rotated case labels need ~200 px below the plot: the plot area must stay positive.
-    fig.update_layout(height=360 + 40 * len(names), margin={"b": 200, "t": 40})
-    fig.update_xaxes(title_text="case (mode, dtype, head dim, masking, shape)", tickangle=-45)
-    fig.update_yaxes(title_text="implementation", automargin=True)
+    fig.update_layout(height=plot_px + 90, margin={"t": 70, "b": 20})
+    fig.update_xaxes(side="top", title_text="implementation", automargin=True)
+    # Every case labelled (tickmode array): plotly thins out auto ticks that would crowd.
+    fig.update_yaxes(
+        autorange="reversed",
+        tickmode="array",
+        tickvals=labels,
+        ticktext=labels,
+        tickfont={"size": 11},
+        automargin=True,
+    )
+    for i in range(1, len(shapes)):
+        if shapes[i][:4] != shapes[i - 1][:4]:  # a line between (mode, dtype, d, mask) groups
+            fig.add_shape(
+                type="line", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i - 0.5,
+                line={"color": "rgba(128,128,128,0.9)", "width": 2},
+            )  # fmt: skip
+    lo, hi = f"{2.0**-half:.2g}×", f"{2.0**half:.2g}×"
     return Figure(
         "speedup",
         f"Speedup vs {baseline}",
         f"Baseline median latency ÷ implementation median latency, for each case both "
         f"ran successfully on the same GPU: above 1× (blue) is faster than {baseline}, "
-        f"below (red) slower. Colour is on a log-2 scale.",
+        f"below (red) slower. Cases are grouped by mode, dtype, head dim and masking, "
+        f"then ordered by sequence length. Colour is on a log-2 scale fitted to this "
+        f"data's spread ({lo}–{hi}, never narrower than 0.8×–1.25× nor wider than "
+        f"0.25×–4×; a cell beyond takes the end colour, its number is exact).",
         fig,
     )

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import pytest
-from report_fixture import EVIL, GIB, make_case, two_gpu_docs
+from report_fixture import EVIL, GIB, _env, _run, make_case, two_gpu_docs
 from typer.testing import CliRunner
 
 from fa_bench.cli import app
@@ -28,6 +29,23 @@ def docs() -> list[dict]:
 @pytest.fixture(scope="module")
 def page(docs: list[dict]) -> str:
     return render(docs, plotlyjs="cdn", generated="2026-11-29T12:00:00+00:00")
+
+
+def fixed_token_docs(tokens: int = 16384) -> list[dict]:
+    """One GPU, the standard suite's layout: batch = tokens / N, so batch falls as N rises,
+    over two (mode, dtype, d, masking) groups; sdpa at 1 ms, triton a bit slower, naive far
+    slower."""
+    cases = []
+    for causal in (False, True):
+        for n in (512, 1024, 2048, 4096, 8192, 16384):
+            for impl, median in (("sdpa", 1.0), ("triton", 1.0 / 0.7), ("naive", 30.0)):
+                c = make_case(impl, n, median=median)
+                c["batch"] = tokens // n
+                c["causal"] = causal
+                c["id"] += "/causal" if causal else ""
+                c["peak_mem_bytes"] = c["batch"] * 16 * n * n * 4 if impl == "naive" else 2**26
+                cases.append(c)
+    return [build_document(_run("t"), _env("NVIDIA H200", "node-a", 141), cases)]
 
 
 def _figure_specs(page: str) -> dict:
@@ -83,7 +101,7 @@ def test_speedup_vs_baseline(docs: list[dict]) -> None:
     assert sorted(r for _, r in rows[f"triton · {A100}"]) == pytest.approx([2.0 / 1.6, 2.0])
     assert sorted(r for _, r in rows[f"triton · {H200}"]) == pytest.approx([1.6, 2.0])
     fig = speedup.speedup_figure(merged, "sdpa").figure
-    assert list(fig.data[0].y) == [f"triton · {H200}", f"triton · {A100}"]
+    assert list(fig.data[0].x) == [f"triton · {H200}", f"triton · {A100}"]
     with pytest.raises(ReportError, match="present: sdpa, triton"):
         choose_baseline(merged, "naive")
 
@@ -281,3 +299,31 @@ def test_telemetry_note_says_off_or_unavailable(docs: list[dict]) -> None:
         c["telemetry"] = {"available": False, "reason": DISABLED}
     assert telemetry_note(merge([off])) == "NVML telemetry: off (--no-telemetry)."
     assert "NVML telemetry: off (--no-telemetry).</p>" in render([off], plotlyjs="cdn")
+
+
+def test_speedup_heatmap_labels_every_case_in_seqlen_order() -> None:
+    fig = speedup.speedup_figure(merge(fixed_token_docs()), "sdpa").figure
+    heat = fig.data[0]
+    labels = list(heat.y)
+    assert len(labels) == 12 and list(heat.x) == ["triton", "naive"]
+    # within a group N rises (while batch falls), as along the throughput plot's x axis
+    assert [lab.split(" N=")[1].split()[0] for lab in labels[:6]] == [
+        "512", "1024", "2048", "4096", "8192", "16384",
+    ]  # fmt: skip
+    assert "full" in labels[0] and "causal" in labels[6]
+    # every case gets a drawn label and a row tall enough for it and its in-cell text
+    assert fig.layout.yaxis.tickmode == "array" and list(fig.layout.yaxis.tickvals) == labels
+    assert heat.texttemplate == "%{text}"
+    assert fig.layout.height >= speedup.ROW_PX * len(labels)
+
+
+def test_speedup_colour_range_follows_the_data() -> None:
+    log2 = math.log2
+    assert speedup.colour_range([log2(0.6), log2(0.95)]) == pytest.approx(-log2(0.6))
+    assert speedup.colour_range([log2(1.01)]) == pytest.approx(log2(1.25))  # the floor
+    assert speedup.colour_range([log2(0.03), log2(0.9)]) == 2.0  # capped at 4×
+    vals, text = speedup.colorbar_ticks(2.0, log2(0.03), log2(0.9))
+    assert (vals[0], vals[-1]) == (-2.0, 2.0) and 0.0 in vals
+    assert text[0] == "≤0.25×" and text[-1] == "4×"  # only the clipped end says so
+    fig = speedup.speedup_figure(merge(fixed_token_docs()), "sdpa").figure
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (-2.0, 2.0)  # naive at 1/30 is past the cap
