@@ -4,8 +4,9 @@ activity, clocks, power, energy, temperature, throttling and device memory in us
 A case's telemetry comes from its own window, after (never inside) its latency samples: the
 case's closure runs back to back for at least `window_s` (1 s; GPM and the energy counter
 need that long to mean anything), without the L2 flush, which would add its own DRAM
-traffic. GPM is sampled at both ends of the window; clocks, power, temperature, clock-event
-bits and memory in use are polled from a thread while it runs.
+traffic. GPM and the energy counter are read at both ends of the window, on a GPU while it
+is busy (`telemetry_window`); clocks, power, temperature, clock-event bits and memory in
+use are polled from a thread in between.
 
 Nothing here fails a case: no driver, no pynvml, no GPM, one metric not supported, or any
 error inside the window, each becomes `{"available": false, "reason": ...}` or a
@@ -37,6 +38,7 @@ from fa_bench.telemetry_fields import (
     reading_fields,
     telemetry_warnings,
 )
+from fa_bench.telemetry_window import CudaMark, Mark, run_busy_window, run_window
 
 Closure = Callable[[], object]
 DISABLED = "disabled (--no-telemetry)"
@@ -69,8 +71,12 @@ class TelemetrySession:
         sync: Callable[[], None] = lambda: None,
         config: TelemetryConfig | None = None,
         uuid: str | None = None,
+        mark: Callable[[], Mark] | None = None,
     ) -> None:
         self.dev, self.reason, self.sync = device, reason, sync
+        # Device-stream marks (CUDA events) for readings inside a busy window; without
+        # them (fakes, tests) the readings are taken at the window's edges.
+        self.mark = mark
         self.config = config or TelemetryConfig()
         self.uuid = uuid
         self.gpm_reason: str | None = None
@@ -97,13 +103,14 @@ class TelemetrySession:
         lib: ModuleType | None = None,
         sync: Callable[[], None] = lambda: None,
         config: TelemetryConfig | None = None,
+        mark: Callable[[], Mark] | None = None,
     ) -> TelemetrySession:
         try:
             nvml = load_library(lib)
             device = NvmlDevice.by_uuid(nvml, uuid)
         except NvmlUnavailable as exc:
             return cls.unavailable(str(exc))
-        return cls(device, sync=sync, config=config, uuid=normalize_uuid(uuid))
+        return cls(device, sync=sync, config=config, uuid=normalize_uuid(uuid), mark=mark)
 
     def describe(self) -> dict:
         """What telemetry works on this GPU and why not where it does not."""
@@ -159,35 +166,28 @@ class TelemetrySession:
         per_call_s: float | None,
         bytes_model: float | None,
     ) -> dict:
-        dev, cfg = self.dev, self.config
+        cfg = self.config
         self.sync()  # earlier work must not land in the window
-        gpm_reason, first = self.gpm_reason, None
-        if gpm_reason is None:
-            try:
-                first = dev.gpm_sample()
-            except NvmlUnavailable as exc:
-                gpm_reason = str(exc)
-        gpm: dict[str, float | NvmlUnavailable] = {}
-        energy0 = _value_or_reason(dev.energy_mj)
-        poller = Poller(dev.probes(), cfg.poll_s)
-        poller.start()
+        r = _Readings(self)
         try:
-            window_s, calls = run_window(
-                closure,
-                before,
-                sync=self.sync,
-                per_call_s=per_call_s,
-                target_s=cfg.window_s,
-                max_calls=cfg.max_calls,
-            )
-            # The closing readings right after the last call, before the poller's last poll.
-            energy1 = _value_or_reason(dev.energy_mj)
-            if first is not None:
-                gpm_reason, gpm = self._gpm_close(first)
+            if self.mark is not None:
+                w = run_busy_window(
+                    closure, before, mark=self.mark, sync=self.sync, open=r.open, close=r.close,
+                    per_call_s=per_call_s, target_s=cfg.window_s, max_calls=cfg.max_calls,
+                )  # fmt: skip
+                window_s, calls = w.seconds, w.calls
+                # The energy delta spans the readings, not the marks: its calls pro rata.
+                energy_s, energy_calls = w.readings_s, w.calls * w.readings_s / w.seconds
+            else:
+                r.open()
+                window_s, calls = run_window(
+                    closure, before, sync=self.sync, per_call_s=per_call_s,
+                    target_s=cfg.window_s, max_calls=cfg.max_calls,
+                )  # fmt: skip
+                r.close()
+                energy_s, energy_calls = window_s, calls
         finally:
-            poller.finish()
-            if first is not None:
-                dev.gpm_free(first)
+            r.free()
         unavailable: dict[str, str] = {}
         out: dict = {
             "available": True,
@@ -195,16 +195,18 @@ class TelemetrySession:
             "calls": calls,
             "ms_per_call_window": window_s / calls * 1e3,
             "l2_flush": False,
+            "readings": "inside a busy window" if self.mark is not None else "window edges",
         }
         for name in GPM_METRICS:
-            value = gpm.get(name)
+            value = r.gpm.get(name)
             out[name] = value if isinstance(value, float) else None
             if out[name] is None:
-                unavailable[name] = str(value) if value is not None else str(gpm_reason)
+                unavailable[name] = str(value) if value is not None else str(r.gpm_reason)
         bandwidth_fields(out, self.peak_gbps, bytes_model, unavailable)
-        reading_fields(out, poller.values, poller.failed, unavailable)
+        values, failed = r.poller.values, r.poller.failed
+        reading_fields(out, values, failed, unavailable)
         energy_fields(
-            out, energy0, energy1, window_s, calls, poller.values, poller.failed, unavailable
+            out, r.energy0, r.energy1, energy_s, energy_calls, values, failed, unavailable
         )
         out["sm_clock_mhz_max"] = number(self.sm_clock_max_mhz)
         out["warnings"] = telemetry_warnings(out, cfg.sm_clock_warn_fraction)
@@ -297,45 +299,49 @@ def open_session(
     if not uuid:
         return TelemetrySession.unavailable("torch reports no uuid for this GPU")
     return TelemetrySession.from_uuid(
-        uuid, lib=lib, sync=lambda: torch.cuda.synchronize(device), config=config
-    )
+        uuid, lib=lib, sync=lambda: torch.cuda.synchronize(device), config=config,
+        mark=lambda: CudaMark(device),
+    )  # fmt: skip
 
 
-def run_window(
-    closure: Closure,
-    before: Closure | None,
-    *,
-    sync: Callable[[], None],
-    per_call_s: float | None,
-    target_s: float,
-    max_calls: int,
-) -> tuple[float, int]:
-    """Call `closure` back to back until at least `target_s` has passed; (seconds, calls).
+class _Readings:
+    """What a window reads at its two ends: GPM samples, the energy counter, and a poller
+    running in between. `open()` again (a second attempt) starts over."""
 
-    Calls are launched without synchronising, so short kernels run densely; launching stops
-    when the calls cover the remaining time by the latency estimate `per_call_s` (so a slow,
-    asynchronous case is not queued thousands deep) or when host time has passed it (a
-    host-bound case). Then the device is synchronised and the window measured; short of the
-    target, another round. A 2 s case gets one call; at least one call always runs.
-    """
-    t0 = time.perf_counter()
-    calls = 0
-    while True:
-        round_start, round_calls = time.perf_counter() - t0, calls
-        remaining = target_s - round_start
-        while calls < max_calls:
-            if calls > round_calls and time.perf_counter() - t0 >= target_s:
-                break
-            if per_call_s and (calls - round_calls) * per_call_s >= remaining:
-                break
-            if before is not None:
-                before()
-            closure()
-            calls += 1
-        sync()
-        elapsed = time.perf_counter() - t0
-        if elapsed >= target_s or calls >= max_calls:
-            return elapsed, calls
+    def __init__(self, session: TelemetrySession) -> None:
+        self.s = session
+        self.first: object | None = None
+        self.poller: Poller = Poller({}, session.config.poll_s)
+        self.gpm_reason: str | None = session.gpm_reason
+        self.gpm: dict[str, float | NvmlUnavailable] = {}
+        self.energy0: float | str = "window never opened"
+        self.energy1: float | str = "window never closed"
+
+    def open(self) -> None:
+        self.free()
+        dev = self.s.dev
+        self.gpm_reason, self.gpm = self.s.gpm_reason, {}
+        if self.gpm_reason is None:
+            try:
+                self.first = dev.gpm_sample()
+            except NvmlUnavailable as exc:
+                self.gpm_reason = str(exc)
+        self.energy0 = _value_or_reason(dev.energy_mj)
+        self.poller = Poller(dev.probes(), self.s.config.poll_s)
+        self.poller.start()
+
+    def close(self) -> None:
+        # The closing readings first, then the poller's last poll.
+        self.energy1 = _value_or_reason(self.s.dev.energy_mj)
+        if self.first is not None:
+            self.gpm_reason, self.gpm = self.s._gpm_close(self.first)
+        self.poller.finish()
+
+    def free(self) -> None:
+        self.poller.finish()
+        if self.first is not None:
+            self.s.dev.gpm_free(self.first)
+            self.first = None
 
 
 def case_telemetry(
