@@ -12,6 +12,7 @@
 #   bash tests/gpu/h200_session.sh first       # checks, memory, multigpu, then standard
 #   bash tests/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
 #   bash tests/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
+#   bash tests/gpu/h200_session.sh sweep       # issue 7: sweep, save, triton before/after
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -107,6 +108,25 @@ warmup)
     echo "warmup $w ms:"; fa-bench compare "$RUNS/w$w-a" "$RUNS/w$w-b" 2>&1 | tail -3
   done
   ;;
+sweep)
+  # Issue 7: sweep the issue's grid (bf16, D 64/128, N 1k/4k/16k, causal and not, fwd and
+  # bwd) inside one call, save the best configs, then the standard suite's triton cases
+  # before (heuristic) and after (the saved cache), compared.
+  cache="$RUNS/tuning-h200.json"
+  [ -f "$RUNS/tri-before/results.json" ] || FA_BENCH_TUNING_CACHE=off fa-bench run \
+    --suite standard --impl triton --no-telemetry --no-report --out "$RUNS/tri-before" \
+    > "$OUT/tri-before.log" 2>&1
+  fa-bench sweep -s standard --dtype bf16 --head-dim 64 --head-dim 128 --seqlen 1024 \
+    --seqlen 4096 --seqlen 16384 --mode fwd --mode bwd --block-m 64,128 --block-n 64,128 \
+    --warps 4,8 --stages 2,3 --max-time 0.5 --budget-minutes "${SWEEP_MIN:-5}" --save-best \
+    --tuning-cache "$cache" --out "$RUNS/sweep" > "$OUT/sweep.log" 2>&1
+  echo "sweep exit $?"; cp "$RUNS/sweep/sweep.json" "$cache" "$OUT/" 2>/dev/null
+  fa-bench run --suite standard --impl triton --tuning-cache "$cache" --no-telemetry \
+    --no-report --out "$RUNS/tri-after" > "$OUT/tri-after.log" 2>&1
+  fa-bench compare "$RUNS/tri-before" "$RUNS/tri-after" --filter 'dtype=bf16' \
+    --markdown "$OUT/sweep-compare.md" > "$OUT/sweep-compare.txt" 2>&1
+  echo "compare before after exit $?"; tail -30 "$OUT/sweep.log"; tail -4 "$OUT/sweep-compare.txt"
+  ;;
 first)
   # One 10-minute call: the checks and short runs, then the standard suite until ~570 s.
   for phase in checks memory multigpu; do bash "$0" "$phase"; done
@@ -115,5 +135,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first|gate|warmup" >&2; exit 2 ;;
+  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep" >&2; exit 2 ;;
 esac
