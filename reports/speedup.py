@@ -105,13 +105,13 @@ def speedup_figure(merged: Merged, baseline: str) -> Figure | None:
     half = colour_range(logs)
     tickvals, ticktext = colorbar_ticks(half, min(logs), max(logs))
     labels = [shape_label(s) for s in shapes]
-    plot_px = ROW_PX * len(shapes)
+    plot_px = max(ROW_PX * len(shapes), 240)  # with few cases, taller rows, not a sliver
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=[esc(n) for n in names],
             y=labels,
-            text=[[None if v is None else f"{2**v:.2f}×" for v in row] for row in z],
+            text=[["" if v is None else f"{2**v:.2f}×" for v in row] for row in z],
             texttemplate="%{text}",
             textfont={"size": 11},
             zmid=0,

@@ -102,6 +102,7 @@ def test_speedup_vs_baseline(docs: list[dict]) -> None:
     assert sorted(r for _, r in rows[f"triton · {H200}"]) == pytest.approx([1.6, 2.0])
     fig = speedup.speedup_figure(merged, "sdpa").figure
     assert list(fig.data[0].x) == [f"triton · {H200}", f"triton · {A100}"]
+    assert [row[0] for row in fig.data[0].text] == ["2.00×", "", "1.60×"]  # 4k: no "null"
     with pytest.raises(ReportError, match="present: sdpa, triton"):
         choose_baseline(merged, "naive")
 
@@ -327,3 +328,84 @@ def test_speedup_colour_range_follows_the_data() -> None:
     assert text[0] == "≤0.25×" and text[-1] == "4×"  # only the clipped end says so
     fig = speedup.speedup_figure(merge(fixed_token_docs()), "sdpa").figure
     assert (fig.data[0].zmin, fig.data[0].zmax) == (-2.0, 2.0)  # naive at 1/30 is past the cap
+
+
+def _full_number(text: str) -> float:
+    return float(text[:-1]) * {"k": 1e3, "M": 1e6}[text[-1]] if text[-1] in "kM" else float(text)
+
+
+def _assert_full_log_ticks(axis: object) -> None:
+    """Every label of a log axis is the whole value of its tick, not a bare mantissa."""
+    assert axis.type == "log" and axis.tickmode == "array" and len(axis.tickvals) >= 3
+    for val, text in zip(axis.tickvals, axis.ticktext, strict=True):
+        assert _full_number(text) == pytest.approx(val), (val, text)
+
+
+def test_log_ticks_print_full_numbers() -> None:
+    assert figures.log_ticks([12, 664])["ticktext"] == [
+        "10", "20", "30", "50", "100", "200", "300", "500", "1000",
+    ]  # fmt: skip
+    wide = figures.log_ticks([1e-3, 1e5])["ticktext"]  # many decades: powers of ten only
+    assert wide == ["0.001", "0.01", "0.1", "1", "10", "100", "1000", "10k", "100k"]
+    assert figures.log_ticks([]) == {"type": "log"}
+
+
+def test_roofline_and_memory_axes_label_full_values(docs: list[dict]) -> None:
+    roof = roofline.roofline_figure(merge(docs)).figure
+    _assert_full_log_ticks(roof.layout.xaxis)
+    _assert_full_log_ticks(roof.layout.yaxis)
+    assert roof.layout.margin.t is None  # build_all trims plotly's 100 px title margin
+    built = {f.id: f.figure for f in figures.build_all(merge(docs), "sdpa")}
+    assert built["roofline"].layout.margin.t < 50
+    memory = figures.memory_figure(merge(fixed_token_docs())).figure
+    for axis in ("yaxis", "yaxis2"):
+        _assert_full_log_ticks(memory.layout[axis])
+
+
+def test_memory_caption_says_how_the_sweep_scales(docs: list[dict]) -> None:
+    fixed_tokens = figures.memory_figure(merge(fixed_token_docs())).caption
+    assert "quadratic in N at a fixed batch, linear in N at a fixed token count" in fixed_tokens
+    assert "Here the token count is fixed" in fixed_tokens
+    assert "grows as N²" not in fixed_tokens
+    fixed_batch = figures.memory_figure(merge(docs)).caption
+    assert "Here the batch is fixed" in fixed_batch
+    assert "score matrix for every" not in fixed_batch  # no naive implementation here
+
+
+def test_overlapping_lines_stay_distinguishable() -> None:
+    fig = figures.memory_figure(merge(fixed_token_docs())).figure
+    panel = [t for t in fig.data if t.xaxis == "x" and t.mode == "lines+markers"]
+    marks = [(t.marker.symbol, t.marker.size, t.line.width) for t in panel if t.y[0] is not None]
+    assert len(marks) == 3 and len({m[0] for m in marks}) == 3  # sdpa, triton, naive
+    assert len({m[1] for m in marks}) == 3  # nested sizes: equal values show every mark
+
+
+def _grid_docs() -> list[dict]:
+    """16 panels (mode x dtype x head dim x masking), two implementations."""
+    cases = []
+    for mode in ("fwd", "bwd"):
+        for dtype in ("bf16", "fp16"):
+            for d in (64, 128):
+                for causal in (False, True):
+                    for impl, median in (("sdpa", 1.0), ("triton", 0.8)):
+                        for n in (1024, 4096):
+                            c = make_case(impl, n, median=median)
+                            c.update(mode=mode, dtype=dtype, head_dim=d, causal=causal)
+                            c["id"] = f"{impl}/{mode}/{dtype}/{n}/{d}/{causal}"
+                            cases.append(c)
+    return [build_document(_run("g"), _env("NVIDIA H200", "node-a", 141), cases)]
+
+
+def test_throughput_grid_keeps_a_legend_in_reach() -> None:
+    fig = figures.tflops_figure(merge(_grid_docs())).figure
+    assert fig.layout.height < 1300  # 16 panels in four rows of four, not eight of two
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y == 1
+    # the same entries again below the panels, toggling the same legend groups
+    copies = [t for t in fig.data if t.legend == "legend2"]
+    assert sorted(t.legendgroup for t in copies) == ["sdpa", "triton"]
+    assert fig.layout.legend2.y == 0 and fig.layout.legend2.yanchor == "bottom"
+    # one y rule for every panel: all from 0
+    axes = [fig.layout[k] for k in fig.layout if k.startswith("yaxis")]
+    assert len(axes) == 16 and all(a.rangemode == "tozero" for a in axes)
+    small = figures.tflops_figure(merge(two_gpu_docs())).figure
+    assert not [t for t in small.data if t.legend == "legend2"]  # short: one legend is enough
