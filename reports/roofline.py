@@ -12,7 +12,15 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fa_bench.reports.build import Merged
-from fa_bench.reports.figures import Figure, _styles, esc, hover, pow2_ticks, seqlen
+from fa_bench.reports.figures import (
+    Figure,
+    _styles,
+    esc,
+    hover,
+    log_ticks,
+    pow2_ticks,
+    seqlen,
+)
 
 # Keys a calibration may use for its ceilings, most specific first.
 _BW_KEYS = ("gbps_copy",)  # a device-to-device copy, read + write counted
@@ -112,8 +120,11 @@ def roofline_figure(merged: Merged) -> Figure | None:
             f"{gpu}: {ce['tflops']:.4g} TFLOP/s ({ce['tflops_source']}), "
             f"{ce['gbps']:.4g} GB/s ({ce['gbps_source']})"
         )
-    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP / model byte)")
-    fig.update_yaxes(type="log", title_text="TFLOP/s")
+    drawn = [(x, y) for t in fig.data for x, y in zip(t.x, t.y, strict=True)]
+    fig.update_xaxes(
+        title_text="arithmetic intensity (FLOP / model byte)", **log_ticks(x for x, _ in drawn)
+    )
+    fig.update_yaxes(title_text="TFLOP/s", **log_ticks(y for _, y in drawn))
     fig.update_layout(height=480, hovermode="closest")
     return Figure(
         "roofline",
@@ -224,7 +235,7 @@ def telemetry_figure(merged: Merged) -> Figure | None:
             shown.add(name)
         fig.update_yaxes(title_text=unit, row=1, col=col)
     fig.update_xaxes(title_text="sequence length N (keys)", **pow2_ticks(seqlen(c) for c in cases))
-    fig.update_layout(height=420, hovermode="closest")
+    fig.update_layout(height=420, hovermode="closest", margin_t=50)  # the panel titles
     return Figure(
         "telemetry",
         "Telemetry",
