@@ -3,6 +3,12 @@ error, no network request, a non-blank screenshot (kept as an artifact).
 
 Needs Debian's chromium (/usr/bin/chromium) and the playwright package; never
 `playwright install`. Without them the test skips locally and fails in CI (CI=true).
+
+Any other page gets the same checks, plus every section a run's page must have, with
+`FA_BENCH_REPORT_PAGES` (paths joined by the OS path separator), e.g. the pages
+copied back from the H200:
+
+    FA_BENCH_REPORT_PAGES=std/report.html:tel/report.html pytest tests/test_report_browser.py
 """
 
 from __future__ import annotations
@@ -69,11 +75,54 @@ _COLOURS_JS = """async (src) => {
 
 
 def test_smoke_report_in_chromium(smoke_report: Path, request: pytest.FixtureRequest) -> None:
+    figs, _ = _check_page(smoke_report, "report-smoke.png", request)
+    assert {"fig-tflops", "fig-speedup", "fig-roofline"} <= {f[0] for f in figs}
+
+
+# What every run's page shows; telemetry, bandwidth, throttling and per-GPU sections come
+# only with their data.
+SECTIONS = {
+    "header",
+    "section-tflops",
+    "section-memory",
+    "section-speedup",
+    "section-roofline",
+    "section-failures",
+    "section-cases",
+    "section-environment",
+}
+PAGES = [p for p in os.environ.get("FA_BENCH_REPORT_PAGES", "").split(os.pathsep) if p]
+
+
+@pytest.mark.skipif(not PAGES, reason="no FA_BENCH_REPORT_PAGES given")
+@pytest.mark.parametrize("page_path", PAGES)
+def test_given_report_in_chromium(page_path: str, request: pytest.FixtureRequest) -> None:
+    _need_browser()
+    page = Path(page_path).resolve()
+    figs, sections = _check_page(page, f"report-{page.parent.name}-{page.stem}.png", request)
+    assert SECTIONS <= set(sections), sorted(sections)
+    empty = [name for name, chars in sections.items() if chars == 0]
+    assert not empty, empty
+    if "section-telemetry" in sections:
+        assert {"fig-bandwidth", "fig-telemetry"} <= {f[0] for f in figs}
+
+
+_SECTIONS_JS = (
+    "Object.fromEntries(Array.from(document.querySelectorAll('header, section'))"
+    ".map(s => [s.id || s.tagName.toLowerCase(), s.innerText.trim().length]))"
+)
+
+
+def _check_page(
+    report: Path, shot_name: str, request: pytest.FixtureRequest
+) -> tuple[list, dict[str, int]]:
+    """Open `report` offline; assert figures drawn, no errors, no network, a non-blank
+    screenshot; return the figures [id, traces, svgs] and the sections {id: text chars}."""
     from playwright.sync_api import sync_playwright
 
-    artifacts = Path(os.environ.get("FA_BENCH_ARTIFACTS") or smoke_report.parent)
+    artifacts = Path(os.environ.get("FA_BENCH_ARTIFACTS") or report.parent)
     artifacts.mkdir(parents=True, exist_ok=True)
-    shot = artifacts / "report-smoke.png"
+    shot = artifacts / shot_name
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:
@@ -83,12 +132,13 @@ def test_smoke_report_in_chromium(smoke_report: Path, request: pytest.FixtureReq
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.on("request", lambda r: requests.append(r.url))
-            page.goto(smoke_report.as_uri(), wait_until="load")
+            page.goto(report.as_uri(), wait_until="load")
             figs = page.evaluate(
                 "Array.from(document.querySelectorAll('.plotly-figure')).map(d => "
                 "[d.id, (d.data || []).length, d.querySelectorAll('.main-svg').length])"
             )
-            dark_font = _dark_font_colour(browser, smoke_report)
+            sections = page.evaluate(_SECTIONS_JS)
+            dark_font = _dark_font_colour(browser, report)
             png = page.screenshot(path=str(shot), full_page=True)
             colours = page.evaluate(_COLOURS_JS, "data:image/png;base64," + _b64(png))
         finally:
@@ -98,13 +148,12 @@ def test_smoke_report_in_chromium(smoke_report: Path, request: pytest.FixtureReq
         reporter.write_line(f"\nreport screenshot (CI artifact): {shot}")
     request.node.user_properties.append(("screenshot", str(shot)))
 
-    ids = [f[0] for f in figs]
-    assert {"fig-tflops", "fig-speedup", "fig-roofline"} <= set(ids), ids
-    assert all(n_traces > 0 and svgs > 0 for _, n_traces, svgs in figs), figs
+    assert figs and all(n_traces > 0 and svgs > 0 for _, n_traces, svgs in figs), figs
     assert errors == []
-    assert requests == [smoke_report.as_uri()]  # the page itself, nothing from the network
+    assert requests == [report.as_uri()]  # the page itself, nothing from the network
     assert colours > 20, f"screenshot looks blank ({colours} colours): {shot}"
     assert dark_font == "#e6edf3"  # figures follow the dark colour scheme
+    return figs, sections
 
 
 def _b64(data: bytes) -> str:
