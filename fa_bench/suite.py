@@ -4,63 +4,35 @@ A suite file gives axes (implementations, modes, dtypes, shapes). Its cases are 
 Cartesian product of the axes or, when it has `[[group]]` tables, the union of the
 groups' products. CLI flags arrive as `Overrides` and replace axes in every group.
 docs/suites.md describes the format; the built-in suites live in `fa_bench.suites`.
+Reading the TOML and checking its keys and values is `fa_bench.suite_parse`.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import sys
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from fa_bench.case import Case, DType, Mode
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    try:
-        import tomli as tomllib
-    except ModuleNotFoundError:
-        tomllib = None
-
-_PACKAGE = "fa_bench.suites"
-
-# Axis keys in the order the docs and the "valid keys" messages list them.
-AXES = (
-    "impls",
-    "modes",
-    "dtypes",
-    "batch",
-    "tokens",
-    "heads_q",
-    "hidden",
-    "heads_kv",
-    "seqlens",
-    "seqlens_q",
-    "seqlens_k",
-    "head_dims",
-    "causal",
+from fa_bench.suite_parse import (
+    CHOICES,
+    EXCLUDES,
+    GROUP_KEYS,
+    TOP_KEYS,
+    Axes,
+    SuiteError,
+    Where,
+    axes_table,
+    builtin_names,
+    builtin_text,
+    parse_toml,
+    read_suite,
+    text_key,
 )
-_STR_AXES = frozenset({"impls", "modes", "dtypes"})
-_BOOL_AXES = frozenset({"causal"})
-_TOP_KEYS = ("name", "description", *AXES, "group")
-_GROUP_KEYS = ("name", *AXES)
-_CHOICES = {"modes": tuple(m.value for m in Mode), "dtypes": tuple(d.value for d in DType)}
-# Keys that exclude each other; a group setting one drops the others inherited from the top.
-_EXCLUDES = {
-    "batch": ("tokens",),
-    "tokens": ("batch",),
-    "heads_q": ("hidden",),
-    "hidden": ("heads_q",),
-    "seqlens": ("seqlens_q", "seqlens_k"),
-    "seqlens_q": ("seqlens",),
-    "seqlens_k": ("seqlens",),
-}
+
 # Override field -> (CLI flag, axis key it replaces).
 _FLAGS = {
     "impls": ("--impl", "impls"),
@@ -73,12 +45,6 @@ _FLAGS = {
     "kv_heads": ("--kv-heads", "heads_kv"),
     "causal": ("--causal", "causal"),
 }
-
-Axes = dict[str, tuple]
-
-
-class SuiteError(ValueError):
-    """A suite file or an override is invalid; the message names the file, key and choices."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +88,9 @@ class Suite:
 def builtin_suites() -> dict[str, str]:
     """Built-in suite names mapped to their descriptions, sorted by name."""
     out = {}
-    for name in _builtin_names():
+    for name in builtin_names():
         source = f"builtin:{name}"
-        doc = _parse_toml(_builtin_text(name), source)
+        doc = parse_toml(builtin_text(name), source)
         description = doc.get("description")
         if not isinstance(description, str):
             raise SuiteError(f"{source}: key 'description' must be a string")
@@ -143,8 +109,8 @@ def load_suite(
     """
     impl_choices = tuple(sorted(known_impls)) if known_impls is not None else None
     ov = _checked_overrides(overrides, impl_choices)
-    source, text = _read(name_or_path)
-    return _build(_parse_toml(text, source), source, ov, impl_choices)
+    source, text = read_suite(name_or_path)
+    return _build(parse_toml(text, source), source, ov, impl_choices)
 
 
 def load_suites(
@@ -163,136 +129,7 @@ def load_suites(
     return suites
 
 
-# ---------------------------------------------------------------------------- reading
-
-
-def _builtin_names() -> list[str]:
-    files = resources.files(_PACKAGE)
-    return sorted(p.name[: -len(".toml")] for p in files.iterdir() if p.name.endswith(".toml"))
-
-
-def _builtin_text(name: str) -> str:
-    return (resources.files(_PACKAGE) / f"{name}.toml").read_text(encoding="utf-8")
-
-
-def _read(name_or_path: str | os.PathLike[str]) -> tuple[str, str]:
-    """(source, text) for a built-in name or a file path."""
-    key = os.fspath(name_or_path)
-    builtins = _builtin_names()
-    if key in builtins:
-        return f"builtin:{key}", _builtin_text(key)
-    path = Path(key)
-    looks_like_path = path.suffix == ".toml" or "/" in key or os.sep in key
-    if not looks_like_path and not path.exists():
-        raise SuiteError(
-            f"unknown suite {key!r}: not a built-in suite ({', '.join(builtins)}) "
-            "nor a path to a .toml file"
-        )
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SuiteError(
-            f"{key}: cannot read suite file ({exc.strerror}); "
-            f"built-in suites: {', '.join(builtins)}"
-        ) from None
-    try:
-        return key, data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SuiteError(f"{key}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-
-
-def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    if tomllib is None:  # pragma: no cover - Python 3.10 without tomli
-        raise SuiteError(f"{source}: reading suites on Python 3.10 needs the 'tomli' package")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SuiteError(f"{source}: invalid TOML: {exc}") from None
-
-
-# ---------------------------------------------------------------------------- validation
-
-
-@dataclass(frozen=True)
-class _Where:
-    """Message prefix: the file, and the group when the error is inside one."""
-
-    source: str
-    group: str | None = None
-
-    def error(self, message: str) -> SuiteError:
-        prefix = f"{self.source}: {self.group}" if self.group else self.source
-        return SuiteError(f"{prefix}: {message}")
-
-
-def _show(value: object) -> str:
-    """A value as the TOML file spells it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    return repr(value)
-
-
-def _axis(key: str, raw: object, where: _Where, impl_choices: tuple[str, ...] | None) -> tuple:
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise where.error(f"key {key!r}: empty list, the grid would be empty")
-    for item in items:
-        if key in _BOOL_AXES:
-            if not isinstance(item, bool):
-                raise where.error(f"key {key!r}: expected true, false or a list, got {_show(item)}")
-        elif key in _STR_AXES:
-            if not isinstance(item, str) or not item:
-                raise where.error(
-                    f"key {key!r}: expected a non-empty string or a list, got {_show(item)}"
-                )
-            choices = _CHOICES.get(key, impl_choices)
-            if choices is not None and item not in choices:
-                raise where.error(f"key {key!r}: {item!r} is not one of {', '.join(choices)}")
-        elif isinstance(item, bool) or not isinstance(item, int):
-            raise where.error(
-                f"key {key!r}: expected a positive integer or a list, got {_show(item)}"
-            )
-        elif item < 1:
-            raise where.error(f"key {key!r}: {item} is not a positive integer")
-    return tuple(items)
-
-
-def _table(
-    table: Mapping[str, Any],
-    valid: tuple[str, ...],
-    where: _Where,
-    impl_choices: tuple[str, ...] | None,
-) -> Axes:
-    """Validate one table (top level or group) and return its axes as tuples."""
-    for key in table:
-        if key not in valid:
-            raise where.error(f"unknown key {key!r}; valid keys: {', '.join(valid)}")
-    axes = {k: _axis(k, v, where, impl_choices) for k, v in table.items() if k in AXES}
-    for key, others in _EXCLUDES.items():
-        for other in others:
-            if key in axes and other in axes:
-                raise where.error(f"keys {key!r} and {other!r} are mutually exclusive; give one")
-    return axes
-
-
-def _text_key(doc: Mapping[str, Any], key: str, where: _Where, required: bool) -> str | None:
-    if key not in doc:
-        if required:
-            raise where.error(f"missing key {key!r}")
-        return None
-    value = doc[key]
-    if not isinstance(value, str) or not value.strip():
-        raise where.error(f"key {key!r}: expected a non-empty string, got {_show(value)}")
-    return value
-
-
-def _set(axes: Axes, key: str, values: tuple) -> None:
-    """Set an axis, dropping the keys it excludes (e.g. batch drops tokens)."""
-    for other in _EXCLUDES.get(key, ()):
-        axes.pop(other, None)
-    axes[key] = values
+# ---------------------------------------------------------------------------- overrides
 
 
 def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | None) -> Overrides:
@@ -313,9 +150,9 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
         if f.name in ("modes", "dtypes"):
             enum = Mode if f.name == "modes" else DType
             for v in values:
-                if v not in _CHOICES[f.name]:  # str enums compare equal to their value
+                if v not in CHOICES[f.name]:  # str enums compare equal to their value
                     shown = v.value if isinstance(v, Enum) else v
-                    choices = ", ".join(_CHOICES[f.name])
+                    choices = ", ".join(CHOICES[f.name])
                     raise SuiteError(f"{flag}: {shown!r} is not one of {choices}")
             values = tuple(enum(v).value for v in values)
         elif f.name == "impls":
@@ -333,6 +170,13 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
 
 
 # ---------------------------------------------------------------------------- expansion
+
+
+def _set(axes: Axes, key: str, values: tuple) -> None:
+    """Set an axis, dropping the keys it excludes (e.g. batch drops tokens)."""
+    for other in EXCLUDES.get(key, ()):
+        axes.pop(other, None)
+    axes[key] = values
 
 
 def _merge(top: Axes, group: Axes) -> Axes:
@@ -359,7 +203,7 @@ def _apply(axes: Axes, ov: Overrides) -> Axes:
     return axes
 
 
-def _require(axes: Axes, where: _Where) -> None:
+def _require(axes: Axes, where: Where) -> None:
     hint = " (set it at the top level or in the group)" if where.group else ""
     for key in ("impls", "modes", "dtypes", "head_dims", "causal"):
         if key not in axes:
@@ -381,7 +225,7 @@ def _used_flags(ov: Overrides, *names: str) -> str:
     return f" (after {', '.join(used)})" if used else ""
 
 
-def _expand(axes: Axes, where: _Where, ov: Overrides) -> Iterator[Case]:
+def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
     """The group's grid: impl, mode, dtype, head_dim, heads_q, heads_kv, batch, causal, seqlen."""
     _require(axes, where)
     if "seqlens" in axes:
@@ -432,12 +276,12 @@ def _expand(axes: Axes, where: _Where, ov: Overrides) -> Iterator[Case]:
 def _build(
     doc: dict[str, Any], source: str, ov: Overrides, impl_choices: tuple[str, ...] | None
 ) -> Suite:
-    where = _Where(source)
-    name = _text_key(doc, "name", where, required=True)
-    description = _text_key(doc, "description", where, required=True)
-    top = _table(doc, _TOP_KEYS, where, impl_choices)
+    where = Where(source)
+    name = text_key(doc, "name", where, required=True)
+    description = text_key(doc, "description", where, required=True)
+    top = axes_table(doc, TOP_KEYS, where, impl_choices)
 
-    groups: list[tuple[_Where, Axes]] = []
+    groups: list[tuple[Where, Axes]] = []
     if "group" not in doc:
         groups.append((where, top))
     else:
@@ -447,10 +291,10 @@ def _build(
         if not raw_groups:
             raise where.error("key 'group': no groups, the grid would be empty")
         for i, raw in enumerate(raw_groups, start=1):
-            group_name = _text_key(raw, "name", _Where(source, f"group {i}"), required=False)
+            group_name = text_key(raw, "name", Where(source, f"group {i}"), required=False)
             label = f"group {i}" + (f" {group_name!r}" if group_name else "")
-            gwhere = _Where(source, label)
-            groups.append((gwhere, _merge(top, _table(raw, _GROUP_KEYS, gwhere, impl_choices))))
+            gwhere = Where(source, label)
+            groups.append((gwhere, _merge(top, axes_table(raw, GROUP_KEYS, gwhere, impl_choices))))
 
     cases: dict[str, Case] = {}
     for gwhere, axes in groups:
