@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import html
 import json
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from fa_bench.reports.axes import (
+    add_legends,
+    facet_key,
+    facet_keys,
+    log_y_per_panel,
+    panel_cell,
+    panel_grid,
+    pow2_ticks,
+)
 from fa_bench.reports.build import Merged
 
 PALETTE = (
@@ -62,15 +69,6 @@ class Figure:
 
 def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
-
-
-def facet_key(c: dict) -> tuple:
-    return (c["mode"], c["dtype"], c["head_dim"], c["causal"])
-
-
-def facet_title(key: tuple) -> str:
-    mode, dtype, head_dim, causal = key
-    return f"{mode} · {dtype} · d={head_dim} · {'causal' if causal else 'full'}"
 
 
 def seqlen(c: dict) -> int:
@@ -144,112 +142,6 @@ def _shorten(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def pow2_ticks(values: Iterable[float]) -> dict:
-    """A log x axis with ticks at powers of two (1k, 16k, ...), as sequence lengths are."""
-    vals = [v for v in values if v and v > 0]
-    if not vals:
-        return {"type": "log"}
-    lo, hi = math.floor(math.log2(min(vals))), math.ceil(math.log2(max(vals)))
-    ticks = [2**e for e in range(lo, hi + 1)]
-    text = [f"{t // 1024}k" if t >= 1024 else str(t) for t in ticks]
-    return {"type": "log", "tickvals": ticks, "ticktext": text}
-
-
-def tick_label(value: float) -> str:
-    """A tick value written in full (0.05, 200, 5000, 20k), never as a bare mantissa."""
-    value = float(f"{value:.3g}")
-    if value >= 1e6:
-        return f"{value / 1e6:g}M"
-    return f"{value / 1000:g}k" if value >= 10_000 else f"{value:g}"
-
-
-def log_y_per_panel(fig: go.Figure) -> None:
-    """Full-number log ticks on each subplot's y axis, from the values drawn in it."""
-    panels: dict[str, list[float]] = {}
-    for trace in fig.data:
-        panels.setdefault(trace.yaxis or "y", []).extend(v for v in trace.y if v is not None)
-    for axis, values in panels.items():
-        fig.layout["yaxis" + axis[1:]].update(log_ticks(values))
-
-
-def log_ticks(values: Iterable[float]) -> dict:
-    """A log axis whose every label is a full number. Plotly's own log ticks label the
-    in-between ones by their leading digit only ('2 … 9', so 600 reads '6'); these are
-    1-2-3-5, 1-2-5 or powers of ten per decade, fewer as the data spans more decades."""
-    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
-    if not vals:
-        return {"type": "log"}
-    lo, hi = min(vals), max(vals)
-    decades = math.log10(hi / lo)
-    mantissas = (1, 2, 3, 5) if decades <= 2 else (1, 2, 5) if decades <= 3.5 else (1,)
-    every = 1 if decades <= 8 else math.ceil(decades / 8)  # powers of ten, ~9 at most
-    exponents = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-    ticks = [m * 10.0**e for e in exponents if e % every == 0 for m in mantissas]
-    # one tick past each end: plotly pads the range, and a tick off-range is not drawn
-    ticks = [t for t in ticks if lo / 2 <= t <= hi * 2]
-    return {"type": "log", "tickmode": "array", "tickvals": ticks,
-            "ticktext": [tick_label(t) for t in ticks]}  # fmt: skip
-
-
-def _facets(cases: list[dict]) -> list[tuple]:
-    return sorted({facet_key(c) for c in cases}, key=lambda k: (k[0], k[1], k[2], k[3]))
-
-
-def _columns(n_facets: int) -> int:
-    """Panels per row: up to four, so a 16-panel suite is four rows, not eight."""
-    return 1 if n_facets == 1 else 2 if n_facets <= 4 else 3 if n_facets <= 9 else 4
-
-
-def _grid(facets: list[tuple], y_title: str, *, height_per_row: int = 270) -> go.Figure:
-    cols = _columns(len(facets))
-    rows = math.ceil(len(facets) / cols)
-    fig = make_subplots(
-        rows=rows,
-        cols=cols,
-        subplot_titles=[facet_title(k) for k in facets],
-        horizontal_spacing=0.2 / cols,
-        vertical_spacing=min(0.35 / rows, 0.12),
-    )
-    fig.update_annotations(font_size=13)  # the panel titles, which must fit a quarter width
-    # Room for a legend above the panels and one below them (see _legends).
-    fig.update_layout(
-        height=150 + height_per_row * rows,
-        hovermode="closest",
-        margin={"t": 80, "b": 70, "r": 30},
-    )
-    for i in range(len(facets)):
-        row, col = _cell(i, len(facets))
-        if col == 1:
-            fig.update_yaxes(title_text=y_title, row=row, col=col)
-        if i + cols >= len(facets):  # the lowest panel of its column
-            fig.update_xaxes(title_text="sequence length N (keys)", row=row, col=col)
-    return fig
-
-
-def _cell(i: int, n_facets: int) -> tuple[int, int]:
-    cols = _columns(n_facets)
-    return i // cols + 1, i % cols + 1
-
-
-def _legends(fig: go.Figure) -> None:
-    """A horizontal legend above the panels and, on a grid too tall to see whole, the
-    same entries again below them, so one is in view whichever end the reader is at.
-    The copies are empty traces in the same legend groups: a click on either toggles
-    the implementation in every panel."""
-    top = {"orientation": "h", "x": 0, "xanchor": "left", "yref": "container"}
-    fig.update_layout(legend={**top, "y": 1, "yanchor": "top"})
-    if fig.layout.height < 1000:
-        return
-    for t in [t for t in fig.data if t.showlegend is not False]:
-        fig.add_trace(
-            go.Scatter(
-                x=[None], y=[None], name=t.name, legendgroup=t.legendgroup, legend="legend2",
-                mode=t.mode, line=t.line, marker=t.marker, hoverinfo="skip",
-            )
-        )  # fmt: skip
-    fig.update_layout(legend2={**top, "y": 0, "yanchor": "bottom", "itemdoubleclick": False})
-
-
 def _series_lines(
     fig: go.Figure, merged: Merged, facets: list[tuple], y: Callable[[dict], float | None]
 ) -> None:
@@ -263,7 +155,7 @@ def _series_lines(
         for c in cases:
             if y(c) is not None:
                 groups.setdefault(series_name(c, merged, gqa), []).append(c)
-        row, col = _cell(i, len(facets))
+        row, col = panel_cell(i, len(facets))
         for name, group in groups.items():
             group.sort(key=seqlen)
             s = style(group[0])
@@ -302,7 +194,7 @@ def _status_markers(
         marked = [c for c in merged.cases if facet_key(c) == key and c["status"] in statuses]
         if not marked:
             continue
-        row, col = _cell(i, len(facets))
+        row, col = panel_cell(i, len(facets))
         fig.add_trace(
             go.Scatter(
                 x=[seqlen(c) for c in marked],
@@ -322,12 +214,12 @@ def _status_markers(
 
 
 def tflops_figure(merged: Merged) -> Figure | None:
-    facets = _facets(merged.cases)
+    facets = facet_keys(merged.cases)
     if not any(c.get("tflops") for c in merged.cases) and not any(
         c["status"] in ("oom", *FAILED) for c in merged.cases
     ):
         return None
-    fig = _grid(facets, "TFLOP/s")
+    fig = panel_grid(facets, "TFLOP/s")
     _series_lines(fig, merged, facets, lambda c: c.get("tflops"))
     # Failed and OOM cases have no throughput: drawn at 0 with their message on hover.
     _status_markers(fig, merged, facets, ("oom",), "out of memory", "x", "#d62728", lambda c: 0.0)
@@ -343,7 +235,7 @@ def tflops_figure(merged: Merged) -> Figure | None:
     )
     fig.update_xaxes(**pow2_ticks(seqlen(c) for c in merged.cases))
     fig.update_yaxes(rangemode="tozero")  # every panel from 0, not only those with a marker there
-    _legends(fig)
+    add_legends(fig)
     return Figure(
         "tflops",
         "Throughput vs sequence length",
@@ -359,8 +251,8 @@ def memory_figure(merged: Merged) -> Figure | None:
     has_oom = any(c["status"] == "oom" for c in merged.cases)
     if not (has_peak or has_oom):
         return None
-    facets = _facets(merged.cases)
-    fig = _grid(facets, "peak memory (GiB)")
+    facets = facet_keys(merged.cases)
+    fig = panel_grid(facets, "peak memory (GiB)")
     _series_lines(
         fig,
         merged,
@@ -384,7 +276,7 @@ def memory_figure(merged: Merged) -> Figure | None:
     )
     log_y_per_panel(fig)
     fig.update_xaxes(**pow2_ticks(seqlen(c) for c in merged.cases))
-    _legends(fig)
+    add_legends(fig)
     note = "" if has_peak else " No case recorded its peak memory (CPU runs do not measure it)."
     naive = (
         "The naive implementation materialises the N×N score matrix for every (batch, "

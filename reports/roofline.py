@@ -11,16 +11,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from fa_bench.reports.axes import log_ticks, pow2_ticks
 from fa_bench.reports.build import Merged
-from fa_bench.reports.figures import (
-    Figure,
-    _styles,
-    esc,
-    hover,
-    log_ticks,
-    pow2_ticks,
-    seqlen,
-)
+from fa_bench.reports.figures import Figure, _styles, esc, hover, seqlen
 
 # Keys a calibration may use for its ceilings, most specific first.
 _BW_KEYS = ("gbps_copy",)  # a device-to-device copy, read + write counted

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from fa_bench.cli import app
 from fa_bench.inputs import load_any
 from fa_bench.reports import figures, roofline, speedup, summary
+from fa_bench.reports.axes import log_ticks
 from fa_bench.reports.build import ReportError, choose_baseline, merge, render
 from fa_bench.reports.embed import extract_results
 from fa_bench.results import ResultsError, build_document
@@ -342,12 +343,12 @@ def _assert_full_log_ticks(axis: object) -> None:
 
 
 def test_log_ticks_print_full_numbers() -> None:
-    assert figures.log_ticks([12, 664])["ticktext"] == [
+    assert log_ticks([12, 664])["ticktext"] == [
         "10", "20", "30", "50", "100", "200", "300", "500", "1000",
     ]  # fmt: skip
-    wide = figures.log_ticks([1e-3, 1e5])["ticktext"]  # many decades: powers of ten only
+    wide = log_ticks([1e-3, 1e5])["ticktext"]  # many decades: powers of ten only
     assert wide == ["0.001", "0.01", "0.1", "1", "10", "100", "1000", "10k", "100k"]
-    assert figures.log_ticks([]) == {"type": "log"}
+    assert log_ticks([]) == {"type": "log"}
 
 
 def test_roofline_and_memory_axes_label_full_values(docs: list[dict]) -> None:
