@@ -134,12 +134,9 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         flush_l2=req.l2_flush,
         cuda_graph=req.cuda_graph,
     )
-    named = tuning.explicit_missing(req.tuning_cache)
-    if named:
-        raise PlanError(
-            f"{named}: no tuning cache file at {tuning.resolve_path(req.tuning_cache)}"
-            " (a path to a file `fa-bench sweep --save-best` wrote, or 'off')"
-        )
+    missing = tuning.explicit_missing(req.tuning_cache)
+    if missing:
+        raise PlanError(f"{missing} (a file `fa-bench sweep --save-best` wrote, or 'off')")
     options = RunOptions(
         device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
         timeout_s=req.timeout_s, seed=req.seed, plugins=req.plugins,

@@ -69,13 +69,13 @@ def pin(flag: str | Path | None = None) -> str:
 
 
 def explicit_missing(flag: str | Path | None = None) -> str | None:
-    """Where a cache the user named (flag or $FA_BENCH_TUNING_CACHE) points to no file,
-    which of the two named it; None when it exists, is `off` or is the default location."""
+    """Why a cache the user named (flag or $FA_BENCH_TUNING_CACHE) cannot be used: it
+    points to no file; None when it exists, is `off` or is the default location."""
     named = "--tuning-cache" if flag is not None else ENV_VAR if os.environ.get(ENV_VAR) else None
     path = resolve_path(flag)
     if named is None or path is None or path.is_file():
         return None
-    return named
+    return f"{named}: no tuning cache file at {path}"
 
 
 def seqlen_bucket(seqlen: int) -> str:

@@ -5,9 +5,9 @@ before the first call and after the final sync), while the field notes' 1 s copy
 0.99. This times the same device copy three ways and prints NVML GB/s / copy GB/s:
 
   edges   GPM sample, launch 1 s of copies, sync, GPM sample (fa-bench 2026-11-29)
-  busy    launch 0.2 s + 1 s + 0.2 s of copies; sample when the first 0.2 s has run and
-          again when the 1 s has run (both while copies are still queued); copy GB/s
-          from CUDA events over the same calls
+  busy    fa-bench's own busy window (run_busy_window): 0.2 s + 1 s + 0.2 s of copies,
+          GPM sampled as each fence passes with copies still queued; copy GB/s from the
+          CUDA events over the same calls
   long    edges with a 3 s window (does the gap shrink as 1/window?)
 
     python3 tests/gpu/gpm_window.py
@@ -20,6 +20,7 @@ import time
 import torch
 
 from fa_bench.nvml import GPM_METRICS, NvmlDevice, load_library, normalize_uuid
+from fa_bench.telemetry_window import CudaMark, run_busy_window
 
 
 def main() -> None:
@@ -56,30 +57,21 @@ def main() -> None:
         print(f"GPM {name} {window:.0f}s: nvml {nvml:.0f} GB/s, copy {copy:.0f} GB/s, "
               f"ratio {nvml / copy:.3f}")  # fmt: skip
 
-    # Launches block once ~1000 are pending, so the events are polled between launches:
-    # each sample is taken as soon as its event has run, with copies still queued behind.
-    roll, calls = round(0.2 / per_call), round(1.0 / per_call)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    first = second = None
-    t_first = t_second = 0.0
-    for i in range(2 * roll + calls):
-        dst.copy_(src)
-        if i == roll - 1:
-            a.record()
-        if i == roll + calls - 1:
-            b.record()
-        if first is None and i >= roll and a.query():
-            first, t_first = dev.gpm_sample(), time.perf_counter()
-        if second is None and i >= roll + calls and b.query():
-            second, t_second = dev.gpm_sample(), time.perf_counter()
-    if first is None:
-        a.synchronize()
-        first, t_first = dev.gpm_sample(), time.perf_counter()
-    if second is None:
-        b.synchronize()
-        second, t_second = dev.gpm_sample(), time.perf_counter()
-    torch.cuda.synchronize()
-    copy = 2 * n * calls / (a.elapsed_time(b) / 1e3) / 1e9
+    # The busy window fa-bench ships (fa_bench.telemetry_window), with GPM at its ends.
+    samples: list[object] = []
+    stamps: list[float] = []
+
+    def take() -> None:
+        samples.append(dev.gpm_sample())
+        stamps.append(time.perf_counter())
+
+    w = run_busy_window(
+        lambda: dst.copy_(src), None, mark=lambda: CudaMark("cuda"), sync=torch.cuda.synchronize,
+        open=take, close=take, per_call_s=per_call, target_s=1.0, max_calls=10**6, roll_s=0.2,
+    )  # fmt: skip
+    first, second = samples[-2:]
+    t_first, t_second = stamps[-2:]
+    copy = 2 * n * w.calls / w.seconds / 1e9
     nvml = util(first, second) / 100 * peak
     print(f"GPM busy: nvml {nvml:.0f} GB/s, copy {copy:.0f} GB/s, ratio {nvml / copy:.3f}, "
           f"GPM interval {t_second - t_first:.3f} s")  # fmt: skip
