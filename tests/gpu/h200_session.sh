@@ -5,6 +5,7 @@
 # machine stays warm) and are copied to $OUT. Each long run stops itself with SIGINT
 # before the call's limit and is finished by the next call with --resume.
 #   bash tests/gpu/h200_session.sh checks      # gpu tests, env, do_bench cross-check
+#   bash tests/gpu/h200_session.sh probe       # issues 4+6: GPM window, clock settling, warm-up A/A
 #   bash tests/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
 #   bash tests/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
 #   bash tests/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
@@ -102,7 +103,7 @@ warmup)
   # Does a longer warm-up make back-to-back runs of power-hungry cuDNN agree?
   for w in 20 500; do
     for x in a b; do
-      fa-bench run -s standard -i sdpa-cudnn --dtype bf16 --seqlen 4096 --seqlen 16384 \
+      fa-bench run -s standard -i sdpa-cudnn --seqlen 4096 --seqlen 16384 --no-telemetry \
         --warmup "$w" --no-report --out "$RUNS/w$w-$x" > /dev/null 2>&1
     done
     echo "warmup $w ms:"; fa-bench compare "$RUNS/w$w-a" "$RUNS/w$w-b" 2>&1 | tail -3
@@ -127,6 +128,20 @@ sweep)
     --markdown "$OUT/sweep-compare.md" > "$OUT/sweep-compare.txt" 2>&1
   echo "compare before after exit $?"; tail -30 "$OUT/sweep.log"; tail -4 "$OUT/sweep-compare.txt"
   ;;
+probe)
+  # Telemetry tests alone, GPM edges vs busy, the clock's settling time, the 16k telemetry
+  # figures, then the warm-up A/A: the measurements issues 4 and 6 still wait for.
+  fa-bench env > "$OUT/env.txt" 2>&1
+  timeout 150 pytest -q -m gpu -p no:cacheprovider tests/test_telemetry.py \
+    tests/test_timing.py 2>&1 | tail -30 > "$OUT/gpu-tests.txt"
+  python3 tests/gpu/gpm_window.py > "$OUT/gpm.txt" 2>&1
+  python3 tests/gpu/clock_settle.py > "$OUT/settle.txt" 2>&1
+  bash "$0" telemetry > /dev/null
+  bash "$0" warmup > "$OUT/warmup.txt" 2>&1
+  grep -E "passed|failed" "$OUT/gpu-tests.txt"; cat "$OUT/gpm.txt" "$OUT/settle.txt" \
+    "$OUT/tel.txt" "$OUT/warmup.txt"
+  (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log)
+  ;;
 first)
   # One 10-minute call: the checks and short runs, then the standard suite until ~570 s.
   for phase in checks memory multigpu; do bash "$0" "$phase"; done
@@ -135,5 +150,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep" >&2; exit 2 ;;
+  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep" >&2; exit 2 ;;
 esac
