@@ -184,15 +184,16 @@ def run(
         ),
     ] = None,
     warmup: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--warmup",
-            help="Milliseconds of untimed calls before a case's samples. Longer lets a "
-            "power-capped GPU settle its clock before timing (see docs/measurement.md).",
+            help="Milliseconds of back-to-back untimed calls before a case's samples "
+            "(default 500 on GPU, so a power-capped clock has settled; 20 on CPU). "
+            "See docs/measurement.md.",
             min=0.0,
             rich_help_panel="Measurement",
         ),
-    ] = 20.0,
+    ] = None,
     l2_flush: Annotated[
         bool,
         typer.Option(

@@ -27,7 +27,7 @@ from fa_bench.plan import (
 )
 from fa_bench.results import read_journal, write_results
 from fa_bench.runner import RunOptions
-from fa_bench.timing import TimingConfig
+from fa_bench.timing import TimingConfig, default_warmup_ms
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RunRequest:
     target_noise: float = 0.01
     min_samples: int = 10
     max_time_s: float | None = None
-    warmup_ms: float = 20.0
+    warmup_ms: float | None = None  # None: default_warmup_ms for the device
     l2_flush: bool = True
     cuda_graph: bool = False
     seed: int = 0
@@ -130,7 +130,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         min_samples=req.min_samples,
         min_time_s=0.05 if not on_cpu else 0.02,
         max_time_s=req.max_time_s or (1.0 if on_cpu else 3.0),
-        warmup_ms=req.warmup_ms,
+        warmup_ms=default_warmup_ms(on_cpu) if req.warmup_ms is None else req.warmup_ms,
         flush_l2=req.l2_flush,
         cuda_graph=req.cuda_graph,
     )

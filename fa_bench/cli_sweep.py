@@ -40,6 +40,7 @@ class SweepRequest:
     target_noise: float = 0.01
     min_samples: int = 10
     max_time_s: float | None = None
+    warmup_ms: float | None = None  # None: default_warmup_ms for the device
     argv: tuple[str, ...] = ()
 
 
@@ -109,7 +110,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     from fa_bench.runner import RunOptions
     from fa_bench.suite import SuiteError
     from fa_bench.sweep_run import best_entries, build_doc, execute_points, write_doc
-    from fa_bench.timing import TimingConfig
+    from fa_bench.timing import TimingConfig, default_warmup_ms
 
     try:
         device = resolve_device(req.device, req.gpu)
@@ -125,6 +126,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         target_noise=req.target_noise, min_samples=req.min_samples,
         min_time_s=0.02 if on_cpu else 0.05,
         max_time_s=req.max_time_s or (1.0 if on_cpu else 2.0),
+        warmup_ms=default_warmup_ms(on_cpu) if req.warmup_ms is None else req.warmup_ms,
     )  # fmt: skip
     # No telemetry window: configs are ranked by latency alone, and the window would
     # add at least a second to every point.
@@ -233,6 +235,9 @@ def sweep(
     min_samples: Annotated[int, typer.Option("--min-samples", min=2)] = 10,
     max_time: Annotated[float | None, typer.Option("--max-time", min=0.01,
                         help="Timing seconds per config at most (2 on GPU, 1 on CPU).")] = None,
+    warmup: Annotated[float | None, typer.Option("--warmup", min=0.0, help="Milliseconds of "
+                      "back-to-back untimed calls before each config's samples (default 500 "
+                      "on GPU, 20 on CPU; see docs/measurement.md).")] = None,
 ) -> None:  # fmt: skip
     """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json."""
     import sys
@@ -248,7 +253,7 @@ def sweep(
         warps=warps, stages=stages, budget_minutes=budget_minutes, save_best=save_best,
         tuning_cache=tuning_cache, out=out, device=device, gpu=gpu, timeout_s=timeout,
         target_noise=target_noise, min_samples=min_samples, max_time_s=max_time,
-        argv=("fa-bench", *sys.argv[1:]),
+        warmup_ms=warmup, argv=("fa-bench", *sys.argv[1:]),
     )  # fmt: skip
     code = sweep_command(req, console=Console(), err_console=Console(stderr=True, soft_wrap=True))
     raise typer.Exit(code)

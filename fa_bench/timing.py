@@ -24,6 +24,18 @@ from dataclasses import dataclass, field
 Closure = Callable[[], object]
 
 
+# Untimed back-to-back calls before a case's samples. On the H200 the clock leaves its
+# boost within 100-200 ms of sustained work when the power cap bites, and A/A runs of
+# cuDNN agreed at 500 ms but not at 20 (docs/measurement.md). A CPU has no such
+# controller to wait for.
+GPU_WARMUP_MS = 500.0
+CPU_WARMUP_MS = 20.0
+
+
+def default_warmup_ms(on_cpu: bool) -> float:
+    return CPU_WARMUP_MS if on_cpu else GPU_WARMUP_MS
+
+
 @dataclass(frozen=True)
 class TimingConfig:
     target_noise: float = 0.01

@@ -95,6 +95,8 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
     assert {c["status"] for c in doc["cases"]} == {"ok"}
     assert doc["run"]["argv"][:2] == ["fa-bench", "run"] or doc["run"]["argv"][0] == "fa-bench"
     assert (out / "results.csv").exists()
+    # No --warmup: the CPU default, not the GPU's 500 ms settling time.
+    assert {c["timing"]["warmup_ms"] for c in doc["cases"]} == {20.0}
     # overriding axes from the command line narrows the suite
     out2 = tmp_path / "run2"
     result = invoke(
@@ -112,10 +114,13 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
         "--no-causal",
         "--seqlen",
         "8",
+        "--warmup",
+        "0",
         *FAST,
     )
     assert result.exit_code == 0, result.output
     cases = load_results(out2)["cases"]
+    assert cases[0]["timing"]["warmup_ms"] == 0.0
     assert [(c["impl"], c["mode"], c["causal"], c["seqlen_q"]) for c in cases] == [
         ("naive", "fwd", False, 8)
     ]

@@ -102,6 +102,7 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     from fa_bench.sweep_run import load_sweep
 
     doc = load_sweep(out / "sweep.json")
+    assert doc["run"]["timing"]["warmup_ms"] == 20.0  # the CPU default (GPU: 500)
     case_ids = {r["case_id"] for r in doc["rows"]}
     assert len(case_ids) == 2  # the flags collapse smoke's groups into one shape: fwd, bwd
     for cid in case_ids:

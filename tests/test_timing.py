@@ -8,7 +8,15 @@ import time
 import pytest
 import torch
 
-from fa_bench.timing import Timing, TimingConfig, measure, noise, quantile, summarize
+from fa_bench.timing import (
+    Timing,
+    TimingConfig,
+    default_warmup_ms,
+    measure,
+    noise,
+    quantile,
+    summarize,
+)
 
 
 def test_quantile_matches_linear_interpolation() -> None:
@@ -89,3 +97,8 @@ def test_gpu_warmup_fills_its_time_and_the_clock_is_read_per_batch() -> None:
     # A 2048^3 matmul takes well under a millisecond: 300 ms of warm-up is many calls.
     assert t.warmup_calls > 50
     assert t.sm_clock_mhz[:2] == [1980.0, 1500.0]  # the None reading is skipped
+
+
+def test_default_warmup_waits_for_a_gpu_clock_only() -> None:
+    assert default_warmup_ms(on_cpu=True) == 20.0
+    assert default_warmup_ms(on_cpu=False) == 500.0

@@ -82,22 +82,28 @@ multigpu)
   tail -c 3000 "$OUT/multi.log"
   ;;
 gate)
-  # Issue 6: two back-to-back runs, then a deliberately slowed triton; GATE_FLAGS adds
-  # run flags (e.g. "--warmup 500" or "--no-telemetry").
-  flags=${GATE_FLAGS:-}
+  # Issue 6: two back-to-back runs at the default warm-up, then a deliberately slowed
+  # triton (bf16, d128: enough to show the gate names it), compared with the first run.
+  # GATE_FLAGS adds run flags (e.g. "--warmup 20" to see the old default fail).
+  flags=${GATE_FLAGS:---no-telemetry}
   for x in a b; do
-    fa-bench run --suite standard --impl sdpa-cudnn --impl triton $flags --no-report \
-      --out "$RUNS/gate-$x" > "$OUT/gate-$x.log" 2>&1
+    timeout -s INT 280 fa-bench run --suite standard --impl sdpa-cudnn --impl triton $flags \
+      --no-report --out "$RUNS/gate-$x" > "$OUT/gate-$x.log" 2>&1
+    echo "run $x exit $? at ${SECONDS}s"
   done
   fa-bench compare "$RUNS/gate-a" "$RUNS/gate-b" --markdown "$OUT/gate-ab.md" > "$OUT/gate-ab.txt" 2>&1
   echo "compare a b exit $?"
   python3 tests/slow_tuning.py "$RUNS/slow-cache.json"
-  FA_BENCH_TUNING_CACHE="$RUNS/slow-cache.json" fa-bench run --suite standard --impl triton \
-    --dtype bf16 $flags --no-report --out "$RUNS/gate-slow" > "$OUT/gate-slow.log" 2>&1
-  fa-bench compare "$RUNS/gate-a" "$RUNS/gate-slow" --filter 'impl=triton,dtype=bf16' \
+  timeout -s INT 120 fa-bench run --suite standard --impl triton --dtype bf16 --head-dim 128 \
+    $flags --tuning-cache "$RUNS/slow-cache.json" --no-report --out "$RUNS/gate-slow" \
+    > "$OUT/gate-slow.log" 2>&1
+  echo "slow run exit $? at ${SECONDS}s"
+  fa-bench compare "$RUNS/gate-a" "$RUNS/gate-slow" --filter 'impl=triton,dtype=bf16,head_dim=128' \
     --markdown "$OUT/gate-slow.md" > "$OUT/gate-slow.txt" 2>&1
   echo "compare a slow exit $?"
   tail -4 "$OUT/gate-ab.txt" "$OUT/gate-slow.txt"
+  (cd "$OUT" && tar czf gate-logs.tgz --remove-files ./*.txt ./*.log)
+  cp "$RUNS/gate-a/results.json" "$OUT/gate-a.json"; cp "$RUNS/gate-b/results.json" "$OUT/gate-b.json"
   ;;
 warmup)
   # Does a longer warm-up make back-to-back runs of power-hungry cuDNN agree?
