@@ -92,9 +92,13 @@ def default_config(
       fast or faster in every measured cell, warp specialization added nothing;
     - forward, head_dim 256: 64 × 64 tiles, 4 warps and 2 stages: Q (32 KB) plus two
       K/V stages (2 × 64 KB) fit the 227 KB of shared memory;
-    - backward: dK/dV holds 128 keys (64 at head_dim 256) in two fp32 accumulators, which
-      needs 8 warps to stay under 255 registers per thread at head_dim 128; query tiles of
-      64 rows (32 at head_dim 256; 32 at 128 lost 10-25%); 3 stages beat 2 by 5-13%;
+    - backward, head_dim 128: dK/dV holds 128 keys in two fp32 accumulators, which needs
+      8 warps to stay under 255 registers per thread; query tiles of 64 rows (32 lost
+      10-25%); 3 stages beat 2 by 5-13%;
+    - backward, head_dim <= 64: 64 keys × 64 query rows with 4 warps and 3 stages; the
+      2026-11-29 sweep (bf16, N 1k/4k/16k, causal and not) found it 7.6-15% faster than
+      128 keys with 8 warps in all six cases (docs/sweep.md);
+    - backward, head_dim 256: 64 keys, 32 query rows, 8 warps, 1 stage (shared memory);
     - fp32 inputs: half the tile sizes (4-byte tiles, ieee dots with no wgmma fast path);
     - pre-Hopper GPUs: no TMA, the same tiles with 2 stages (less shared memory).
     `causal` is accepted for the table's key: the same tiles served both on the H200.
@@ -108,7 +112,7 @@ def default_config(
     wide = dtype == torch.float32
     if head_dim <= 64:
         cfg = dict(block_m=128, block_n=64, num_warps=4, num_stages=3)
-        bwd = dict(bwd_block_m=64, bwd_block_n=128, bwd_num_warps=8, bwd_num_stages=3)
+        bwd = dict(bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3)
     elif head_dim <= 128:
         cfg = dict(block_m=128, block_n=128, num_warps=8, num_stages=3)
         bwd = dict(bwd_block_m=64, bwd_block_n=128, bwd_num_warps=8, bwd_num_stages=3)
