@@ -32,6 +32,7 @@ class SweepRequest:
     stages: str = "2,3,4,5"
     budget_minutes: float | None = None
     save_best: bool = False
+    rules: bool = True  # also measure each rule of thumb's tile
     tuning_cache: str | None = None
     out: Path | None = None
     device: str = "auto"
@@ -96,7 +97,9 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
 
         capability = torch.cuda.get_device_capability(req.gpu or 0)
     smem = _smem_limit(device, req.gpu)
-    points = sweep_points(cases, space, capability=capability, smem_limit_bytes=smem)
+    points = sweep_points(
+        cases, space, capability=capability, smem_limit_bytes=smem, with_rules=req.rules
+    )
     return points, space, smem
 
 
@@ -221,6 +224,8 @@ def sweep(
     block_n: Annotated[str, typer.Option("--block-n", help="Comma list.")] = "32,64,128,256",
     warps: Annotated[str, typer.Option("--warps", help="Comma list of num_warps.")] = "4,8",
     stages: Annotated[str, typer.Option("--stages", help="Comma list of num_stages.")] = "2,3,4,5",
+    rules: Annotated[bool, typer.Option("--rules/--no-rules", help="Also measure each rule of "
+                     "thumb's square tile the product lacks (docs/sweep.md).")] = True,
     budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", min=0.01,
                               help="Stop cleanly after this long, keeping the results.")] = None,
     save_best: Annotated[bool, typer.Option("--save-best", help="Write each case's best config "
@@ -250,7 +255,7 @@ def sweep(
         dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
         head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
         kv_heads=tuple(kv_heads or ()), causal=causal, block_m=block_m, block_n=block_n,
-        warps=warps, stages=stages, budget_minutes=budget_minutes, save_best=save_best,
+        warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
         tuning_cache=tuning_cache, out=out, device=device, gpu=gpu, timeout_s=timeout,
         target_noise=target_noise, min_samples=min_samples, max_time_s=max_time,
         warmup_ms=warmup, argv=("fa-bench", *sys.argv[1:]),

@@ -6,7 +6,9 @@ A sweep point is a case plus the FlashConfig fields its mode decides:
 - mode `bwd`: bwd_block_m (rows streamed per step), bwd_block_n (rows each program
   holds: keys in dK/dV, queries in dQ), bwd_num_warps, bwd_num_stages.
 The other fields stay at the heuristic's values. The heuristic's own config is always in
-the space (marked `is_default`) so the sweep measures how much the best beats it.
+the space (marked `is_default`) so the sweep measures how much the best beats it, and so
+is each rule of thumb's square tile (`rules_of_thumb`, marked in `rules`) with the
+heuristic's warps and stages when the product lacks it, so every rule gets a rank.
 
 Validity rule (`prune_reason`), applied before anything is compiled; a pruned config is
 a recorded row with its reason, never silently dropped:
@@ -155,6 +157,7 @@ class Point:
     fields: dict
     is_default: bool
     pruned: str | None = None
+    rules: tuple[str, ...] = ()  # the rules of thumb whose tile this point measures
 
     @property
     def id(self) -> str:
@@ -167,19 +170,43 @@ def sweep_points(
     *,
     capability: tuple[int, int] | None,
     smem_limit_bytes: int | None,
+    with_rules: bool = True,
 ) -> list[Point]:
-    """Every (case, config) of the sweep, the heuristic's config first for each case."""
+    """Every (case, config) of the sweep, the heuristic's config first for each case, then
+    the product, then (`with_rules`) the rules of thumb's tiles the product lacks."""
     points: list[Point] = []
     for case in cases:
         mode = case.mode.value
         default = mode_fields(heuristic_config(case, capability), mode)
         configs = [default] + [f for f in expand(space, mode) if f != default]
+        names = _FIELDS[mode]
+        rules = _rule_tiles(case, default, smem_limit_bytes) if with_rules else {}
+        have = {tuple(f[n] for n in names) for f in configs}
+        configs += [dict(zip(names, k, strict=True)) for k in rules if k not in have]
         for fields in configs:
             is_default = fields == default
             # The heuristic's config is what `run` uses today: always measured, the baseline.
             pruned = None if is_default else prune_reason(case, fields, smem_limit_bytes)
-            points.append(Point(case, fields, is_default, pruned))
+            tile_rules = rules.get(tuple(fields[n] for n in names), ())
+            points.append(Point(case, fields, is_default, pruned, tile_rules))
     return points
+
+
+def _rule_tiles(
+    case: Case, default: dict, smem_limit_bytes: int | None
+) -> dict[tuple[int, ...], tuple[str, ...]]:
+    """Each rule's square tile with the heuristic's warps and stages (the rules say nothing
+    about those), as field values in `_FIELDS` order, mapped to the rules that pick it."""
+    names = _FIELDS[case.mode.value]
+    warps, stages = default[names[2]], default[names[3]]
+    seqlen = max(case.seqlen_q, case.seqlen_k)
+    picks = rules_of_thumb(case.head_dim, seqlen, smem_limit_bytes, case.dtype.itemsize)
+    out: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for rule, block in picks.items():
+        if block is not None:
+            key = (block, block, warps, stages)
+            out[key] = (*out.get(key, ()), rule)
+    return out
 
 
 def sweep_case(case: Case) -> Case:

@@ -36,6 +36,7 @@ def _row(point: Point, **fields: object) -> dict:
         "fields": dict(point.fields),
         "label": label(point.fields),
         "is_default": point.is_default,
+        "rules": list(point.rules),
         "status": "pruned" if point.pruned else None,
         "error": point.pruned,
         "tflops": None,

@@ -14,6 +14,7 @@ from fa_bench.sweep import (
     H200_SMEM_BYTES,
     SweepSpace,
     expand,
+    label,
     prune_reason,
     rules_of_thumb,
     smem_estimate_bytes,
@@ -63,10 +64,33 @@ def test_invalid_and_redundant_configs_are_pruned_with_a_reason() -> None:
 def test_points_keep_the_default_first_and_never_prune_it() -> None:
     space = SweepSpace(block_m=(16, 256), block_n=(16,), warps=(4,), stages=(1,))
     case = _case(seqlen=32, head_dim=16, dtype="fp32")
-    points = sweep_points([case], space, capability=None, smem_limit_bytes=None)
+    points = sweep_points([case], space, capability=None, smem_limit_bytes=None, with_rules=False)
     assert points[0].is_default and points[0].pruned is None
     assert sum(p.is_default for p in points) == 1
     assert [p.pruned is not None for p in points[1:]] == [False, True]  # 256 > 32: redundant
+
+
+def test_each_rule_of_thumb_tile_is_measured_even_outside_the_product() -> None:
+    space = SweepSpace(block_m=(64, 128), block_n=(64, 128), warps=(4, 8), stages=(2, 3))
+    case = _case(seqlen=4096, head_dim=128)
+    points = sweep_points([case], space, capability=(9, 0), smem_limit_bytes=H200_SMEM_BYTES)
+    assert len(points) == space.size + 1  # the product holds the default; one rule tile is new
+    marked = {label(p.fields): p.rules for p in points if p.rules}
+    # sqrt(227 KB / 2 B / (3 * 128)) = 17 -> 16, outside the product, with the default's
+    # 8 warps and 3 stages; 192 -> 128 and "128 up to 4k" pick the same tile, in the product.
+    assert marked == {
+        "bm16-bn16-w8-s3": ("sqrt(M/3d)",),
+        "bm128-bn128-w8-s3": ("256@d64,192@d128", "by seqlen"),
+    }
+    assert points[-1].pruned is None and label(points[-1].fields) == "bm16-bn16-w8-s3"
+    # A rule's tile that cannot fit is a pruned row with the reason, not a silent gap.
+    wide = sweep_points([_case(seqlen=1024, head_dim=64)], space, capability=(9, 0),
+                        smem_limit_bytes=64 * 1024)  # fmt: skip
+    big = [p for p in wide if "by seqlen" in p.rules]
+    assert len(big) == 1 and "shared memory" in big[0].pruned
+    bare = sweep_points([case], space, capability=(9, 0), smem_limit_bytes=H200_SMEM_BYTES,
+                        with_rules=False)  # fmt: skip
+    assert len(bare) == space.size and not any(p.rules for p in bare)
 
 
 def test_rules_of_thumb() -> None:
@@ -107,8 +131,13 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     assert len(case_ids) == 2  # the flags collapse smoke's groups into one shape: fwd, bwd
     for cid in case_ids:
         rows = [r for r in doc["rows"] if r["case_id"] == cid]
-        assert len(rows) == 3  # default (bm64-bn64) + 2 configs of the product
+        # default (bm64-bn64) + 2 configs of the product + the rules' 256 tile, which is
+        # longer than the 40-token sequence: a pruned row that says so.
+        assert len(rows) == 4
         assert sum(r["is_default"] for r in rows) == 1
+        rule_row = rows.pop()
+        assert rule_row["rules"] == ["256@d64,192@d128", "by seqlen"]
+        assert rule_row["status"] == "pruned" and "redundant" in rule_row["error"]
         for r in rows:
             assert r["status"] == "ok", r
             assert r["accuracy_passed"] is True and r["tflops"] > 0
