@@ -42,6 +42,7 @@ class SweepRequest:
     min_samples: int = 10
     max_time_s: float | None = None
     warmup_ms: float | None = None  # None: default_warmup_ms for the device
+    compile_jobs: int | None = None  # None: sweep_compile.default_jobs for the device
     argv: tuple[str, ...] = ()
 
 
@@ -144,6 +145,9 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
                   f"{len(todo)} to measure, {len(points) - len(todo)} pruned → {out}")  # fmt: skip
     started = now_iso()
     budget_s = req.budget_minutes * 60 if req.budget_minutes else None
+    built, compiled = _compile_phase(req, points, device, budget_s, console, err_console)
+    if budget_s is not None:
+        budget_s = max(0.0, budget_s - compiled["wall_s"])
     with RunProgress(console, total=len(todo)) as progress:
 
         def on_event(event: str, point: object, row: dict | None) -> None:
@@ -153,11 +157,13 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
                     progress.task, description=f"{point.case.label} {point.id.split('#')[1]}"
                 )
 
-        rows, env, stop = execute_points(points, out, opts, budget_s=budget_s, on_event=on_event)
+        rows, env, stop = execute_points(
+            points, out, opts, budget_s=budget_s, on_event=on_event, built=built
+        )
     run = {"started": started, "ended": now_iso(), "argv": list(req.argv), "device": device,
            "smem_limit_bytes": smem, "budget_minutes": req.budget_minutes, "stopped": stop,
            "points": len(points), "measured": sum(r["status"] != "pruned" for r in rows),
-           "timing": timing.__dict__}  # fmt: skip
+           "timing": timing.__dict__, "compile_phase": compiled}  # fmt: skip
     doc = build_doc(run, env or {}, space.to_dict(), rows)
     path = write_doc(out, doc)
     console.print(best_table(doc))
@@ -177,6 +183,43 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
             return 2
         console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}")
     return 130 if stop == "interrupted" else 0
+
+
+def _compile_phase(
+    req: SweepRequest,
+    points: list,
+    device: str,
+    budget_s: float | None,
+    console: Console,
+    err_console: Console,
+) -> tuple[dict, dict]:
+    """Build every config in parallel first (fa_bench.sweep_compile); ({}, summary) when
+    there is nothing to do. Never fatal: the timing worker builds whatever is missing."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from fa_bench.sweep_compile import compile_groups, default_jobs, precompile
+
+    jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
+    n = len(compile_groups(points))
+    if jobs < 1 or n == 0:
+        return {}, {"jobs": 0, "groups": n, "wall_s": 0.0, "stopped": None}
+    bar = Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console)  # fmt: skip
+    with bar:
+        task = bar.add_task("compile", total=n)
+        built, summary = precompile(
+            points, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
+            # At most half the budget: what is not built by then is built while timed.
+            deadline_s=None if budget_s is None else budget_s / 2, on_progress=lambda done, _: bar.update(task, completed=done),
+        )  # fmt: skip
+    console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
+                  f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "
+                  "failed and are left to the timing worker")  # fmt: skip
+    if summary["stopped"]:
+        err_console.print(f"[yellow]warning:[/] compile phase stopped early "
+                          f"({summary['stopped']}); the timing worker builds the rest",
+                          highlight=False)  # fmt: skip
+    return built, summary
 
 
 def _write_page(doc: dict, out: Path, *, console: Console, err_console: Console) -> None:
@@ -240,6 +283,9 @@ def sweep(
     min_samples: Annotated[int, typer.Option("--min-samples", min=2)] = 10,
     max_time: Annotated[float | None, typer.Option("--max-time", min=0.01,
                         help="Timing seconds per config at most (2 on GPU, 1 on CPU).")] = None,
+    compile_jobs: Annotated[int | None, typer.Option("--compile-jobs", min=0, help="Processes "
+                            "that build every config before timing starts (default: up to 8 "
+                            "on GPU, 0 on CPU; 0 = build each config as it is timed).")] = None,
     warmup: Annotated[float | None, typer.Option("--warmup", min=0.0, help="Milliseconds of "
                       "back-to-back untimed calls before each config's samples (default 500 "
                       "on GPU, 20 on CPU; see docs/measurement.md).")] = None,
@@ -258,7 +304,7 @@ def sweep(
         warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
         tuning_cache=tuning_cache, out=out, device=device, gpu=gpu, timeout_s=timeout,
         target_noise=target_noise, min_samples=min_samples, max_time_s=max_time,
-        warmup_ms=warmup, argv=("fa-bench", *sys.argv[1:]),
+        warmup_ms=warmup, compile_jobs=compile_jobs, argv=("fa-bench", *sys.argv[1:]),
     )  # fmt: skip
     code = sweep_command(req, console=Console(), err_console=Console(stderr=True, soft_wrap=True))
     raise typer.Exit(code)

@@ -196,3 +196,35 @@ def test_budget_stops_cleanly_keeping_rows(tmp_path: Path, monkeypatch) -> None:
     measured = [r for r in doc["rows"] if r["status"] != "pruned"]
     assert 1 <= len(measured) < doc["run"]["points"]
     assert "stopped early" in result.output
+
+
+def test_parallel_compile_phase_builds_every_point_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the spawned builders
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(app, [*SWEEP, "-s", "smoke", "--compile-jobs", "2", "--no-rules",
+                                      "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "sweep.json").read_text())
+    phase = doc["run"]["compile_phase"]
+    # fwd and bwd, 3 configs each, every one its own group; the builds ran in the pool.
+    assert phase | {"wall_s": 0} == {"jobs": 2, "groups": 6, "wall_s": 0, "stopped": None,
+                                     "built": 6, "failed": 0}  # fmt: skip
+    for r in doc["rows"]:
+        assert r["status"] == "ok", r
+        assert r["compile_s"] is not None and r["prepare_s"] is not None
+
+
+def test_compile_groups_share_a_config_across_sequence_lengths() -> None:
+    from fa_bench.sweep_compile import compile_groups, default_jobs
+
+    space = SweepSpace(block_m=(64, 128), block_n=(64,), warps=(4,), stages=(2,))
+    cases = [_case(seqlen=n) for n in (1024, 4096)] + [_case(seqlen=1024, mode="bwd")]
+    points = sweep_points(cases, space, capability=(9, 0), smem_limit_bytes=H200_SMEM_BYTES,
+                          with_rules=False)  # fmt: skip
+    groups = compile_groups(points)
+    sizes = sorted(len(g) for g in groups)
+    # fwd: the default + 2 tiles, each shared by both lengths; bwd: the default + 2 tiles.
+    assert sizes == [1, 1, 1, 2, 2, 2]
+    assert default_jobs("cpu") == 0 and default_jobs("cuda") >= 1

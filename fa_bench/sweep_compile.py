@@ -1,0 +1,133 @@
+"""Compile a sweep's configs in parallel before any of them is timed.
+
+On the H200 (2026-11-29) compilation took 264 s of a 507 s sweep: the timing worker
+builds one config at a time while 15 of 16 cores idle. Here a pool of processes builds
+every point first, each through the same builder as the timing worker (the `triton`
+implementation's prepare: one call on the case's own inputs, so the specialisation
+matches). Triton keeps what it compiles in its on-disk cache, where the timing worker
+then finds it, so the worker's build becomes a cache load.
+
+Nothing here is timed and nothing here is trusted: a build that fails is simply left for
+the timing worker, which records the error as before; a pool that breaks (or a deadline
+that passes) ends the phase with a warning, and the sweep goes on unchanged.
+
+Points that differ only in sequence length share most kernels, so they go to the same
+process, one group per (mode, dtype, head_dim, causal, heads, config): its first build
+compiles, the rest mostly hit the process's own cache.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+
+from fa_bench.sweep import Point
+
+Progress = Callable[[int, int], None]  # (groups done, groups total)
+
+
+def default_jobs(device: str) -> int:
+    """Processes for the compile phase: none on a CPU (the interpreter compiles nothing)."""
+    if device != "cuda":
+        return 0
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+def compile_groups(points: Sequence[Point]) -> list[list[Point]]:
+    """The points to build, grouped so that each group's kernels are shared."""
+    groups: dict[tuple, list[Point]] = {}
+    for p in points:
+        if p.pruned:
+            continue
+        c = p.case
+        key = (c.mode.value, c.dtype.value, c.head_dim, c.causal, c.heads_q, c.heads_kv,
+               tuple(sorted(p.fields.items())))  # fmt: skip
+        groups.setdefault(key, []).append(p)
+    return list(groups.values())
+
+
+def _init(gpu: int | None) -> None:
+    # Before torch is imported in this process, as the timing worker pins its GPU.
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+
+
+def _build_group(device: str, items: list[tuple[str, dict, dict]]) -> list[tuple[str, float, str]]:
+    """Build each (point id, case dict, fields); returns (id, seconds, error or "")."""
+    import torch
+
+    from fa_bench import registry
+    from fa_bench.case import Case
+    from fa_bench.execute import make_inputs
+
+    registry.load()
+    impl = registry.get("triton")
+    dev = torch.device(device)
+    out = []
+    for point_id, case_dict, fields in items:
+        case = Case.from_dict(case_dict)
+        t0 = time.perf_counter()
+        try:
+            q, k, v, _ = make_inputs(case, dev)
+            impl.prepare(case, q, k, v, {"config": fields})
+            error = ""
+        except Exception as exc:  # the timing worker meets it again and records it
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        out.append((point_id, round(time.perf_counter() - t0, 4), error))
+    return out
+
+
+def precompile(
+    points: Sequence[Point],
+    *,
+    device: str,
+    gpu: int | None,
+    jobs: int,
+    deadline_s: float | None = None,
+    on_progress: Progress | None = None,
+) -> tuple[dict[str, dict], dict]:
+    """Build every unpruned point with `jobs` processes.
+
+    Returns ({point id: {"compile_s", "error"}}, a summary for sweep.json's `run`)."""
+    groups = compile_groups(points)
+    summary = {"jobs": jobs, "groups": len(groups), "wall_s": 0.0, "stopped": None}
+    if jobs < 1 or not groups:
+        return {}, summary
+    dev = "cuda" if device == "cuda" else "cpu"
+    built: dict[str, dict] = {}
+    start = time.monotonic()
+    pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init,
+                               initargs=(gpu,))  # fmt: skip
+    try:
+        pending = {
+            pool.submit(_build_group, dev, [(p.id, p.case.to_dict(), dict(p.fields)) for p in g])
+            for g in groups
+        }
+        done_groups = 0
+        while pending:
+            left = None if deadline_s is None else deadline_s - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                summary["stopped"] = "deadline"
+                break
+            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for fut in done:
+                for point_id, seconds, error in fut.result():
+                    built[point_id] = {"compile_s": seconds, "error": error or None}
+                done_groups += 1
+            if on_progress:
+                on_progress(done_groups, len(groups))
+    except Exception as exc:  # a broken pool must not cost the sweep its measurements
+        summary["stopped"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        if summary["stopped"]:
+            # Builds still running would compete with the timing for CPU and GPU.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+    summary["wall_s"] = round(time.monotonic() - start, 2)
+    summary["built"] = len(built)
+    summary["failed"] = sum(1 for b in built.values() if b["error"])
+    return built, summary
