@@ -15,6 +15,7 @@
 #   bash tests/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
 #   bash tests/gpu/h200_session.sh sweep       # issue 7: sweep and save (then sweep-ab if time)
 #   CACHE=F bash tests/gpu/h200_session.sh sweep-ab  # issue 7: triton before/after with F
+#   bash tests/gpu/h200_session.sh heuristic   # issue 7: new vs old d64 backward default
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -118,18 +119,40 @@ warmup)
   ;;
 sweep)
   # Issue 7: sweep the issue's grid (bf16, D 64/128, N 1k/4k/16k, causal and not, fwd and
-  # bwd) inside one call and save the best configs. The warm-up is 200 ms, not run's 500:
-  # clock_settle.py saw the clock leave boost within 100-200 ms, and 400 points x 300 ms
-  # is the difference between fitting one call and not. Then, if the call has time left,
-  # the before/after runs (sweep-ab).
+  # bwd) inside one call and save the best configs. Since 2026-11-29 (2nd run) the sweep
+  # builds every config first in parallel and measures each rule of thumb's tile too, and
+  # times at run's default warm-up. Then, if the call has time left, sweep-ab.
   cache="$RUNS/tuning-h200.json"
   fa-bench sweep -s standard --dtype bf16 --head-dim 64 --head-dim 128 --seqlen 1024 \
     --seqlen 4096 --seqlen 16384 --mode fwd --mode bwd --block-m 64,128 --block-n 64,128 \
-    --warps 4,8 --stages 2,3 --warmup 200 --max-time 0.5 --budget-minutes "${SWEEP_MIN:-8.5}" \
+    --warps 4,8 --stages 2,3 --max-time 0.5 --budget-minutes "${SWEEP_MIN:-9}" \
     --save-best --tuning-cache "$cache" --out "$RUNS/sweep" > "$OUT/sweep.log" 2>&1
   echo "sweep exit $? at ${SECONDS}s"; cp "$RUNS/sweep/sweep.json" "$cache" "$OUT/" 2>/dev/null
-  tail -32 "$OUT/sweep.log"
+  grep -E "compiled|stopped" "$OUT/sweep.log"; tail -32 "$OUT/sweep.log"
   if [ "$SECONDS" -lt 330 ]; then CACHE="$cache" bash "$0" sweep-ab; fi
+  ;;
+heuristic)
+  # Issue 7: the new default for the backward at head_dim 64 (64x64 tiles, 4 warps)
+  # against the old one (64x128, 8 warps) pinned through a tuning cache, back to back.
+  python3 - "$RUNS/old-bwd64.json" <<'PY'
+import json, sys, torch
+from fa_bench.tuning import BUCKET_EDGES, SCHEMA, seqlen_bucket
+buckets = [seqlen_bucket(e) for e in BUCKET_EDGES] + [seqlen_bucket(BUCKET_EDGES[-1] + 1)]
+old = {"bwd_block_m": 64, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 3}
+entries = [{"gpu": torch.cuda.get_device_name(0), "dtype": dt, "head_dim": 64, "causal": c,
+            "mode": "bwd", "seqlen_bucket": b, "config": old}
+           for dt in ("fp16", "bf16") for c in (False, True) for b in buckets]
+json.dump({"schema": SCHEMA, "entries": entries}, open(sys.argv[1], "w"), indent=1)
+PY
+  for x in old new; do
+    c=off; [ "$x" = old ] && c="$RUNS/old-bwd64.json"
+    fa-bench run -s standard -i triton --head-dim 64 --mode bwd --tuning-cache "$c" \
+      --no-telemetry --no-report --out "$RUNS/bwd64-$x" > "$OUT/bwd64-$x.log" 2>&1
+    echo "bwd64 $x exit $? at ${SECONDS}s"
+  done
+  fa-bench compare "$RUNS/bwd64-old" "$RUNS/bwd64-new" --markdown "$OUT/bwd64.md" \
+    > "$OUT/bwd64.txt" 2>&1
+  echo "compare old new exit $?"; tail -3 "$OUT/bwd64.txt"
   ;;
 sweep-ab)
   # Issue 7: the standard suite's triton cases with the heuristic, then with the sweep's
@@ -159,5 +182,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab" >&2; exit 2 ;;
+  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab|heuristic" >&2; exit 2 ;;
 esac
