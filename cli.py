@@ -336,13 +336,15 @@ def env(
 ) -> None:
     """Show this machine: GPUs, driver, versions, and which implementations can run."""
     from fa_bench import registry
-    from fa_bench.env import collect_env
+    from fa_bench.env import collect_env, cudnn_version
 
     info = collect_env()
     t = Table("", "", show_header=False, box=None)
     for key in ("hostname", "platform", "python", "fa_bench", "torch", "triton", "cuda", "cudnn",
                 "driver"):  # fmt: skip
-        t.add_row(key, str(info.get(key)) if info.get(key) is not None else "–")
+        value = info.get(key)
+        shown = cudnn_version(value) if key == "cudnn" else str(value)
+        t.add_row(key, shown if value is not None else "–")
     if info.get("driver_note"):
         t.add_row("driver note", info["driver_note"])
     console.print(Panel(t, title="environment"))

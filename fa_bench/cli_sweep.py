@@ -210,7 +210,8 @@ def _compile_phase(
         built, summary = precompile(
             points, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
             # At most half the budget: what is not built by then is built while timed.
-            deadline_s=None if budget_s is None else budget_s / 2, on_progress=lambda done, _: bar.update(task, completed=done),
+            deadline_s=None if budget_s is None else budget_s / 2,
+            on_progress=lambda done, _: bar.update(task, completed=done),
         )  # fmt: skip
     console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
                   f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "

@@ -95,3 +95,13 @@ def git_sha(path: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return sha + ("+dirty" if dirty else "") if sha else None
+
+
+def cudnn_version(value: object) -> str:
+    """cuDNN's version as torch reports it (`torch.backends.cudnn.version()`, an int) in
+    dotted form: cuDNN 9 encodes it as major·10000 + minor·100 + patch (91900 is 9.19.0),
+    earlier releases as major·1000 + minor·100 + patch (8907 is 8.9.7)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return "–" if value is None else str(value)
+    major, rest = divmod(value, 10000) if value >= 90000 else divmod(value, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"

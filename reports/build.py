@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fa_bench.env import cudnn_version
 from fa_bench.reports.embed import embed_json
 
 PLOTLYJS_CHOICES = ("inline", "cdn")
@@ -120,16 +121,6 @@ def choose_baseline(merged: Merged, requested: str | None) -> str:
         if name in merged.impls:
             return name
     return merged.impls[0]
-
-
-def cudnn_version(value: object) -> str:
-    """cuDNN's version as torch reports it (`torch.backends.cudnn.version()`, an int) in
-    dotted form: cuDNN 9 encodes it as major·10000 + minor·100 + patch (91900 is 9.19.0),
-    earlier releases as major·1000 + minor·100 + patch (8907 is 8.9.7)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        return "–" if value is None else str(value)
-    major, rest = divmod(value, 10000) if value >= 90000 else divmod(value, 1000)
-    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 def _env_value(env: dict, key: str) -> str:

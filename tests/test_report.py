@@ -263,7 +263,7 @@ def test_multi_gpu_run_keeps_each_gpu_and_flags_a_slow_one() -> None:
 
 
 def test_cudnn_version_is_dotted() -> None:
-    from fa_bench.reports.build import cudnn_version
+    from fa_bench.env import cudnn_version
 
     assert cudnn_version(91900) == "9.19.0"  # cuDNN 9: major*10000 + minor*100 + patch
     assert cudnn_version(90100) == "9.1.0"
