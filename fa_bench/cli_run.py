@@ -13,6 +13,7 @@ from fa_bench import registry, tuning
 from fa_bench.case import Case
 from fa_bench.console import RunProgress, failures_table, summary_table
 from fa_bench.distributed import Rank, detect, part_dir, wait_and_merge
+from fa_bench.flags import CaseFlags, MeasureFlags
 from fa_bench.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
 from fa_bench.plan import (
     Plan,
@@ -27,30 +28,12 @@ from fa_bench.plan import (
 )
 from fa_bench.results import read_journal, write_results
 from fa_bench.runner import RunOptions
-from fa_bench.timing import TimingConfig, default_warmup_ms
 
 
 @dataclass(frozen=True)
-class RunRequest:
-    suites: tuple[str, ...] = ()
+class RunRequest(CaseFlags, MeasureFlags):
     impls: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
-    dtypes: tuple[str, ...] = ()
-    seqlens: tuple[int, ...] = ()
-    head_dims: tuple[int, ...] = ()
-    batch: tuple[int, ...] = ()
-    heads: tuple[int, ...] = ()
-    kv_heads: tuple[int, ...] = ()
-    causal: bool | None = None
-    device: str = "auto"
-    gpu: int | None = None
-    out: Path | None = None
-    resume: Path | None = None
-    timeout_s: float = 600.0
-    target_noise: float = 0.01
-    min_samples: int = 10
-    max_time_s: float | None = None
-    warmup_ms: float | None = None  # None: default_warmup_ms for the device
+    resume: Path | None = None  # finish this run folder's plan instead of a new one
     l2_flush: bool = True
     cuda_graph: bool = False
     seed: int = 0
@@ -125,15 +108,8 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     suites = load_suites(suite_names, overrides=overrides, known_impls=list(impls))
     cases = interleave_impls(c for s in suites for c in s.cases)
     on_cpu = device == "cpu"
-    timing = TimingConfig(
-        target_noise=req.target_noise,
-        min_samples=req.min_samples,
-        min_time_s=0.05 if not on_cpu else 0.02,
-        max_time_s=req.max_time_s or (1.0 if on_cpu else 3.0),
-        warmup_ms=default_warmup_ms(on_cpu) if req.warmup_ms is None else req.warmup_ms,
-        flush_l2=req.l2_flush,
-        cuda_graph=req.cuda_graph,
-    )
+    timing = req.timing(on_cpu, gpu_max_time_s=3.0, flush_l2=req.l2_flush,
+                        cuda_graph=req.cuda_graph)  # fmt: skip
     missing = tuning.explicit_missing(req.tuning_cache)
     if missing:
         raise PlanError(f"{missing} (a file `fa-bench sweep --save-best` wrote, or 'off')")

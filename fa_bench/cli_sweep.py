@@ -11,21 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from fa_bench.case import DType
+from fa_bench.flags import CaseFlags, MeasureFlags
 
 _DEFAULT_OUT = Path("fa-bench-out")
 
 
 @dataclass(frozen=True)
-class SweepRequest:
-    suites: tuple[str, ...] = ()
+class SweepRequest(CaseFlags, MeasureFlags):
     modes: tuple[str, ...] = ("fwd", "bwd")
-    dtypes: tuple[str, ...] = ()
-    seqlens: tuple[int, ...] = ()
-    head_dims: tuple[int, ...] = ()
-    batch: tuple[int, ...] = ()
-    heads: tuple[int, ...] = ()
-    kv_heads: tuple[int, ...] = ()
-    causal: bool | None = None
     block_m: str = "32,64,128,256"
     block_n: str = "32,64,128,256"
     warps: str = "4,8"
@@ -34,14 +27,7 @@ class SweepRequest:
     save_best: bool = False
     rules: bool = True  # also measure each rule of thumb's tile
     tuning_cache: str | None = None
-    out: Path | None = None
-    device: str = "auto"
-    gpu: int | None = None
     timeout_s: float = 300.0
-    target_noise: float = 0.01
-    min_samples: int = 10
-    max_time_s: float | None = None
-    warmup_ms: float | None = None  # None: default_warmup_ms for the device
     compile_jobs: int | None = None  # None: sweep_compile.default_jobs for the device
     argv: tuple[str, ...] = ()
 
@@ -114,7 +100,6 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     from fa_bench.runner import RunOptions
     from fa_bench.suite import SuiteError
     from fa_bench.sweep_run import best_entries, build_doc, execute_points, write_doc
-    from fa_bench.timing import TimingConfig, default_warmup_ms
 
     try:
         device = resolve_device(req.device, req.gpu)
@@ -126,12 +111,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         return 2
     on_cpu = device == "cpu"
-    timing = TimingConfig(
-        target_noise=req.target_noise, min_samples=req.min_samples,
-        min_time_s=0.02 if on_cpu else 0.05,
-        max_time_s=req.max_time_s or (1.0 if on_cpu else 2.0),
-        warmup_ms=default_warmup_ms(on_cpu) if req.warmup_ms is None else req.warmup_ms,
-    )  # fmt: skip
+    timing = req.timing(on_cpu, gpu_max_time_s=2.0)
     # No telemetry window: configs are ranked by latency alone, and the window would
     # add at least a second to every point.
     opts = RunOptions(device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,

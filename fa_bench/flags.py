@@ -1,0 +1,53 @@
+"""The flags `fa-bench run` and `fa-bench sweep` share: which cases, where, how timed.
+
+`RunRequest` (cli_run) and `SweepRequest` (cli_sweep) extend these, so the two commands
+select cases (`suite.Overrides.from_flags` reads the same attribute names) and build
+their timing the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fa_bench.timing import TimingConfig, default_warmup_ms
+
+
+@dataclass(frozen=True)
+class CaseFlags:
+    """Axes given on the command line; empty (or None) keeps the suite's axis."""
+
+    suites: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    seqlens: tuple[int, ...] = ()
+    head_dims: tuple[int, ...] = ()
+    batch: tuple[int, ...] = ()
+    heads: tuple[int, ...] = ()
+    kv_heads: tuple[int, ...] = ()
+    causal: bool | None = None
+
+
+@dataclass(frozen=True)
+class MeasureFlags:
+    """Where the cases run and how each is timed."""
+
+    device: str = "auto"
+    gpu: int | None = None
+    out: Path | None = None
+    timeout_s: float = 600.0
+    target_noise: float = 0.01
+    min_samples: int = 10
+    max_time_s: float | None = None  # None: 1 s on CPU, the command's own GPU default
+    warmup_ms: float | None = None  # None: default_warmup_ms for the device
+
+    def timing(self, on_cpu: bool, *, gpu_max_time_s: float, **extra: object) -> TimingConfig:
+        """The TimingConfig these flags ask for; `extra` sets the run-only fields."""
+        return TimingConfig(
+            target_noise=self.target_noise,
+            min_samples=self.min_samples,
+            min_time_s=0.02 if on_cpu else 0.05,
+            max_time_s=self.max_time_s or (1.0 if on_cpu else gpu_max_time_s),
+            warmup_ms=default_warmup_ms(on_cpu) if self.warmup_ms is None else self.warmup_ms,
+            **extra,
+        )
