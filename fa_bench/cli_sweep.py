@@ -121,7 +121,8 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         err_console.print(f"[bold red]error:[/] --out {out}: already holds a sweep.json")
         return 2
     todo = [p for p in points if not p.pruned]
-    console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs: "
+    console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
+                  "(plus the heuristic's and the rules of thumb's where the product lacks them): "
                   f"{len(todo)} to measure, {len(points) - len(todo)} pruned → {out}")  # fmt: skip
     started = now_iso()
     budget_s = req.budget_minutes * 60 if req.budget_minutes else None
