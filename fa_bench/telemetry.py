@@ -177,7 +177,8 @@ class TelemetrySession:
                 )  # fmt: skip
                 window_s, calls = w.seconds, w.calls
                 # The energy delta spans the readings, not the marks: its calls pro rata.
-                energy_s, energy_calls = w.readings_s, w.calls * w.readings_s / w.seconds
+                energy_s = w.readings_s
+                energy_calls = calls * w.readings_s / w.seconds if w.seconds > 0 else 0.0
             else:
                 r.open()
                 window_s, calls = run_window(
@@ -188,6 +189,10 @@ class TelemetrySession:
                 energy_s, energy_calls = window_s, calls
         finally:
             r.free()
+        if window_s <= 0 or calls == 0:
+            # Nothing ran on the device: any rate would divide by zero or describe idle.
+            return {"available": False, "reason": f"the telemetry window saw no device time "
+                    f"({calls} calls, {window_s:.3g} s): the case queued no GPU work"}  # fmt: skip
         unavailable: dict[str, str] = {}
         out: dict = {
             "available": True,

@@ -105,3 +105,23 @@ def test_session_reads_energy_over_the_readings_and_scales_it_per_call() -> None
     # is the mean power times one call's device time.
     assert t["energy_j_per_call"] == pytest.approx(t["power_w_mean"] * 1e-3, rel=1e-6)
     assert t["gbps_nvml"] and t["sm_clock_mhz_mean"] and not t["unavailable"]
+
+
+class IdleStream(FakeStream):
+    """A closure that queues no device work: every mark lands on the same device instant."""
+
+    def call(self) -> None:
+        self.calls += 1
+
+    def mark(self) -> FakeMark:
+        return FakeMark(self.free_at)
+
+
+def test_a_window_with_no_device_time_says_so_instead_of_dividing_by_zero() -> None:
+    stream = IdleStream(0.0)
+    cfg = TelemetryConfig(window_s=0.2, poll_s=0.02, max_calls=50)
+    s = TelemetrySession.from_uuid(UUID, lib=FakeNvml(), config=cfg, mark=stream.mark)
+    s.sync = stream.sync
+    t = s.measure(stream.call, None, per_call_s=None, bytes_model=1e6)
+    assert t["available"] is False
+    assert "no device time" in t["reason"] and "failed" not in t["reason"]
