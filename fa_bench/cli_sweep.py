@@ -190,8 +190,7 @@ def _compile_phase(
         task = bar.add_task("compile", total=n)
         built, summary = precompile(
             points, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
-            # At most half the budget: what is not built by then is built while timed.
-            deadline_s=None if budget_s is None else budget_s / 2,
+            deadline_s=_compile_deadline(budget_s, req.timeout_s, n, jobs),
             on_progress=lambda done, _: bar.update(task, completed=done),
         )  # fmt: skip
     console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
@@ -202,6 +201,15 @@ def _compile_phase(
                           f"({summary['stopped']}); the timing worker builds the rest",
                           highlight=False)  # fmt: skip
     return built, summary
+
+
+def _compile_deadline(budget_s: float | None, timeout_s: float, groups: int, jobs: int) -> float:
+    """At most half the budget, so that the timing keeps the rest; without one, a generous
+    20 s per group per process (H200 builds took 1-3 s), so one hung build cannot stall the
+    sweep. What is not built by then is built by the timing worker, under its timeout."""
+    if budget_s is not None:
+        return budget_s / 2
+    return max(timeout_s, 20.0 * groups / jobs)
 
 
 def _write_page(doc: dict, out: Path, *, console: Console, err_console: Console) -> None:
