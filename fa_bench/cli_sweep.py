@@ -181,7 +181,8 @@ def _compile_phase(
     from fa_bench.sweep_compile import compile_groups, default_jobs, precompile
 
     jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
-    n = len(compile_groups(points))
+    groups = compile_groups(points)
+    n = len(groups)
     if jobs < 1 or n == 0:
         return {}, {"jobs": 0, "groups": n, "wall_s": 0.0, "stopped": None}
     bar = Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -189,7 +190,7 @@ def _compile_phase(
     with bar:
         task = bar.add_task("compile", total=n)
         built, summary = precompile(
-            points, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
+            groups, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
             deadline_s=_compile_deadline(budget_s, req.timeout_s, n, jobs),
             on_progress=lambda done, _: bar.update(task, completed=done),
         )  # fmt: skip

@@ -81,7 +81,7 @@ def _build_group(device: str, items: list[tuple[str, dict, dict]]) -> list[tuple
 
 
 def precompile(
-    points: Sequence[Point],
+    groups: Sequence[Sequence[Point]],
     *,
     device: str,
     gpu: int | None,
@@ -89,10 +89,10 @@ def precompile(
     deadline_s: float | None = None,
     on_progress: Progress | None = None,
 ) -> tuple[dict[str, dict], dict]:
-    """Build every unpruned point with `jobs` processes.
+    """Build the points of `groups` (from `compile_groups`) with `jobs` processes, a group
+    to a task.
 
     Returns ({point id: {"compile_s", "error"}}, a summary for sweep.json's `run`)."""
-    groups = compile_groups(points)
     summary = {"jobs": jobs, "groups": len(groups), "wall_s": 0.0, "stopped": None}
     if jobs < 1 or not groups:
         return {}, summary

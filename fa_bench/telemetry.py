@@ -175,10 +175,9 @@ class TelemetrySession:
                     closure, before, mark=self.mark, sync=self.sync, open=r.open, close=r.close,
                     per_call_s=per_call_s, target_s=cfg.window_s, max_calls=cfg.max_calls,
                 )  # fmt: skip
-                window_s, calls = w.seconds, w.calls
-                # The energy delta spans the readings, not the marks: its calls pro rata.
-                energy_s = w.readings_s
-                energy_calls = calls * w.readings_s / w.seconds if w.seconds > 0 else 0.0
+                # The energy delta spans the readings, not the marks (below: its calls
+                # pro rata).
+                window_s, calls, energy_s = w.seconds, w.calls, w.readings_s
             else:
                 r.open()
                 window_s, calls = run_window(
@@ -186,13 +185,14 @@ class TelemetrySession:
                     target_s=cfg.window_s, max_calls=cfg.max_calls,
                 )  # fmt: skip
                 r.close()
-                energy_s, energy_calls = window_s, calls
+                energy_s = window_s
         finally:
             r.free()
         if window_s <= 0 or calls == 0:
             # Nothing ran on the device: any rate would divide by zero or describe idle.
             return {"available": False, "reason": f"the telemetry window saw no device time "
                     f"({calls} calls, {window_s:.3g} s): the case queued no GPU work"}  # fmt: skip
+        energy_calls = calls * energy_s / window_s
         unavailable: dict[str, str] = {}
         out: dict = {
             "available": True,

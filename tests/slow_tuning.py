@@ -28,12 +28,24 @@ def slow_entries(
     dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"),
     head_dims: tuple[int, ...] = HEAD_DIMS,
 ) -> list[dict]:
-    buckets = [seqlen_bucket(e) for e in BUCKET_EDGES] + [seqlen_bucket(BUCKET_EDGES[-1] + 1)]
     configs = {
         "fwd": {"block_m": block_m, "block_n": block_n, "num_warps": 4, "num_stages": 1},
         "bwd": {"bwd_block_m": block_m, "bwd_block_n": block_n, "bwd_num_warps": 4,
                 "bwd_num_stages": 1},
     }  # fmt: skip
+    return pinned_entries(gpu, configs, dtypes=dtypes, head_dims=head_dims)
+
+
+def pinned_entries(
+    gpu: str,
+    configs: dict[str, dict],
+    *,
+    dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"),
+    head_dims: tuple[int, ...] = HEAD_DIMS,
+) -> list[dict]:
+    """Cache entries that pin `configs` ({mode: fields}) for every causal flag and seqlen
+    bucket of these dtypes and head dims."""
+    buckets = [seqlen_bucket(e) for e in BUCKET_EDGES] + [seqlen_bucket(BUCKET_EDGES[-1] + 1)]
     return [
         {
             "gpu": gpu,

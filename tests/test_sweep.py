@@ -233,12 +233,13 @@ def test_compile_groups_share_a_config_across_sequence_lengths() -> None:
 def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fa_bench.sweep_compile import precompile
+    from fa_bench.sweep_compile import compile_groups, precompile
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     space = SweepSpace(block_m=(16, 32), block_n=(16,), warps=(4,), stages=(1,))
     points = sweep_points([_case(seqlen=40, head_dim=16, dtype="fp32")], space, capability=None,
                           smem_limit_bytes=None, with_rules=False)  # fmt: skip
     # 0.3 s is less than a builder process needs to import torch: nothing gets built.
-    built, summary = precompile(points, device="cpu", gpu=None, jobs=2, deadline_s=0.3)
+    groups = compile_groups(points)
+    built, summary = precompile(groups, device="cpu", gpu=None, jobs=2, deadline_s=0.3)
     assert built == {} and summary["stopped"] == "deadline" and summary["wall_s"] < 5

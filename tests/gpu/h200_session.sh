@@ -134,14 +134,13 @@ sweep)
 heuristic)
   # Issue 7: the new default for the backward at head_dim 64 (64x64 tiles, 4 warps)
   # against the old one (64x128, 8 warps) pinned through a tuning cache, back to back.
-  python3 - "$RUNS/old-bwd64.json" <<'PY'
+  PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-bwd64.json" <<'PY'
 import json, sys, torch
-from fa_bench.tuning import BUCKET_EDGES, SCHEMA, seqlen_bucket
-buckets = [seqlen_bucket(e) for e in BUCKET_EDGES] + [seqlen_bucket(BUCKET_EDGES[-1] + 1)]
-old = {"bwd_block_m": 64, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 3}
-entries = [{"gpu": torch.cuda.get_device_name(0), "dtype": dt, "head_dim": 64, "causal": c,
-            "mode": "bwd", "seqlen_bucket": b, "config": old}
-           for dt in ("fp16", "bf16") for c in (False, True) for b in buckets]
+from fa_bench.tuning import SCHEMA
+from slow_tuning import pinned_entries
+old = {"bwd": {"bwd_block_m": 64, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 3}}
+entries = pinned_entries(torch.cuda.get_device_name(0), old, dtypes=("fp16", "bf16"),
+                         head_dims=(64,))
 json.dump({"schema": SCHEMA, "entries": entries}, open(sys.argv[1], "w"), indent=1)
 PY
   for x in old new; do
