@@ -121,11 +121,13 @@ sweep)
   # Issue 7: sweep the issue's grid (bf16, D 64/128, N 1k/4k/16k, causal and not, fwd and
   # bwd) inside one call and save the best configs. Since 2026-11-29 (2nd run) the sweep
   # builds every config first in parallel and measures each rule of thumb's tile too, and
-  # times at run's default warm-up. Then, if the call has time left, sweep-ab.
+  # times each point after a 200 ms warm-up (SWEEP_WARMUP): the points run back to back,
+  # the clock settles within 200 ms (docs/measurement.md), and run's 500 ms default would
+  # add ~2 minutes to the 24 cases. Then, if the call has time left, sweep-ab.
   cache="$RUNS/tuning-h200.json"
   fa-bench sweep -s standard --dtype bf16 --head-dim 64 --head-dim 128 --seqlen 1024 \
     --seqlen 4096 --seqlen 16384 --mode fwd --mode bwd --block-m 64,128 --block-n 64,128 \
-    --warps 4,8 --stages 2,3 --max-time 0.5 --budget-minutes "${SWEEP_MIN:-9}" \
+    --warps 4,8 --stages 2,3 --max-time 0.5 --warmup "${SWEEP_WARMUP:-200}" --budget-minutes "${SWEEP_MIN:-9}" \
     --save-best --tuning-cache "$cache" --out "$RUNS/sweep" > "$OUT/sweep.log" 2>&1
   echo "sweep exit $? at ${SECONDS}s"; cp "$RUNS/sweep/sweep.json" "$cache" "$OUT/" 2>/dev/null
   grep -E "compiled|stopped" "$OUT/sweep.log"; tail -32 "$OUT/sweep.log"
