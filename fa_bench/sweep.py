@@ -99,7 +99,8 @@ def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
     from fa_bench.kernels.flash_config import default_config
 
     pad = max(16, 1 << (case.head_dim - 1).bit_length())
-    return default_config(pad, case.dtype.torch(), case.causal, capability, case.mode.value)
+    seqlen = max(case.seqlen_q, case.seqlen_k)
+    return default_config(pad, case.dtype.torch(), case.causal, capability, case.mode.value, seqlen)
 
 
 def expand(space: SweepSpace, mode: str) -> list[dict]:

@@ -95,7 +95,7 @@ def main() -> None:
                     torch.randn(b, h, n, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
                     for _ in range(3)
                 )
-                base = default_config(d, torch.bfloat16, causal, cap, "fwd_bwd")
+                base = default_config(d, torch.bfloat16, causal, cap, "fwd_bwd", n)
                 impls = {
                     "triton": lambda q, k, v, c=base, cz=causal: flash_attention(
                         q, k, v, causal=cz, config=c

@@ -68,19 +68,25 @@ _INTERPRETER = FlashConfig(
 )
 
 
+# Up to this many tokens a causal forward runs 64 × 64 tiles (see default_config).
+_SHORT_CAUSAL_SEQLEN = 1024
+
+
 def default_config(
     head_dim: int,
     dtype: object,
     causal: bool,
     device_capability: tuple[int, int] | None,
     mode: str = "fwd_bwd",
+    seqlen: int | None = None,
 ) -> FlashConfig:
-    """The launch configuration for one (head_dim, dtype, causal, GPU) point.
+    """The launch configuration for one (head_dim, dtype, causal, GPU, seqlen) point.
 
     `head_dim` is the padded (power-of-two) head dimension, `dtype` a torch dtype,
     `device_capability` `torch.cuda.get_device_capability()` or None for the CPU
-    interpreter. `mode` ("fwd", "bwd", "fwd_bwd") does not change the choice today: a
-    config carries both the forward and the backward fields.
+    interpreter, `seqlen` the longer of the query and key lengths (None: long). `mode`
+    ("fwd", "bwd", "fwd_bwd") does not change the choice today: a config carries both the
+    forward and the backward fields.
 
     Why these numbers (Hopper, measured on the H200: see docs/kernel.md):
     - forward, head_dim 128: 128 query rows × 128 keys, 8 warps, 3 stages: two warpgroups
@@ -90,6 +96,10 @@ def default_config(
       with 8 warps lost 15-20%;
     - TMA (device-side descriptors) is opt-in (`use_tma=True`): the pointer path was as
       fast or faster in every measured cell, warp specialization added nothing;
+    - causal forward up to 1k tokens (fp16/bf16, head_dim <= 128): 64 × 64 tiles, 4 warps,
+      3 stages: half the diagonal tile's masked work and twice the programs; 4-21% faster
+      at 512 and 1k in all 8 swept cases, a wash at 2k, 1.5-2.5% slower at 4k
+      (2026-11-29 sweeps, docs/sweep.md);
     - forward, head_dim 256: 64 × 64 tiles, 4 warps and 2 stages: Q (32 KB) plus two
       K/V stages (2 × 64 KB) fit the 227 KB of shared memory;
     - backward, head_dim 128: dK/dV holds 128 keys in two fp32 accumulators, which needs
@@ -101,9 +111,8 @@ def default_config(
     - backward, head_dim 256: 64 keys, 32 query rows, 8 warps, 1 stage (shared memory);
     - fp32 inputs: half the tile sizes (4-byte tiles, ieee dots with no wgmma fast path);
     - pre-Hopper GPUs: no TMA, the same tiles with 2 stages (less shared memory).
-    `causal` is accepted for the table's key: the same tiles served both on the H200.
     """
-    del mode, causal  # same tiles for every mode and mask today (see docstring)
+    del mode  # a config carries both kernels' fields
     if device_capability is None:
         return _INTERPRETER
     import torch  # local: keep this module importable without torch at import time
@@ -119,6 +128,9 @@ def default_config(
     else:
         cfg = dict(block_m=64, block_n=64, num_warps=4, num_stages=2)
         bwd = dict(bwd_block_m=32, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=1)
+    short_causal = causal and seqlen is not None and seqlen <= _SHORT_CAUSAL_SEQLEN
+    if short_causal and head_dim <= 128 and not wide:
+        cfg = dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
     if wide:
         cfg.update(block_m=max(16, cfg["block_m"] // 2), block_n=max(16, cfg["block_n"] // 2))
         cfg.update(num_stages=min(cfg["num_stages"], 2))
@@ -166,7 +178,7 @@ def select_config(
     is_cuda = getattr(device, "type", str(device)) == "cuda"
     cap = torch.cuda.get_device_capability(device) if is_cuda else None
     pad = max(16, 1 << (head_dim - 1).bit_length())
-    cfg = default_config(pad, dtype, causal, cap, mode)
+    cfg = default_config(pad, dtype, causal, cap, mode, seqlen)
     path = tuning.resolve_path() if cache_path == "env" else cache_path
     gpu = torch.cuda.get_device_name(device) if is_cuda else "cpu"
     dtype_name = _DTYPE_NAMES.get(str(dtype), str(dtype))

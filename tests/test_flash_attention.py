@@ -213,6 +213,30 @@ def test_config_validation():
     assert not default_config(64, torch.float16, False, (8, 0)).use_tma
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_short_causal_forward_takes_64x64_tiles(head_dim: int, dtype: torch.dtype) -> None:
+    """The H200 sweeps: 64x64 tiles won the causal forward at 512 and 1k tokens only."""
+
+    def tiles(causal: bool, seqlen: int | None) -> tuple:
+        c = default_config(head_dim, dtype, causal, (9, 0), "fwd", seqlen)
+        return (c.block_m, c.block_n, c.num_warps, c.num_stages)
+
+    long = tiles(True, None)
+    assert long != (64, 64, 4, 3)
+    assert tiles(True, 512) == tiles(True, 1024) == (64, 64, 4, 3)
+    assert tiles(True, 1025) == tiles(True, 16384) == long
+    assert tiles(False, 512) == tiles(False, None) == long
+    # The backward fields do not depend on the sequence length.
+    bwd = default_config(head_dim, dtype, True, (9, 0), "bwd", 512)
+    assert bwd.bwd_block_n == default_config(head_dim, dtype, True, (9, 0), "bwd").bwd_block_n
+    # Unmeasured: fp32 and head_dim 256 keep their tiles.
+    assert default_config(head_dim, torch.float32, True, (9, 0), "fwd", 512) == default_config(
+        head_dim, torch.float32, True, (9, 0), "fwd"
+    )
+    assert default_config(256, dtype, True, (9, 0), "fwd", 512).num_stages == 2
+
+
 # ---------------------------------------------------------------------------------------
 # GPU: compiled kernels, bf16 included, the 2x-PyTorch-error rule
 

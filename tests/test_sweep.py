@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,15 @@ def test_points_keep_the_default_first_and_never_prune_it() -> None:
     assert points[0].is_default and points[0].pruned is None
     assert sum(p.is_default for p in points) == 1
     assert [p.pruned is not None for p in points[1:]] == [False, True]  # 256 > 32: redundant
+
+
+def test_the_default_point_is_the_heuristic_for_the_case_length() -> None:
+    space = SweepSpace(block_m=(64, 128), block_n=(64, 128), warps=(4, 8), stages=(3,))
+    short, long = (replace(_case(seqlen=n), causal=True) for n in (1024, 4096))
+    for case, tile in ((short, "bm64-bn64-w4-s3"), (long, "bm128-bn128-w8-s3")):
+        points = sweep_points([case], space, capability=(9, 0), smem_limit_bytes=None,
+                              with_rules=False)  # fmt: skip
+        assert label(points[0].fields) == tile and points[0].is_default
 
 
 def test_each_rule_of_thumb_tile_is_measured_even_outside_the_product() -> None:

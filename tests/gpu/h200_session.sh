@@ -16,7 +16,7 @@
 #   bash tests/gpu/h200_session.sh sweep       # issue 7: sweep and save (then sweep-ab if time)
 #   CACHE=F bash tests/gpu/h200_session.sh sweep-ab  # issue 7: triton before/after with F
 #   bash tests/gpu/h200_session.sh sweep-causal # issue 7: causal forward tiles, 512-4k
-#   bash tests/gpu/h200_session.sh heuristic   # issue 7: new vs old d64 backward default
+#   bash tests/gpu/h200_session.sh heuristic   # issue 7: new vs old heuristic (d64 bwd, short causal fwd)
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
 OUT=${OUT:-/tmp/out}
@@ -146,26 +146,35 @@ sweep-causal)
   grep -E "compiled|stopped" "$OUT/sweep-causal.log"; tail -24 "$OUT/sweep-causal.log"
   ;;
 heuristic)
-  # Issue 7: the new default for the backward at head_dim 64 (64x64 tiles, 4 warps)
-  # against the old one (64x128, 8 warps) pinned through a tuning cache, back to back.
-  PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-bwd64.json" <<'PY'
+  # Issue 7: the heuristic's two sweep-driven changes against the old configs, pinned
+  # through a tuning cache, back to back: the d64 backward (64x64 tiles, 4 warps; old
+  # 64x128, 8 warps) and the causal forward up to 1k (64x64, 4 warps; old 128x64 w4 at
+  # d64, 128x128 w8 at d128; 2k is the unchanged control).
+  PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-heuristic.json" <<'PY'
 import json, sys, torch
 from fa_bench.tuning import SCHEMA
 from slow_tuning import pinned_entries
-old = {"bwd": {"bwd_block_m": 64, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 3}}
-entries = pinned_entries(torch.cuda.get_device_name(0), old, dtypes=("fp16", "bf16"),
-                         head_dims=(64,))
+gpu, dt = torch.cuda.get_device_name(0), ("fp16", "bf16")
+fwd = lambda m, n, w: {"block_m": m, "block_n": n, "num_warps": w, "num_stages": 3}
+bwd = {"bwd_block_m": 64, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 3}
+entries = pinned_entries(gpu, {"bwd": bwd, "fwd": fwd(128, 64, 4)}, dtypes=dt, head_dims=(64,))
+entries += pinned_entries(gpu, {"fwd": fwd(128, 128, 8)}, dtypes=dt, head_dims=(128,))
 json.dump({"schema": SCHEMA, "entries": entries}, open(sys.argv[1], "w"), indent=1)
 PY
   for x in old new; do
-    c=off; [ "$x" = old ] && c="$RUNS/old-bwd64.json"
+    c=off; [ "$x" = old ] && c="$RUNS/old-heuristic.json"
     fa-bench run -s standard -i triton --head-dim 64 --mode bwd --tuning-cache "$c" \
       --no-telemetry --no-report --out "$RUNS/bwd64-$x" > "$OUT/bwd64-$x.log" 2>&1
     echo "bwd64 $x exit $? at ${SECONDS}s"
+    fa-bench run -s standard -i triton --mode fwd --causal --seqlen 512 --seqlen 1024 \
+      --seqlen 2048 --tuning-cache "$c" --no-telemetry --no-report --out "$RUNS/fwdc-$x" \
+      > "$OUT/fwdc-$x.log" 2>&1
+    echo "fwd causal $x exit $? at ${SECONDS}s"
   done
-  fa-bench compare "$RUNS/bwd64-old" "$RUNS/bwd64-new" --markdown "$OUT/bwd64.md" \
-    > "$OUT/bwd64.txt" 2>&1
-  echo "compare old new exit $?"; tail -n 3 "$OUT/bwd64.txt"
+  for r in bwd64 fwdc; do
+    fa-bench compare "$RUNS/$r-old" "$RUNS/$r-new" --markdown "$OUT/$r.md" > "$OUT/$r.txt" 2>&1
+    echo "compare $r old new exit $?"; tail -n 1 "$OUT/$r.txt"
+  done
   ;;
 sweep-ab)
   # Issue 7: the standard suite's triton cases with the heuristic, then with the sweep's
