@@ -14,6 +14,7 @@
 #   bash tests/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
 #   bash tests/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
 #   bash tests/gpu/h200_session.sh sweep       # issue 7: sweep and save (then sweep-ab if time)
+#   bash tests/gpu/h200_session.sh heuristic-fp32 # the same for the fp32 d64 backward
 #   CACHE=F bash tests/gpu/h200_session.sh sweep-ab  # issue 7: triton before/after with F
 #   bash tests/gpu/h200_session.sh sweep-causal # issue 7: causal forward tiles, 512-4k
 #   bash tests/gpu/h200_session.sh heuristic   # issue 7: new vs old heuristic (d64 bwd, short causal fwd)
@@ -176,6 +177,29 @@ PY
     echo "compare $r old new exit $?"; tail -n 1 "$OUT/$r.txt"
   done
   ;;
+heuristic-fp32)
+  # The d64 backward change reaches fp32 through the halving rule (32x64 w4 s1; old 32x128
+  # w8 s1), unswept: old pinned vs new on the standard grid in fp32.
+  PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-fp32.json" <<'PY'
+import json, sys, torch
+from fa_bench.tuning import SCHEMA
+from slow_tuning import pinned_entries
+bwd = {"bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 1}
+entries = pinned_entries(torch.cuda.get_device_name(0), {"bwd": bwd}, dtypes=("fp32",),
+                         head_dims=(64,))
+json.dump({"schema": SCHEMA, "entries": entries}, open(sys.argv[1], "w"), indent=1)
+PY
+  for x in old new; do
+    c=off; [ "$x" = old ] && c="$RUNS/old-fp32.json"
+    timeout -s INT 150 fa-bench run -s standard -i triton --dtype fp32 --head-dim 64 \
+      --mode bwd --tuning-cache "$c" --no-telemetry --no-report --out "$RUNS/bwd64f-$x" \
+      > "$OUT/bwd64f-$x.log" 2>&1
+    echo "bwd64 fp32 $x exit $? at ${SECONDS}s"
+  done
+  fa-bench compare "$RUNS/bwd64f-old" "$RUNS/bwd64f-new" --markdown "$OUT/bwd64f.md" \
+    > "$OUT/bwd64f.txt" 2>&1
+  echo "compare exit $?"; tail -n 1 "$OUT/bwd64f.txt"
+  ;;
 sweep-ab)
   # Issue 7: the standard suite's triton cases with the heuristic, then with the sweep's
   # cache ($CACHE), back to back, compared on the swept grid and on all of bf16.
@@ -204,5 +228,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab|sweep-causal|heuristic" >&2; exit 2 ;;
+  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab|sweep-causal|heuristic|heuristic-fp32" >&2; exit 2 ;;
 esac
