@@ -25,6 +25,7 @@ class SweepRequest(CaseFlags, MeasureFlags):
     stages: str = "2,3,4,5"
     budget_minutes: float | None = None
     save_best: bool = False
+    min_gain_pct: float = 3.0  # --save-best keeps the heuristic below this gain
     rules: bool = True  # also measure each rule of thumb's tile
     tuning_cache: str | None = None
     timeout_s: float = 300.0
@@ -157,12 +158,14 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         gpus = (env or {}).get("gpus") or []
         gpu = gpus[0]["name"] if device == "cuda" and gpus else "cpu"
         try:
-            entries = best_entries(doc, gpu, str(path), now_iso())
-            tuning.write_cache(cache_path, entries)
+            entries, stay = best_entries(doc, gpu, str(path), now_iso(), req.min_gain_pct / 100)
+            tuning.write_cache(cache_path, entries, remove=stay)
         except (tuning.TuningCacheError, OSError) as exc:
             err_console.print(f"[bold red]error:[/] --save-best: {exc}", highlight=False)
             return 2
-        console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}")
+        console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
+                      f"{len(stay)} keys keep the heuristic (best within "
+                      f"{req.min_gain_pct:g}% of it, --min-gain)")  # fmt: skip
     return 130 if stop == "interrupted" else 0
 
 
@@ -264,6 +267,10 @@ def sweep(
                               help="Stop cleanly after this long, keeping the results.")] = None,
     save_best: Annotated[bool, typer.Option("--save-best", help="Write each case's best config "
                          "to the tuning cache (used by `run` and flash_attention).")] = False,
+    min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, help="With --save-best: "
+                        "save a case's best only if it beats the heuristic by this many "
+                        "percent; below it the heuristic stays (its older entry is removed). "
+                        "Smaller gains were within run-to-run noise on the H200.")] = 3.0,
     tuning_cache: Annotated[str | None, typer.Option("--tuning-cache", help="Cache file; default "
                             "$FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
@@ -293,7 +300,8 @@ def sweep(
         head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
         kv_heads=tuple(kv_heads or ()), causal=causal, block_m=block_m, block_n=block_n,
         warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
-        tuning_cache=tuning_cache, out=out, device=device, gpu=gpu, timeout_s=timeout,
+        min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device, gpu=gpu,
+        timeout_s=timeout,
         target_noise=target_noise, min_samples=min_samples, max_time_s=max_time,
         warmup_ms=warmup, compile_jobs=compile_jobs, argv=("fa-bench", *sys.argv[1:]),
     )  # fmt: skip

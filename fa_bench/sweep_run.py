@@ -172,16 +172,20 @@ def load_sweep(path: Path) -> dict:
     return doc
 
 
-def best_entries(doc: dict, gpu: str, source: str, saved: str) -> list[dict]:
-    """Tuning cache entries from a sweep: per case its best ok config (accuracy passed).
+def best_entries(
+    doc: dict, gpu: str, source: str, saved: str, min_gain: float = 0.0
+) -> tuple[list[dict], list[tuple]]:
+    """Tuning cache entries from a sweep: per case its best ok config (accuracy passed),
+    and the keys where the heuristic stays because the best beat it by less than
+    `min_gain` (a fraction): differences that small are within run-to-run noise.
 
     Two cases with the same key (same seqlen bucket, e.g. different batch) keep the one
     with the longest sequence, the one a bucket's larger runs resemble most.
     """
-    from fa_bench.tuning import seqlen_bucket
+    from fa_bench.tuning import entry_key, seqlen_bucket
 
     rows = {r["case_id"]: r for r in doc["rows"]}
-    chosen: dict[tuple, dict] = {}
+    chosen: dict[tuple, tuple[dict, float | None]] = {}
     for c in doc["cases"]:
         if not c["best_fields"]:
             continue
@@ -194,8 +198,10 @@ def best_entries(doc: dict, gpu: str, source: str, saved: str) -> list[dict]:
             "default_tflops": c["default_tflops"], "seqlen": seqlen, "source": source,
             "saved": saved,
         }  # fmt: skip
-        key = tuple(entry[k] for k in ("gpu", "dtype", "head_dim", "causal", "mode",
-                                       "seqlen_bucket"))  # fmt: skip
-        if key not in chosen or chosen[key]["seqlen"] <= seqlen:
-            chosen[key] = entry
-    return list(chosen.values())
+        key = entry_key(entry)
+        if key not in chosen or chosen[key][0]["seqlen"] <= seqlen:
+            chosen[key] = (entry, c["gain_over_default"])
+    # No gain (the default failed, so there is nothing to compare with) keeps the entry.
+    keep = [e for e, gain in chosen.values() if gain is None or gain >= min_gain]
+    heuristic = [k for k, (_, gain) in chosen.items() if gain is not None and gain < min_gain]
+    return keep, heuristic

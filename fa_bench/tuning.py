@@ -147,14 +147,19 @@ def read_cache(path: Path) -> list[dict]:
     return [_validate_entry(e, f"{path} entries[{i}]") for i, e in enumerate(entries)]
 
 
-def write_cache(path: Path, new_entries: Iterable[dict]) -> list[dict]:
-    """Merge entries into the file (a new entry replaces one with the same key).
+def write_cache(
+    path: Path, new_entries: Iterable[dict], remove: Iterable[tuple] = ()
+) -> list[dict]:
+    """Merge entries into the file (a new entry replaces one with the same key) and drop
+    the `remove` keys (`entry_key` tuples: a newer sweep found the heuristic as good).
 
     A broken existing file is an error here, not a warning: overwriting it would lose
     what it held, so the caller reports it and the user decides.
     """
     path = Path(path)
     merged = {entry_key(e): e for e in read_cache(path)}
+    for key in remove:
+        merged.pop(key, None)
     for e in new_entries:
         merged[entry_key(_validate_entry(e, str(path)))] = e
     entries = sorted(merged.values(), key=lambda e: tuple(str(x) for x in entry_key(e)))

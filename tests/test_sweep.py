@@ -129,9 +129,8 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     cache = tmp_path / "tuning.json"
     out = tmp_path / "sweep"
-    result = CliRunner().invoke(
-        app, [*SWEEP, "-s", "smoke", "--save-best", "--tuning-cache", str(cache), "--out", str(out)]
-    )
+    flags = ["-s", "smoke", "--save-best", "--min-gain", "0", "--tuning-cache", str(cache)]
+    result = CliRunner().invoke(app, [*SWEEP, *flags, "--out", str(out)])
     assert result.exit_code == 0, result.output
     from fa_bench.sweep_run import load_sweep
 
@@ -253,3 +252,28 @@ def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
     groups = compile_groups(points)
     built, summary = precompile(groups, device="cpu", gpu=None, jobs=2, deadline_s=0.3)
     assert built == {} and summary["stopped"] == "deadline" and summary["wall_s"] < 5
+
+
+def _summary(case_id: str, seqlen: int, gain: float | None) -> tuple[dict, dict]:
+    row = {"case_id": case_id, "dtype": "bf16", "head_dim": 64, "causal": True, "mode": "fwd",
+           "seqlen_q": seqlen, "seqlen_k": seqlen}  # fmt: skip
+    fields = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}
+    default = None if gain is None else 100.0
+    best = 100.0 * (1 + (gain or 0))
+    case = {"case_id": case_id, "best_fields": fields, "best_tflops": best,
+            "default_tflops": default, "gain_over_default": gain}  # fmt: skip
+    return row, case
+
+
+def test_save_best_keeps_the_heuristic_below_the_minimum_gain() -> None:
+    from fa_bench.sweep_run import best_entries
+
+    parts = [_summary("a", 1024, 0.05), _summary("b", 4096, 0.02), _summary("c", 16384, None),
+             _summary("d", 512, 0.20)]  # fmt: skip
+    doc = {"rows": [r for r, _ in parts], "cases": [c for _, c in parts]}
+    keep, stay = best_entries(doc, "H200", "sweep.json", "now", min_gain=0.03)
+    # "d" (512) shares the 257-1024 bucket with "a" (1024): the longer case decides.
+    assert sorted(e["seqlen"] for e in keep) == [1024, 16384]  # 5% and a failed default
+    assert stay == [("H200", "bf16", 64, True, "fwd", "1025-4096")]  # 2% < 3%
+    keep, stay = best_entries(doc, "H200", "sweep.json", "now")
+    assert len(keep) == 3 and stay == []

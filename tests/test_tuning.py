@@ -56,6 +56,13 @@ def test_write_merges_and_lookup_finds_by_bucket(tmp_path: Path) -> None:
     assert tuning.lookup(seqlen=2000, **{**key, "causal": False}) == {}
 
 
+def test_write_removes_keys_a_newer_sweep_left_to_the_heuristic(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    tuning.write_cache(path, [_entry("fwd"), _entry("bwd")])
+    tuning.write_cache(path, [], remove=[tuning.entry_key(_entry("fwd")), ("other",)])
+    assert [e["mode"] for e in json.loads(path.read_text())["entries"]] == ["bwd"]
+
+
 def test_select_config_uses_cache_or_falls_back(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     tuning.write_cache(path, [_entry("fwd")])
