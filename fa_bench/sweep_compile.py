@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 
 from fa_bench.sweep import Point
 
@@ -99,6 +99,7 @@ def precompile(
     dev = "cuda" if device == "cuda" else "cpu"
     built: dict[str, dict] = {}
     start = time.monotonic()
+    before = set(active_children())
     pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init,
                                initargs=(gpu,))  # fmt: skip
     try:
@@ -123,8 +124,10 @@ def precompile(
         summary["stopped"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         if summary["stopped"]:
-            # Builds still running would compete with the timing for CPU and GPU.
-            for proc in list(getattr(pool, "_processes", {}).values()):
+            # Builds still running would compete with the timing for CPU and GPU. The pool
+            # has no public way to stop them before Python 3.14 (terminate_workers), but
+            # its workers are this process's new multiprocessing children.
+            for proc in set(active_children()) - before:
                 proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
     summary["wall_s"] = round(time.monotonic() - start, 2)

@@ -242,9 +242,21 @@ def test_compile_groups_share_a_config_across_sequence_lengths() -> None:
 def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import signal
+
+    from fa_bench import sweep_compile
     from fa_bench.sweep_compile import compile_groups, precompile
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen = []  # every process the phase sees as a child: its workers, to check they were stopped
+
+    def children() -> list:
+        kids = real()
+        seen.extend(kids)
+        return kids
+
+    real = sweep_compile.active_children
+    monkeypatch.setattr(sweep_compile, "active_children", children)
     space = SweepSpace(block_m=(16, 32), block_n=(16,), warps=(4,), stages=(1,))
     points = sweep_points([_case(seqlen=40, head_dim=16, dtype="fp32")], space, capability=None,
                           smem_limit_bytes=None, with_rules=False)  # fmt: skip
@@ -252,6 +264,8 @@ def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
     groups = compile_groups(points)
     built, summary = precompile(groups, device="cpu", gpu=None, jobs=2, deadline_s=0.3)
     assert built == {} and summary["stopped"] == "deadline" and summary["wall_s"] < 5
+    # The running builds were killed, not left to finish beside the timing.
+    assert seen and all(p.exitcode == -signal.SIGTERM for p in seen)
 
 
 def _summary(case_id: str, seqlen: int, gain: float | None) -> tuple[dict, dict]:
