@@ -288,7 +288,15 @@ def sweep(
                       "back-to-back untimed calls before each config's samples (default 500 "
                       "on GPU, 20 on CPU; see docs/measurement.md).")] = None,
 ) -> None:  # fmt: skip
-    """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json."""
+    """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
+
+    Every config is built first (in parallel on a GPU), checked against the float64
+    reference, then timed like `run`; pruned, failing and inaccurate configs are rows with
+    their reason. Compile time is reported per row, never timed. Example:
+
+        fa-bench sweep -s standard --dtype bf16 --head-dim 128 --seqlen 4096 --mode fwd
+        --budget-minutes 10 --save-best
+    """
     import sys
 
     if device not in ("auto", "cuda", "cpu"):
