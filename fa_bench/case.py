@@ -72,6 +72,12 @@ class Case:
             raise ValueError(f"causal must be true or false, got {self.causal!r}")
 
     @property
+    def max_seqlen(self) -> int:
+        """The longer of the query and key lengths: what the tile heuristic and the tuning
+        cache's seqlen buckets key on."""
+        return max(self.seqlen_q, self.seqlen_k)
+
+    @property
     def id(self) -> str:
         """Stable across runs for the same parameters and implementation."""
         shape = (

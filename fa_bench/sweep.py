@@ -96,11 +96,10 @@ def mode_fields(cfg: object, mode: str) -> dict:
 
 def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
     """The default heuristic's FlashConfig for a case (the tuning cache is not consulted)."""
-    from fa_bench.kernels.flash_config import default_config
+    from fa_bench.kernels.flash_config import default_config, pad_pow2
 
-    pad = max(16, 1 << (case.head_dim - 1).bit_length())
-    seqlen = max(case.seqlen_q, case.seqlen_k)
-    return default_config(pad, case.dtype.torch(), case.causal, capability, case.mode.value, seqlen)
+    return default_config(pad_pow2(case.head_dim), case.dtype.torch(), case.causal, capability,
+                          case.mode.value, case.max_seqlen)  # fmt: skip
 
 
 def expand(space: SweepSpace, mode: str) -> list[dict]:
@@ -114,7 +113,9 @@ def expand(space: SweepSpace, mode: str) -> list[dict]:
 
 def smem_estimate_bytes(case: Case, fields: dict) -> int:
     """Lower bound of the shared memory the pipelined tiles need (see the module doc)."""
-    pad = max(16, 1 << (case.head_dim - 1).bit_length())
+    from fa_bench.kernels.flash_config import pad_pow2
+
+    pad = pad_pow2(case.head_dim)
     s = short_fields(fields)
     rows = s["block_n"] if "block_m" in fields else s["block_m"]
     return s["num_stages"] * 2 * rows * pad * case.dtype.itemsize
@@ -122,7 +123,7 @@ def smem_estimate_bytes(case: Case, fields: dict) -> int:
 
 def prune_reason(case: Case, fields: dict, smem_limit_bytes: int | None) -> str | None:
     """Why a config is not worth compiling for this case, or None (see the module doc)."""
-    from fa_bench.kernels.flash_config import FlashConfig
+    from fa_bench.kernels.flash_config import FlashConfig, pad_pow2
 
     try:
         FlashConfig(**fields)
@@ -136,8 +137,7 @@ def prune_reason(case: Case, fields: dict, smem_limit_bytes: int | None) -> str 
                 f"the device allows {smem_limit_bytes // 1024} KB per block"
             )
     s = short_fields(fields)
-    seq_q = max(16, 1 << (case.seqlen_q - 1).bit_length())
-    seq_k = max(16, 1 << (case.seqlen_k - 1).bit_length())
+    seq_q, seq_k = pad_pow2(case.seqlen_q), pad_pow2(case.seqlen_k)
     # fwd: block_m tiles queries, block_n keys; bwd: the held tile is swept over both.
     limits = (
         {"block_m": seq_q, "block_n": seq_k}
@@ -200,8 +200,7 @@ def _rule_tiles(
     about those), as field values in `_FIELDS` order, mapped to the rules that pick it."""
     names = _FIELDS[case.mode.value]
     warps, stages = default[names[2]], default[names[3]]
-    seqlen = max(case.seqlen_q, case.seqlen_k)
-    picks = rules_of_thumb(case.head_dim, seqlen, smem_limit_bytes, case.dtype.itemsize)
+    picks = rules_of_thumb(case.head_dim, case.max_seqlen, smem_limit_bytes, case.dtype.itemsize)
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
     for rule, block in picks.items():
         if block is not None:

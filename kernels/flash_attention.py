@@ -25,7 +25,7 @@ import os
 import torch
 import triton
 
-from fa_bench.kernels.flash_config import FlashConfig, select_config
+from fa_bench.kernels.flash_config import FlashConfig, pad_pow2, select_config
 from fa_bench.kernels.flash_kernels import (
     _bwd_dkdv_kernel,
     _bwd_dq_kernel,
@@ -98,10 +98,6 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(1), t.stride(2)
 
 
-def _pad_dim(head_dim: int) -> int:
-    return max(16, triton.next_power_of_2(head_dim))
-
-
 def _dot_precision(dtype: torch.dtype) -> str:
     # fp32 inputs: exact fp32 products (tf32 would miss the float64 accuracy bound).
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -166,7 +162,7 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
         q, k, v, o, lse2,
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         heads_q, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=_pad_dim(head_dim),
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_pow2(head_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         CAUSAL=causal, EVEN_M=seq_q % cfg.block_m == 0,
         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize,
@@ -180,7 +176,7 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
-    pad = _pad_dim(head_dim)
+    pad = pad_pow2(head_dim)
     do = _last_dim_unit(do)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse2)

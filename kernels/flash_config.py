@@ -22,6 +22,12 @@ def _is_pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
+def pad_pow2(n: int) -> int:
+    """`n` rounded up to a power of two, at least 16: how the kernels pad head_dim (a
+    register tile) and the smallest tile `tl.dot` takes."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class FlashConfig:
     block_m: int = 128
@@ -177,8 +183,7 @@ def select_config(
 
     is_cuda = getattr(device, "type", str(device)) == "cuda"
     cap = torch.cuda.get_device_capability(device) if is_cuda else None
-    pad = max(16, 1 << (head_dim - 1).bit_length())
-    cfg = default_config(pad, dtype, causal, cap, mode, seqlen)
+    cfg = default_config(pad_pow2(head_dim), dtype, causal, cap, mode, seqlen)
     path = tuning.resolve_path() if cache_path == "env" else cache_path
     gpu = torch.cuda.get_device_name(device) if is_cuda else "cpu"
     dtype_name = _DTYPE_NAMES.get(str(dtype), str(dtype))

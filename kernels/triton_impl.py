@@ -49,7 +49,7 @@ def triton_flash(
     from fa_bench.kernels.flash_attention import flash_attention
     from fa_bench.kernels.flash_config import config_label, select_config
 
-    seqlen = max(case.seqlen_q, case.seqlen_k)
+    seqlen = case.max_seqlen
     fields = (options or {}).get("config")
     if fields:
         config, _ = select_config(case.head_dim, q.dtype, case.causal, q.device, seqlen,

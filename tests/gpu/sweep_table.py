@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 
 from fa_bench.reports.sweep_figures import rule_of_thumb_table
 
@@ -24,25 +23,22 @@ def _n(seqlen: int) -> str:
 
 
 def table(doc: dict, old: dict[tuple[str, int], str]) -> list[str]:
-    rows = doc["rows"]
-    by_case: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_case[r["case_id"]].append(r)
+    tflops = {(r["case_id"], r["label"]): r["tflops"] for r in doc["rows"]}
+    first = {}
+    for r in doc["rows"]:
+        first.setdefault(r["case_id"], r)
     head = ["mode", "D", "N", "causal", "best", "TFLOP/s", "default", "gain", "old default",
             "gain", *RULES]  # fmt: skip
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for rs in by_case.values():
-        ok = sorted((r for r in rs if r["status"] == "ok"), key=lambda r: -r["tflops"])
-        best, first = ok[0], rs[0]
-        default = next(r for r in rs if r["is_default"])
-        old_label = old.get((first["mode"], first["head_dim"]), default["label"])
-        before = next(r for r in rs if r["label"] == old_label)
-        cells = [first["mode"], str(first["head_dim"]), _n(first["seqlen_q"]),
-                 "yes" if first["causal"] else "no", best["label"], f"{best['tflops']:.0f}",
-                 default["label"], f"{best['tflops'] / default['tflops'] - 1:+.1%}",
-                 old_label, f"{best['tflops'] / before['tflops'] - 1:+.1%}"]  # fmt: skip
+    for c in doc["cases"]:  # sweep.json's per-case summary: best, default, gain
+        cid, r = c["case_id"], first[c["case_id"]]
+        old_label = old.get((r["mode"], r["head_dim"]), c["default"])
+        cells = [r["mode"], str(r["head_dim"]), _n(r["seqlen_q"]),
+                 "yes" if r["causal"] else "no", c["best"], f"{c['best_tflops']:.0f}",
+                 c["default"], f"{c['gain_over_default']:+.1%}", old_label,
+                 f"{c['best_tflops'] / tflops[(cid, old_label)] - 1:+.1%}"]  # fmt: skip
         # The report's rule: a rule's square tile at its best over warps and stages.
-        for entry in rule_of_thumb_table(doc, first["case_id"]):
+        for entry in rule_of_thumb_table(doc, cid):
             block = entry["block"]
             if entry["tflops"] is not None:
                 cells.append(f"{block}: {entry['tflops']:.0f}, {entry['rank']}/{entry['of']}")
