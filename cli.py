@@ -26,9 +26,9 @@ app = typer.Typer(
 )
 # Commands that live in their own modules; each module exposes register(app).
 _COMMAND_MODULES: tuple[str, ...] = (
-    "fa_bench.cli_sweep",
-    "fa_bench.cli_report",
-    "fa_bench.cli_compare",
+    "fa_bench.commands.sweep",
+    "fa_bench.commands.report",
+    "fa_bench.commands.compare",
 )
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -276,7 +276,7 @@ def run(
     ] = True,
 ) -> None:
     """Run benchmark suites and write results.json, results.csv and report.html."""
-    from fa_bench.cli_run import RunRequest, run_command
+    from fa_bench.commands.run import RunRequest, run_command
 
     code = run_command(
         RunRequest(
@@ -305,7 +305,7 @@ def list_(
 ) -> None:
     """List the built-in suites or the registered implementations."""
     if what == "suites":
-        from fa_bench.suite import builtin_suites
+        from fa_bench.suite.expand import builtin_suites
 
         t = Table("suite", "description")
         for name, desc in builtin_suites().items():
@@ -359,7 +359,7 @@ def env(
         console.print(g)
     else:
         console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
-    from fa_bench.telemetry_env import support_report, support_table
+    from fa_bench.telemetry.env import support_report, support_table
 
     console.print(support_table(support_report()))
     try:

@@ -171,7 +171,7 @@ def select_config(
 ) -> tuple[FlashConfig, str]:
     """The config a case runs with, and where it came from ("heuristic" or "tuning cache").
 
-    The tuning cache (fa_bench.tuning; what `fa-bench sweep --save-best` found) overrides
+    The tuning cache (fa_bench.sweep.tuning; what `fa-bench sweep --save-best` found) overrides
     the heuristic's forward fields and/or backward fields for its (GPU, dtype, head_dim,
     causal, seqlen bucket) key. `head_dim` is the real head dim (cache key; padded here
     for the heuristic), `device` a torch.device, `cache_path` a path, None (no cache) or
@@ -179,7 +179,7 @@ def select_config(
     """
     import torch
 
-    from fa_bench import tuning
+    from fa_bench.sweep import tuning
 
     is_cuda = getattr(device, "type", str(device)) == "cuda"
     cap = torch.cuda.get_device_capability(device) if is_cuda else None

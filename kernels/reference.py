@@ -1,6 +1,6 @@
 """Reference implementations: naive attention, the SDPA backends and FlexAttention.
 
-All compute the same function as `fa_bench.accuracy.reference_attention`: scale
+All compute the same function as `fa_bench.run.accuracy.reference_attention`: scale
 1/sqrt(head_dim), GQA (q head h uses kv head h // group), causal bottom-right aligned when
 Sq != Sk (query i attends keys j <= i + Sk - Sq), rows with no key give 0.
 

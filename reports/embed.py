@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 
-from fa_bench.results import ResultsError, validate
+from fa_bench.results.files import ResultsError, validate
 
 SCRIPT_ID = "fa-bench-results"
 _PATTERN = re.compile(

@@ -7,7 +7,7 @@ over the default heuristic, and where each rule of thumb would have landed.
 
 from __future__ import annotations
 
-from fa_bench.sweep import rules_of_thumb
+from fa_bench.sweep.space import rules_of_thumb
 
 
 def case_rows(doc: dict, case_id: str) -> list[dict]:

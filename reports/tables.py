@@ -120,7 +120,7 @@ def telemetry_note(merged: Merged) -> str | None:
     """A sentence for the GPUs whose cases have no NVML telemetry: switched off by the
     user (--no-telemetry), which is a choice and not a fault, or unavailable, with why.
     None when every GPU has telemetry, or no case recorded any (older results)."""
-    from fa_bench.telemetry import DISABLED
+    from fa_bench.telemetry.session import DISABLED
 
     states: list[tuple[str, str]] = []
     for doc, label in merged.labelled_docs():

@@ -1,5 +1,5 @@
-"""A stand-in for the pynvml module: the calls fa_bench.nvml makes, with knobs to make any of
-them fail the way the real library does (an NVMLError carrying an NVML return code)."""
+"""A stand-in for the pynvml module: the calls fa_bench.telemetry.nvml makes, with knobs to make any
+of them fail the way the real library does (an NVMLError carrying an NVML return code)."""
 
 from __future__ import annotations
 

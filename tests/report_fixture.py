@@ -5,7 +5,7 @@ The numbers are arbitrary inputs; tests derive what they expect from them.
 
 from __future__ import annotations
 
-from fa_bench.results import build_document
+from fa_bench.results.files import build_document
 
 EVIL = "<script>alert(1)</script>"
 GIB = 2**30
@@ -130,7 +130,7 @@ def two_gpu_docs() -> list[dict]:
         make_case("sdpa", 16384, median=32.0, telemetry=no_tel),
         make_case("triton", 16384, "oom", error="CUDA out of memory. Tried to allocate 9 GiB"),
     ]
-    # the worker's calibration: a device copy timed against NVML (fa_bench.telemetry)
+    # the worker's calibration: a device copy timed against NVML (fa_bench.telemetry.session)
     tel = {"calibration": {"available": True, "gbps_copy": 4239.0, "gbps_nvml": 4210.0}}
     return [
         build_document(_run("h"), _env("NVIDIA H200", "node-a", 141, telemetry=tel), h200),

@@ -5,7 +5,7 @@ slowed config, to show that `fa-bench compare` catches a real slowdown.
                                                         # or "cpu" without one
     FA_BENCH_TUNING_CACHE=OUT.json fa-bench run ... -i triton
 
-The cache (fa_bench.tuning, schema fa-bench-tuning/1) covers every dtype, head_dim of
+The cache (fa_bench.sweep.tuning, schema fa-bench-tuning/1) covers every dtype, head_dim of
 the built-in suites, causal flag, mode and seqlen bucket, so every triton case takes it.
 """
 
@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fa_bench.tuning import BUCKET_EDGES, SCHEMA, seqlen_bucket
+from fa_bench.sweep.tuning import BUCKET_EDGES, SCHEMA, seqlen_bucket
 
 HEAD_DIMS = (16, 32, 40, 64, 96, 128, 256)
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fa_bench import registry
-from fa_bench.accuracy import check_accuracy, reference_attention
 from fa_bench.case import Case
+from fa_bench.run.accuracy import check_accuracy, reference_attention
 
 # Registers the reference impls. By name, because ruff would sort fa_bench.kernels (the root
 # folder kernels/) as a third-party import.

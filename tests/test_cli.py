@@ -10,7 +10,7 @@ from conftest import FAST
 from typer.testing import CliRunner
 
 from fa_bench.cli import app
-from fa_bench.results import load_results
+from fa_bench.results.files import load_results
 
 runner = CliRunner()
 
@@ -153,7 +153,7 @@ def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) ->
 
 def test_cases_run_shape_by_shape_with_impls_back_to_back() -> None:
     from fa_bench.case import Case
-    from fa_bench.cli_run import interleave_impls
+    from fa_bench.commands.run import interleave_impls
 
     def c(impl: str, n: int) -> Case:
         return Case(impl, "fwd", "fp16", 1, 2, 2, n, n, 16, False)

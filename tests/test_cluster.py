@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fa_bench.multi import parse_gpus, split
-from fa_bench.plan import PlanError, new_plan
-from fa_bench.results import load_results
-from fa_bench.runner import RunOptions
-from fa_bench.suite import load_suite
+from fa_bench.results.files import load_results
+from fa_bench.run.multi import parse_gpus, split
+from fa_bench.run.plan import PlanError, new_plan
+from fa_bench.run.runner import RunOptions
+from fa_bench.suite.expand import load_suite
 
 
 def smoke_plan():
@@ -78,10 +78,10 @@ def test_parts_run_concurrently_and_merge(tmp_path: Path) -> None:
     """The --gpus path minus the GPUs: two parts in threads, each with its own worker
     (on CPU the GPU index is unused), finished and merged like a one-node run."""
     from fa_bench.case import Case
-    from fa_bench.distributed import part_dir, wait_and_merge
-    from fa_bench.multi import run_parts
-    from fa_bench.plan import finish
-    from fa_bench.timing import TimingConfig
+    from fa_bench.run.distributed import part_dir, wait_and_merge
+    from fa_bench.run.multi import run_parts
+    from fa_bench.run.plan import finish
+    from fa_bench.run.timing import TimingConfig
 
     cases = [Case(i, "fwd", "fp32", 1, 2, 2, 32, 32, 16, False) for i in ("naive", "sdpa")]
     fast = TimingConfig(target_noise=0.2, min_samples=3, min_time_s=0.0, max_time_s=0.05)

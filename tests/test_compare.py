@@ -16,16 +16,16 @@ from typer.testing import CliRunner
 
 from fa_bench.case import Case
 from fa_bench.cli import app
-from fa_bench.compare import (
+from fa_bench.compare.core import (
     Metric,
     Thresholds,
     Verdict,
     compare_docs,
     parse_threshold,
 )
-from fa_bench.compare_stats import mann_whitney_p
+from fa_bench.compare.stats import mann_whitney_p
 from fa_bench.reports.embed import embed_json
-from fa_bench.timing import summarize
+from fa_bench.run.timing import summarize
 
 runner = CliRunner()
 SHAPES = [(s, d) for s in (128, 512, 1024, 2048, 4096) for d in (64, 128)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fa_bench.case import Case
-from fa_bench.distributed import DistributedError, detect, part_dir, shard, wait_and_merge
-from fa_bench.execute import _record
-from fa_bench.results import build_document, write_results
+from fa_bench.results.files import build_document, write_results
+from fa_bench.run.distributed import DistributedError, detect, part_dir, shard, wait_and_merge
+from fa_bench.run.execute import _record
 
 
 def test_detect_single_process() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fa_bench.reports.embed import embed_json, extract_results
-from fa_bench.results import ResultsError, build_document
+from fa_bench.results.files import ResultsError, build_document
 
 
 def doc(name: str) -> dict:

@@ -40,7 +40,7 @@ def _venv(path: Path) -> Path:
 
 PROBE = """
 import importlib.util, json, fa_bench
-from fa_bench.suite import builtin_suites
+from fa_bench.suite.expand import builtin_suites
 print(json.dumps({
     "pkg": fa_bench.__file__,
     "subs": {m: importlib.util.find_spec(m).origin for m in SUBPACKAGES},

@@ -12,12 +12,12 @@ from report_fixture import EVIL, GIB, _env, _run, make_case, two_gpu_docs
 from typer.testing import CliRunner
 
 from fa_bench.cli import app
-from fa_bench.inputs import load_any
 from fa_bench.reports import figures, roofline, speedup, summary
 from fa_bench.reports.axes import log_ticks
 from fa_bench.reports.build import ReportError, choose_baseline, merge, render
 from fa_bench.reports.embed import extract_results
-from fa_bench.results import ResultsError, build_document
+from fa_bench.results.files import ResultsError, build_document
+from fa_bench.results.inputs import load_any
 
 H200, A100 = "NVIDIA H200", "NVIDIA A100"
 
@@ -207,7 +207,7 @@ def test_run_report_failure_keeps_results(
 ) -> None:
     from rich.console import Console
 
-    from fa_bench import cli_report
+    from fa_bench.commands import report as cli_report
     from fa_bench.reports import build
 
     (tmp_path / "results.json").write_text(json.dumps(docs[0]), encoding="utf-8")
@@ -289,7 +289,7 @@ def test_header_where_line_and_run_notes(docs: list[dict]) -> None:
 
 def test_telemetry_note_says_off_or_unavailable(docs: list[dict]) -> None:
     from fa_bench.reports.tables import telemetry_note
-    from fa_bench.telemetry import DISABLED
+    from fa_bench.telemetry.session import DISABLED
 
     assert telemetry_note(merge(docs[:1])) is None  # the H200 run has telemetry
     assert telemetry_note(merge(docs)) == (

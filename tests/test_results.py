@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from fa_bench.case import Case
-from fa_bench.execute import _record
-from fa_bench.results import (
+from fa_bench.results.files import (
     SCHEMA,
     ResultsError,
     build_document,
@@ -19,7 +18,8 @@ from fa_bench.results import (
     validate,
     write_results,
 )
-from fa_bench.timing import summarize
+from fa_bench.run.execute import _record
+from fa_bench.run.timing import summarize
 
 
 def sample_doc() -> dict:
@@ -84,7 +84,7 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_csv_keeps_each_cases_gpu_in_multi_gpu_runs() -> None:
-    from fa_bench.results import to_frame
+    from fa_bench.results.files import to_frame
 
     case = Case("naive", "fwd", "bf16", 1, 2, 2, 8, 8, 16, False)
     recs = [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas
 from conftest import FAST, FAULTY
 
-from fa_bench.results import load_results, read_journal
+from fa_bench.results.files import load_results, read_journal
 
 
 def fa_bench(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import fa_bench.suite as suite_mod
+import fa_bench.suite.expand as suite_mod
 from fa_bench.case import Case, DType, Mode
-from fa_bench.suite import Overrides, SuiteError, builtin_suites, load_suite, load_suites
+from fa_bench.suite.expand import Overrides, SuiteError, builtin_suites, load_suite, load_suites
 
 GPU_IMPLS = ["naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flex", "triton"]
 KNOWN = (*GPU_IMPLS, "sdpa-math")

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fa_bench.case import Case
 from fa_bench.cli import app
-from fa_bench.sweep import (
+from fa_bench.sweep.space import (
     H200_SMEM_BYTES,
     SweepSpace,
     expand,
@@ -132,7 +132,7 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     flags = ["-s", "smoke", "--save-best", "--min-gain", "0", "--tuning-cache", str(cache)]
     result = CliRunner().invoke(app, [*SWEEP, *flags, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    from fa_bench.sweep_run import load_sweep
+    from fa_bench.sweep.execute import load_sweep
 
     doc = load_sweep(out / "sweep.json")
     assert doc["run"]["timing"]["warmup_ms"] == 20.0  # the CPU default (GPU: 500)
@@ -226,7 +226,7 @@ def test_parallel_compile_phase_builds_every_point_first(
 
 
 def test_compile_groups_share_a_config_across_sequence_lengths() -> None:
-    from fa_bench.sweep_compile import compile_groups, default_jobs
+    from fa_bench.sweep.precompile import compile_groups, default_jobs
 
     space = SweepSpace(block_m=(64, 128), block_n=(64,), warps=(4,), stages=(2,))
     cases = [_case(seqlen=n) for n in (1024, 4096)] + [_case(seqlen=1024, mode="bwd")]
@@ -244,8 +244,8 @@ def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
 ) -> None:
     import signal
 
-    from fa_bench import sweep_compile
-    from fa_bench.sweep_compile import compile_groups, precompile
+    from fa_bench.sweep import precompile as sweep_compile
+    from fa_bench.sweep.precompile import compile_groups, precompile
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     seen = []  # every process the phase sees as a child: its workers, to check they were stopped
@@ -280,7 +280,7 @@ def _summary(case_id: str, seqlen: int, gain: float | None) -> tuple[dict, dict]
 
 
 def test_save_best_keeps_the_heuristic_below_the_minimum_gain() -> None:
-    from fa_bench.sweep_run import best_entries
+    from fa_bench.sweep.execute import best_entries
 
     parts = [_summary("a", 1024, 0.05), _summary("b", 4096, 0.02), _summary("c", 16384, None),
              _summary("d", 512, 0.20)]  # fmt: skip

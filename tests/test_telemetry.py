@@ -20,7 +20,9 @@ from fa_bench import models
 from fa_bench.case import Case
 from fa_bench.cli import app
 from fa_bench.console import RunProgress
-from fa_bench.nvml import (
+from fa_bench.results.files import load_results
+from fa_bench.telemetry.env import support_table
+from fa_bench.telemetry.nvml import (
     NvmlUnavailable,
     Poller,
     decode_clock_events,
@@ -28,8 +30,7 @@ from fa_bench.nvml import (
     normalize_uuid,
     peak_bandwidth_gbps,
 )
-from fa_bench.results import load_results
-from fa_bench.telemetry import (
+from fa_bench.telemetry.session import (
     DISABLED,
     TelemetryConfig,
     TelemetrySession,
@@ -37,7 +38,6 @@ from fa_bench.telemetry import (
     open_session,
     run_window,
 )
-from fa_bench.telemetry_env import support_table
 
 WINDOW = TelemetryConfig(window_s=0.1, poll_s=0.02)
 H200_PEAK_GBPS = 4814.304  # 3201e6 Hz × 2 edges × 6016 bit / 8 = 4.814304e12 B/s
@@ -357,8 +357,8 @@ def test_gpu_copy_bandwidth_agrees_with_nvml() -> None:
 @needs_cuda
 def test_gpu_naive_moves_more_bytes_than_flash() -> None:
     from fa_bench import registry
-    from fa_bench.execute import ExecOptions, run_case
-    from fa_bench.timing import TimingConfig
+    from fa_bench.run.execute import ExecOptions, run_case
+    from fa_bench.run.timing import TimingConfig
 
     registry.load()
     device = torch.device("cuda:0")
@@ -378,8 +378,8 @@ def test_gpu_naive_moves_more_bytes_than_flash() -> None:
 
 
 def test_results_validate_the_telemetry_object() -> None:
-    from fa_bench.execute import _record
-    from fa_bench.results import ResultsError, build_document, validate
+    from fa_bench.results.files import ResultsError, build_document, validate
+    from fa_bench.run.execute import _record
 
     case = Case("naive", "fwd", "fp32", 1, 1, 1, 16, 16, 16, False)
     for good in (None, {"available": False, "reason": "no GPU"}):

@@ -8,8 +8,8 @@ import time
 import pytest
 from fake_nvml import UUID, FakeNvml
 
-from fa_bench.telemetry import TelemetryConfig, TelemetrySession
-from fa_bench.telemetry_window import run_busy_window
+from fa_bench.telemetry.session import TelemetryConfig, TelemetrySession
+from fa_bench.telemetry.window import run_busy_window
 
 
 class FakeStream:

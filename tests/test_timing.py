@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from fa_bench.timing import (
+from fa_bench.run.timing import (
     Timing,
     TimingConfig,
     default_warmup_ms,

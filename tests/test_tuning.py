@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa_bench import tuning
 from fa_bench.kernels.flash_config import default_config, select_config
+from fa_bench.sweep import tuning
 
 
 def _entry(mode: str = "fwd", bucket: str = "1025-4096", **config: int) -> dict:

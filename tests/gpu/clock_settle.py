@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fa_bench.nvml import NvmlDevice, load_library, normalize_uuid
+from fa_bench.telemetry.nvml import NvmlDevice, load_library, normalize_uuid
 
 BINS_MS = (0, 20, 50, 100, 200, 300, 500, 700, 1000, 1500)
 

@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from fa_bench.nvml import GPM_METRICS, NvmlDevice, load_library, normalize_uuid
-from fa_bench.telemetry_window import CudaMark, run_busy_window
+from fa_bench.telemetry.nvml import GPM_METRICS, NvmlDevice, load_library, normalize_uuid
+from fa_bench.telemetry.window import CudaMark, run_busy_window
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
         print(f"GPM {name} {window:.0f}s: nvml {nvml:.0f} GB/s, copy {copy:.0f} GB/s, "
               f"ratio {nvml / copy:.3f}")  # fmt: skip
 
-    # The busy window fa-bench ships (fa_bench.telemetry_window), with GPM at its ends.
+    # The busy window fa-bench ships (fa_bench.telemetry.window), with GPM at its ends.
     samples: list[object] = []
     stamps: list[float] = []
 

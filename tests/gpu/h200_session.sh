@@ -153,7 +153,7 @@ heuristic)
   # d64, 128x128 w8 at d128; 2k is the unchanged control).
   PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-heuristic.json" <<'PY'
 import json, sys, torch
-from fa_bench.tuning import SCHEMA
+from fa_bench.sweep.tuning import SCHEMA
 from slow_tuning import pinned_entries
 gpu, dt = torch.cuda.get_device_name(0), ("fp16", "bf16")
 fwd = lambda m, n, w: {"block_m": m, "block_n": n, "num_warps": w, "num_stages": 3}
@@ -182,7 +182,7 @@ heuristic-fp32)
   # w8 s1), unswept: old pinned vs new on the standard grid in fp32.
   PYTHONPATH=tests:${PYTHONPATH:-} python3 - "$RUNS/old-fp32.json" <<'PY'
 import json, sys, torch
-from fa_bench.tuning import SCHEMA
+from fa_bench.sweep.tuning import SCHEMA
 from slow_tuning import pinned_entries
 bwd = {"bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 8, "bwd_num_stages": 1}
 entries = pinned_entries(torch.cuda.get_device_name(0), {"bwd": bwd}, dtypes=("fp32",),

@@ -6,8 +6,8 @@ from types import ModuleType
 
 from rich.table import Table
 
-from fa_bench.nvml import NvmlUnavailable, load_library
-from fa_bench.telemetry import TelemetrySession
+from fa_bench.telemetry.nvml import NvmlUnavailable, load_library
+from fa_bench.telemetry.session import TelemetrySession
 
 
 def support_report(lib: ModuleType | None = None) -> list[dict]:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fa_bench.case import DType
-from fa_bench.flags import CaseFlags, MeasureFlags
+from fa_bench.commands.flags import CaseFlags, MeasureFlags
 
 _DEFAULT_OUT = Path("fa-bench-out")
 
@@ -53,7 +53,7 @@ def _smem_limit(device: str, gpu: int | None) -> int | None:
         return None
     import torch
 
-    from fa_bench.sweep import H200_SMEM_BYTES
+    from fa_bench.sweep.space import H200_SMEM_BYTES
 
     props = torch.cuda.get_device_properties(gpu or 0)
     return int(getattr(props, "shared_memory_per_block_optin", 0) or H200_SMEM_BYTES)
@@ -62,8 +62,8 @@ def _smem_limit(device: str, gpu: int | None) -> int | None:
 def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | None]:
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
-    from fa_bench.suite import Overrides, load_suites
-    from fa_bench.sweep import SWEEP_MODES, SweepSpace, sweep_case, sweep_points
+    from fa_bench.suite.expand import Overrides, load_suites
+    from fa_bench.sweep.space import SWEEP_MODES, SweepSpace, sweep_case, sweep_points
 
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
@@ -93,14 +93,14 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
 
 def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) -> int:
     """Plan, measure with a progress bar, write sweep.json, optionally save the best."""
-    from fa_bench import tuning
-    from fa_bench.cli_run import resolve_device
+    from fa_bench.commands.run import resolve_device
     from fa_bench.console import RunProgress
-    from fa_bench.plan import PlanError, now_iso
     from fa_bench.registry import PluginError, UnknownImpl
-    from fa_bench.runner import RunOptions
-    from fa_bench.suite import SuiteError
-    from fa_bench.sweep_run import best_entries, build_doc, execute_points, write_doc
+    from fa_bench.run.plan import PlanError, now_iso
+    from fa_bench.run.runner import RunOptions
+    from fa_bench.suite.expand import SuiteError
+    from fa_bench.sweep import tuning
+    from fa_bench.sweep.execute import best_entries, build_doc, execute_points, write_doc
 
     try:
         device = resolve_device(req.device, req.gpu)
@@ -177,11 +177,11 @@ def _compile_phase(
     console: Console,
     err_console: Console,
 ) -> tuple[dict, dict]:
-    """Build every config in parallel first (fa_bench.sweep_compile); ({}, summary) when
+    """Build every config in parallel first (fa_bench.sweep.precompile); ({}, summary) when
     there is nothing to do. Never fatal: the timing worker builds whatever is missing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from fa_bench.sweep_compile import compile_groups, default_jobs, precompile
+    from fa_bench.sweep.precompile import compile_groups, default_jobs, precompile
 
     jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
     groups = compile_groups(points)

@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fa_bench import tuning
 from fa_bench.case import Case, Status
-from fa_bench.results import append_journal, read_journal
-from fa_bench.timing import TimingConfig
+from fa_bench.results.files import append_journal, read_journal
+from fa_bench.run.timing import TimingConfig
+from fa_bench.sweep import tuning
 
 WORKER_LOG = "worker.log"
 
@@ -42,7 +42,7 @@ class RunOptions:
     plugins: tuple[str, ...] = ()
     check_accuracy: bool = True
     telemetry: bool = True  # NVML telemetry per case where the GPU supports it
-    # Tuning cache for the worker (fa_bench.tuning): a path or "off"; None keeps the
+    # Tuning cache for the worker (fa_bench.sweep.tuning): a path or "off"; None keeps the
     # caller's $FA_BENCH_TUNING_CACHE / default location.
     tuning_cache: str | None = None
 
@@ -68,7 +68,7 @@ class WorkerTimeout(WorkerError):
 
 
 class Worker:
-    """One `python -m fa_bench.worker` process speaking JSON lines."""
+    """One `python -m fa_bench.run.worker` process speaking JSON lines."""
 
     def __init__(self, opts: RunOptions, workdir: Path) -> None:
         env = dict(os.environ)
@@ -100,7 +100,7 @@ class Worker:
         # cwd is the output folder, so a source checkout's fa_bench/ in the caller's
         # directory cannot shadow the installed package inside the worker.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fa_bench.worker", json.dumps(args)],
+            [sys.executable, "-m", "fa_bench.run.worker", json.dumps(args)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -216,7 +216,7 @@ def _where(opts: RunOptions, env: dict | None) -> dict:
 
 def failed_record(case: Case, status: Status, message: str, device: str) -> dict:
     """A record for a case whose worker never answered."""
-    from fa_bench.execute import _record
+    from fa_bench.run.execute import _record
 
     return _record(case, device, status=status.value, error=message)
 

@@ -23,7 +23,14 @@ from types import ModuleType
 
 from fa_bench import models
 from fa_bench.case import Case, Mode
-from fa_bench.nvml import (
+from fa_bench.telemetry.fields import (
+    bandwidth_fields,
+    energy_fields,
+    number,
+    reading_fields,
+    telemetry_warnings,
+)
+from fa_bench.telemetry.nvml import (
     GPM_METRICS,
     NvmlDevice,
     NvmlUnavailable,
@@ -31,14 +38,7 @@ from fa_bench.nvml import (
     load_library,
     normalize_uuid,
 )
-from fa_bench.telemetry_fields import (
-    bandwidth_fields,
-    energy_fields,
-    number,
-    reading_fields,
-    telemetry_warnings,
-)
-from fa_bench.telemetry_window import CudaMark, Mark, run_busy_window, run_window
+from fa_bench.telemetry.window import CudaMark, Mark, run_busy_window, run_window
 
 Closure = Callable[[], object]
 DISABLED = "disabled (--no-telemetry)"

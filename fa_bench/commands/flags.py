@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fa_bench.timing import TimingConfig, default_warmup_ms
+from fa_bench.run.timing import TimingConfig, default_warmup_ms
 
 
 @dataclass(frozen=True)

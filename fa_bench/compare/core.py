@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from fa_bench.case import Status
-from fa_bench.compare_match import (
+from fa_bench.compare.match import (
     CaseFilter,
     CompareError,
     EnvDiff,
@@ -33,7 +33,7 @@ from fa_bench.compare_match import (
     index_cases,
     side_value,
 )
-from fa_bench.compare_stats import mann_whitney_p, quantile
+from fa_bench.compare.stats import mann_whitney_p, quantile
 
 
 class Metric(str, Enum):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fa_bench.case import Case
-from fa_bench.results import ResultsError, build_document, load_results
+from fa_bench.results.files import ResultsError, build_document, load_results
 
 
 class DistributedError(ValueError):

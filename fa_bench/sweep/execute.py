@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fa_bench.results import append_journal, sanitize
-from fa_bench.runner import CaseRunner, RunOptions
-from fa_bench.sweep import Point, label, short_fields
+from fa_bench.results.files import append_journal, sanitize
+from fa_bench.run.runner import CaseRunner, RunOptions
+from fa_bench.sweep.space import Point, label, short_fields
 
 SCHEMA = "fa-bench-sweep/1"
 SWEEP_JSON = "sweep.json"
@@ -53,7 +53,7 @@ def _row(point: Point, **fields: object) -> dict:
 
 def _from_record(point: Point, record: dict, wall_s: float, built: dict | None) -> dict:
     acc = record.get("accuracy") or {}
-    # With the parallel compile phase (fa_bench.sweep_compile) the build happened there;
+    # With the parallel compile phase (fa_bench.sweep.precompile) the build happened there;
     # the worker's own build (`prepare_s`) was then a load from Triton's cache.
     return _row(
         point,
@@ -182,7 +182,7 @@ def best_entries(
     Two cases with the same key (same seqlen bucket, e.g. different batch) keep the one
     with the longest sequence, the one a bucket's larger runs resemble most.
     """
-    from fa_bench.tuning import entry_key, seqlen_bucket
+    from fa_bench.sweep.tuning import entry_key, seqlen_bucket
 
     rows = {r["case_id"]: r for r in doc["rows"]}
     chosen: dict[tuple, tuple[dict, float | None]] = {}

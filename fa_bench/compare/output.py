@@ -11,8 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fa_bench.compare import Comparison, Metric, Row, Verdict
-from fa_bench.results import sanitize
+from fa_bench.compare.core import Comparison, Metric, Row, Verdict
+from fa_bench.results.files import sanitize
 
 COMPARE_SCHEMA = "fa-bench-compare/1"
 VERDICT_STYLE = {

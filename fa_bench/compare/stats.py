@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile, as in fa_bench.timing (numpy's default)."""
+    """Linear-interpolation quantile, as in fa_bench.run.timing (numpy's default)."""
     s = sorted(values)
     pos = q * (len(s) - 1)
     lo = math.floor(pos)

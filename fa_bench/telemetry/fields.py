@@ -1,11 +1,11 @@
 """Telemetry readings → the fields of a case's `telemetry` object (units in the names),
-and the warnings a reader should see. Pure functions over what fa_bench.telemetry read."""
+and the warnings a reader should see. Pure functions over what fa_bench.telemetry.session read."""
 
 from __future__ import annotations
 
 import statistics
 
-from fa_bench.nvml import THROTTLING, decode_clock_events, gbps_from_util
+from fa_bench.telemetry.nvml import THROTTLING, decode_clock_events, gbps_from_util
 
 
 def telemetry_warnings(t: dict, sm_clock_fraction: float = 0.9) -> list[str]:

@@ -1,6 +1,6 @@
 """The worker subprocess: runs cases sent by the runner, one JSON line per message.
 
-Started by fa_bench.runner as `python -m fa_bench.worker OPTIONS_JSON`. The protocol goes
+Started by fa_bench.run.runner as `python -m fa_bench.run.worker OPTIONS_JSON`. The protocol goes
 over the original stdout; anything an implementation prints is sent to stderr instead so
 it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once, then
 {"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}, with an
@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     from fa_bench import registry
     from fa_bench.case import Case
     from fa_bench.env import collect_env
-    from fa_bench.execute import ExecOptions, run_case
-    from fa_bench.telemetry import open_session
-    from fa_bench.timing import TimingConfig
+    from fa_bench.run.execute import ExecOptions, run_case
+    from fa_bench.run.timing import TimingConfig
+    from fa_bench.telemetry.session import open_session
 
     if args.get("plugin_path"):
         sys.path.append(args["plugin_path"])  # after fa_bench is imported: no shadowing

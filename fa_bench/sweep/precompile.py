@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import active_children, get_context
 
-from fa_bench.sweep import Point
+from fa_bench.sweep.space import Point
 
 Progress = Callable[[int, int], None]  # (groups done, groups total)
 
@@ -61,7 +61,7 @@ def _build_group(device: str, items: list[tuple[str, dict, dict]]) -> list[tuple
 
     from fa_bench import registry
     from fa_bench.case import Case
-    from fa_bench.execute import make_inputs
+    from fa_bench.run.execute import make_inputs
 
     registry.load()
     impl = registry.get("triton")

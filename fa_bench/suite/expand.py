@@ -4,7 +4,7 @@ A suite file gives axes (implementations, modes, dtypes, shapes). Its cases are 
 Cartesian product of the axes or, when it has `[[group]]` tables, the union of the
 groups' products. CLI flags arrive as `Overrides` and replace axes in every group.
 docs/suites.md describes the format; the built-in suites live in `fa_bench.suites`.
-Reading the TOML and checking its keys and values is `fa_bench.suite_parse`.
+Reading the TOML and checking its keys and values is `fa_bench.suite.parse`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from fa_bench.case import Case, DType, Mode
-from fa_bench.suite_parse import (
+from fa_bench.suite.parse import (
     CHOICES,
     EXCLUDES,
     GROUP_KEYS,

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fa_bench.results import ResultsError
+from fa_bench.results.files import ResultsError
 
 
 class PlotlyJs(str, Enum):
@@ -29,9 +29,9 @@ def report_command(
     err_console: Console,
 ) -> int:
     """Read the inputs, merge them, write the page; returns the exit code (2: bad input)."""
-    from fa_bench.inputs import load_many
     from fa_bench.reports.build import ReportError, write_report
-    from fa_bench.sweep_run import SweepFileError, load_sweep
+    from fa_bench.results.inputs import load_many
+    from fa_bench.sweep.execute import SweepFileError, load_sweep
 
     try:
         sweep_paths = [p for p in inputs if _sweep_file(p)]
@@ -69,7 +69,7 @@ def write_run_report(json_path: Path, *, console: Console, err_console: Console)
     """`fa-bench run`'s report.html beside its results.json. The results are already on
     disk when this runs, so any failure here is a warning: the run keeps its exit code."""
     from fa_bench.reports.build import write_report
-    from fa_bench.results import load_results
+    from fa_bench.results.files import load_results
 
     out = Path(json_path).with_name("report.html")
     try:

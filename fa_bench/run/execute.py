@@ -1,6 +1,6 @@
 """Run one case in this process: inputs, preparation, accuracy check, timing, peak memory.
 
-Called by the worker subprocess (fa_bench.worker). Every expected failure becomes a
+Called by the worker subprocess (fa_bench.run.worker). Every expected failure becomes a
 status with its message; the caller never sees an exception from a case.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from fa_bench import models, registry
 from fa_bench.case import Case, Mode, Status
-from fa_bench.telemetry import TelemetrySession, case_telemetry
-from fa_bench.timing import Timing, TimingConfig, measure, summarize
+from fa_bench.run.timing import Timing, TimingConfig, measure, summarize
+from fa_bench.telemetry.session import TelemetrySession, case_telemetry
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _record(case: Case, device: object, **fields: object) -> dict:
 def run_case(
     case: Case, device: object, opts: ExecOptions, impl_options: dict | None = None
 ) -> dict:
-    """Measure one case; returns its result record (see fa_bench.results).
+    """Measure one case; returns its result record (see fa_bench.results.files).
 
     `impl_options` go to the implementation's builder (`fa-bench sweep` passes a kernel
     config this way)."""
@@ -189,7 +189,7 @@ def _run(
 
 
 def _check(case: Case, fn: object, q: object, k: object, v: object, do: object) -> dict:
-    from fa_bench.accuracy import check_accuracy
+    from fa_bench.run.accuracy import check_accuracy
 
     if do is None:
         return check_accuracy(case, q, k, v, fn(q, k, v))

@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.panel import Panel
 
-from fa_bench import registry, tuning
+from fa_bench import registry
 from fa_bench.case import Case
+from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.console import RunProgress, failures_table, summary_table
-from fa_bench.distributed import Rank, detect, part_dir, wait_and_merge
-from fa_bench.flags import CaseFlags, MeasureFlags
-from fa_bench.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
-from fa_bench.plan import (
+from fa_bench.results.files import read_journal, write_results
+from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
+from fa_bench.run.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
+from fa_bench.run.plan import (
     Plan,
     PlanError,
     default_out_dir,
@@ -26,8 +27,8 @@ from fa_bench.plan import (
     now_iso,
     ordered_records,
 )
-from fa_bench.results import read_journal, write_results
-from fa_bench.runner import RunOptions
+from fa_bench.run.runner import RunOptions
+from fa_bench.sweep import tuning
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _without_impl(c: Case) -> tuple:
 
 
 def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
-    from fa_bench.suite import Overrides, load_suites
+    from fa_bench.suite.expand import Overrides, load_suites
 
     impls = registry.load(req.plugins)
     device = resolve_device(req.device, req.gpu)
@@ -182,7 +183,7 @@ def _resume(req: RunRequest, rank: Rank) -> tuple[str, bool, list, Path]:
 
 def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
     """Plan (or resume), execute with progress, write results; returns the exit code."""
-    from fa_bench.suite import SuiteError
+    from fa_bench.suite.expand import SuiteError
 
     try:
         rank = detect()
@@ -237,7 +238,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     if missing:
         err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
     if req.report:
-        from fa_bench.cli_report import write_run_report
+        from fa_bench.commands.report import write_run_report
 
         write_run_report(json_path, console=console, err_console=err_console)
     if interrupted:

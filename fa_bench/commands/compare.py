@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from fa_bench.compare import (
+from fa_bench.compare.core import (
     PRESETS,
     CaseFilter,
     CompareError,
@@ -21,7 +21,7 @@ from fa_bench.compare import (
     compare_docs,
     thresholds_from,
 )
-from fa_bench.results import ResultsError
+from fa_bench.results.files import ResultsError
 
 Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # the presets' names
 
@@ -43,8 +43,8 @@ def compare_command(
 ) -> int:
     """Compare, print the verdicts, write the summaries; returns the exit code
     (0 gate passed, 1 gate failed, 2 unusable input)."""
-    from fa_bench.compare_output import markdown, terminal, to_json
-    from fa_bench.inputs import load_any
+    from fa_bench.compare.output import markdown, terminal, to_json
+    from fa_bench.results.inputs import load_any
 
     try:
         th = thresholds_from(preset, thresholds, metric)

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fa_bench.distributed import part_dir, shard
-from fa_bench.plan import Plan, PlanError, load_plan, run_plan
-from fa_bench.runner import ProgressFn
+from fa_bench.run.distributed import part_dir, shard
+from fa_bench.run.plan import Plan, PlanError, load_plan, run_plan
+from fa_bench.run.runner import ProgressFn
 
 LAYOUT = "layout.json"
 LAYOUT_SCHEMA = "fa-bench-layout/1"

@@ -17,8 +17,8 @@ from pathlib import Path
 from fa_bench import __version__
 from fa_bench.case import Case, Status
 from fa_bench.env import git_sha
-from fa_bench.results import PLAN, build_document, read_journal, write_results
-from fa_bench.runner import ProgressFn, RunOptions, execute
+from fa_bench.results.files import PLAN, build_document, read_journal, write_results
+from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
 PLAN_SCHEMA = "fa-bench-plan/1"
 

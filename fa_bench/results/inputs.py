@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from fa_bench.results import ResultsError, validate
+from fa_bench.results.files import ResultsError, validate
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.html"

@@ -1,0 +1,3 @@
+"""Suites: reading a suite's TOML (parse) and expanding it into cases with the command line's
+overrides (expand).
+"""

@@ -1,0 +1,3 @@
+"""NVML telemetry: the library binding, the per-case measurement window, the fields derived
+from it and the environment it reports.
+"""
