@@ -1,0 +1,234 @@
+"""The case record: one measured (or failed) case, as the journal, results.json, the
+report and `compare` all see it.
+
+Every producer builds a `CaseRecord` and every reader gets one from `CaseRecord.from_json`;
+the JSON form (a flat object, schema fa-bench/1) is written only by `to_json`. The JSON is
+exactly what earlier versions wrote, so the schema string has not changed:
+
+    id, impl, mode, dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal,
+    device, status, error, backend, derived, latency_ms, timing, flops, bytes_model,
+    tflops, gbps_model, peak_mem_bytes, accuracy, telemetry,
+    [traceback], [prepare_s], [wall_s, host, gpu]
+
+`traceback` is present for an unexpected error, `prepare_s` for a case that was prepared,
+and `wall_s`/`host`/`gpu` once the runner has placed the record (`Placement`). Keys this
+version does not know are kept in `extra` and written back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from fa_bench.case import Case, Status
+from fa_bench.errors import UsageError
+
+
+class ResultsError(UsageError, ValueError):
+    """A results file (or record) that is unreadable or not of this schema; the message
+    names the file, the case and the field."""
+
+
+LATENCY_KEYS = ("median", "mean", "min", "max", "p20", "p80", "stdev", "n", "samples")
+_CASE_KEYS = tuple(f.name for f in dataclasses.fields(Case))
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Milliseconds per call over the timed samples (fa_bench.run.timing.summarize)."""
+
+    median: float
+    mean: float
+    min: float
+    max: float
+    p20: float
+    p80: float
+    stdev: float
+    n: int
+    samples: list[float]
+    # Relative standard error of the mean; absent from files older than the field.
+    noise: float | None = None
+
+    @classmethod
+    def from_json(cls, d: object, where: str) -> Latency:
+        if not isinstance(d, dict) or any(k not in d for k in LATENCY_KEYS):
+            raise ResultsError(f"{where}: latency_ms must hold {', '.join(LATENCY_KEYS)}")
+        return cls(**{k: d[k] for k in (*LATENCY_KEYS, "noise") if k in d})
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        # summarize() puts noise before n; keep that order in the files.
+        return {k: d[k] for k in ("median", "mean", "min", "max", "p20", "p80", "stdev",
+                                  "noise", "n", "samples")}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    """The GPU a case ran on: its physical index on the host, UUID and name."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def from_json(cls, d: object, where: str) -> GpuRef | None:
+        if d is None:
+            return None
+        if not isinstance(d, dict) or not isinstance(d.get("index"), int):
+            raise ResultsError(f"{where}: gpu must be null or an object with an integer 'index'")
+        return cls(index=d["index"], uuid=d.get("uuid"), name=d.get("name"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "uuid": self.uuid, "name": self.name}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and for how long the runner ran a case (set after the worker answered)."""
+
+    wall_s: float | None
+    host: str | None
+    gpu: GpuRef | None
+
+
+@dataclass
+class CaseRecord:
+    """One case's result. `case` is the benchmark point; the rest is what happened."""
+
+    case: Case
+    device: str
+    status: Status
+    error: str | None = None
+    backend: str | None = None
+    derived: str | None = None  # how a figure was derived (a subtracted forward), else None
+    latency_ms: Latency | None = None
+    timing: dict[str, Any] | None = None  # how it was timed (fa_bench.run.execute)
+    flops: float | None = None
+    bytes_model: float | None = None
+    tflops: float | None = None
+    gbps_model: float | None = None
+    peak_mem_bytes: int | None = None
+    accuracy: dict[str, Any] | None = None  # fa_bench.run.accuracy.check_accuracy
+    telemetry: dict[str, Any] | None = None  # fa_bench.telemetry.session.case_telemetry
+    traceback: str | None = None
+    prepare_s: float | None = None
+    placement: Placement | None = None
+    id: str = ""  # the case id as written; defaults to case.id
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+        if not self.id:
+            self.id = self.case.id
+
+    @property
+    def impl(self) -> str:
+        return self.case.impl
+
+    @property
+    def median_ms(self) -> float | None:
+        return self.latency_ms.median if self.latency_ms is not None else None
+
+    @property
+    def gpu(self) -> GpuRef | None:
+        return self.placement.gpu if self.placement is not None else None
+
+    @property
+    def host(self) -> str | None:
+        return self.placement.host if self.placement is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, **self.case.to_dict()}
+        d.update(
+            device=self.device,
+            status=self.status.value,
+            error=self.error,
+            backend=self.backend,
+            derived=self.derived,
+            latency_ms=self.latency_ms.to_json() if self.latency_ms is not None else None,
+            timing=self.timing,
+            flops=self.flops,
+            bytes_model=self.bytes_model,
+            tflops=self.tflops,
+            gbps_model=self.gbps_model,
+            peak_mem_bytes=self.peak_mem_bytes,
+            accuracy=self.accuracy,
+            telemetry=self.telemetry,
+        )
+        if self.traceback is not None:
+            d["traceback"] = self.traceback
+        if self.prepare_s is not None:
+            d["prepare_s"] = self.prepare_s
+        if self.placement is not None:
+            gpu = self.placement.gpu
+            d.update(
+                wall_s=self.placement.wall_s,
+                host=self.placement.host,
+                gpu=gpu.to_json() if gpu is not None else None,
+            )
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_json(cls, d: object, where: str = "record") -> CaseRecord:
+        """Check and read one record; `where` (file and index) starts every error message."""
+        if not isinstance(d, dict):
+            raise ResultsError(f"{where} is not an object")
+        where = f"{where} ({d.get('id')})" if isinstance(d.get("id"), str) else where
+        missing = [k for k in REQUIRED_KEYS if k not in d]
+        if missing:
+            raise ResultsError(f"{where} lacks {', '.join(missing)}")
+        try:
+            case = Case.from_dict(d)
+        except (TypeError, ValueError) as exc:
+            raise ResultsError(f"{where}: {exc}") from None
+        valid_status = {s.value for s in Status}
+        if d["status"] not in valid_status:
+            valid = ", ".join(sorted(valid_status))
+            raise ResultsError(f"{where}: status {d['status']!r} is not one of {valid}")
+        tel = d["telemetry"]
+        if tel is not None and not (
+            isinstance(tel, dict) and isinstance(tel.get("available"), bool)
+        ):
+            raise ResultsError(f"{where}: telemetry must be null or an object with 'available'")
+        lat = d["latency_ms"]
+        placed = "wall_s" in d or "host" in d or "gpu" in d
+        return cls(
+            case=case,
+            id=d["id"],
+            device=d["device"],
+            status=Status(d["status"]),
+            error=d["error"],
+            backend=d.get("backend"),
+            derived=d.get("derived"),
+            latency_ms=Latency.from_json(lat, where) if lat is not None else None,
+            timing=d.get("timing"),
+            flops=d.get("flops"),
+            bytes_model=d.get("bytes_model"),
+            tflops=d["tflops"],
+            gbps_model=d["gbps_model"],
+            peak_mem_bytes=d["peak_mem_bytes"],
+            accuracy=d["accuracy"],
+            telemetry=tel,
+            traceback=d.get("traceback"),
+            prepare_s=d.get("prepare_s"),
+            placement=Placement(
+                wall_s=d.get("wall_s"),
+                host=d.get("host"),
+                gpu=GpuRef.from_json(d.get("gpu"), where),
+            )
+            if placed
+            else None,
+            extra={k: v for k, v in d.items() if k not in _KNOWN_KEYS},
+        )
+
+
+REQUIRED_KEYS = (
+    "id", *_CASE_KEYS, "device", "status", "error", "latency_ms", "tflops", "gbps_model",
+    "peak_mem_bytes", "accuracy", "telemetry",
+)  # fmt: skip
+_KNOWN_KEYS = frozenset(
+    (*REQUIRED_KEYS, "backend", "derived", "timing", "flops", "bytes_model", "traceback",
+     "prepare_s", "wall_s", "host", "gpu")
+)  # fmt: skip
