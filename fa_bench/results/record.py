@@ -232,3 +232,41 @@ _KNOWN_KEYS = frozenset(
     (*REQUIRED_KEYS, "backend", "derived", "timing", "flops", "bytes_model", "traceback",
      "prepare_s", "wall_s", "host", "gpu")
 )  # fmt: skip
+
+
+SCHEMA = "fa-bench/1"
+
+
+@dataclass
+class ResultsDoc:
+    """One results.json: the run (argv, suites, options, times), the environment (GPU,
+    versions, telemetry) and the case records."""
+
+    run: dict[str, Any]
+    env: dict[str, Any]
+    cases: list[CaseRecord]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "run": self.run,
+            "env": self.env,
+            "cases": [c.to_json() for c in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, doc: object, source: str = "results") -> ResultsDoc:
+        """Check a whole document; errors name `source` and, for a case, its index."""
+        if not isinstance(doc, dict):
+            raise ResultsError(f"{source}: not a JSON object")
+        if doc.get("schema") != SCHEMA:
+            raise ResultsError(
+                f"{source}: schema is {doc.get('schema')!r}, this fa-bench reads {SCHEMA!r}"
+            )
+        for key, kind in (("run", dict), ("env", dict), ("cases", list)):
+            if not isinstance(doc.get(key), kind):
+                raise ResultsError(f"{source}: '{key}' must be a JSON {kind.__name__}")
+        cases = [
+            CaseRecord.from_json(c, f"{source}: cases[{i}]") for i, c in enumerate(doc["cases"])
+        ]
+        return cls(run=doc["run"], env=doc["env"], cases=cases)
