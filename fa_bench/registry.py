@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fa_bench.case import Case, DType, Mode
+from fa_bench.errors import UsageError
 
 AttnFn = Callable[..., object]
 
@@ -27,11 +28,11 @@ class Unsupported(Exception):
     """The implementation cannot run this case; the message says why."""
 
 
-class PluginError(ValueError):
+class PluginError(UsageError, ValueError):
     """A plugin module that cannot be imported."""
 
 
-class UnknownImpl(ValueError):
+class UnknownImpl(UsageError, ValueError):
     def __init__(self, name: str, valid: Iterable[str]) -> None:
         self.name = name
         super().__init__(f"unknown implementation {name!r}; valid: {', '.join(sorted(valid))}")

@@ -15,13 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fa_bench.env import cudnn_version
+from fa_bench.errors import UsageError
 from fa_bench.reports.embed import embed_json
 
 PLOTLYJS_CHOICES = ("inline", "cdn")
 _DEFAULT_BASELINES = ("sdpa", "sdpa-cudnn", "sdpa-flash", "naive")
 
 
-class ReportError(ValueError):
+class ReportError(UsageError, ValueError):
     """Bad input for a report (an unknown baseline, no cases): maps to exit code 2."""
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from fa_bench.case import DType
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
+from fa_bench.errors import UsageError
 
 _DEFAULT_OUT = Path("fa-bench-out")
 
@@ -33,7 +34,7 @@ class SweepRequest(CaseFlags, MeasureFlags):
     argv: tuple[str, ...] = ()
 
 
-class SweepInputError(ValueError):
+class SweepInputError(UsageError, ValueError):
     """Bad flag values: exit code 2 with the message."""
 
 

@@ -7,8 +7,10 @@ import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fa_bench.errors import UsageError
 
-class CompareError(ValueError):
+
+class CompareError(UsageError, ValueError):
     """Unusable input or options: `fa-bench compare` exits 2 with this message."""
 
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fa_bench.case import Case
+from fa_bench.errors import UsageError
 from fa_bench.results.files import ResultsError, build_document, load_results
 
 
-class DistributedError(ValueError):
+class DistributedError(UsageError, ValueError):
     """Inconsistent launcher variables or flags (exit code 2)."""
 
 

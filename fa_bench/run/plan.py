@@ -17,13 +17,14 @@ from pathlib import Path
 from fa_bench import __version__
 from fa_bench.case import Case, Status
 from fa_bench.env import git_sha
+from fa_bench.errors import UsageError
 from fa_bench.results.files import PLAN, build_document, read_journal, write_results
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
 PLAN_SCHEMA = "fa-bench-plan/1"
 
 
-class PlanError(ValueError):
+class PlanError(UsageError, ValueError):
     """Bad input for a run (maps to exit code 2)."""
 
 

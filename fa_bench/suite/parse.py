@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fa_bench.case import DType, Mode
+from fa_bench.errors import UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,7 +62,7 @@ EXCLUDES = {
 Axes = dict[str, tuple]
 
 
-class SuiteError(ValueError):
+class SuiteError(UsageError, ValueError):
     """A suite file or an override is invalid; the message names the file, key and choices."""
 
 

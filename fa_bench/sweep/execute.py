@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fa_bench.errors import UsageError
 from fa_bench.results.files import append_journal, sanitize
 from fa_bench.run.runner import CaseRunner, RunOptions
 from fa_bench.sweep.space import Point, label, short_fields
@@ -154,7 +155,7 @@ def write_doc(out_dir: Path, doc: dict) -> Path:
     return path
 
 
-class SweepFileError(ValueError):
+class SweepFileError(UsageError, ValueError):
     pass
 
 

@@ -30,6 +30,8 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from fa_bench.errors import UsageError
+
 SCHEMA = "fa-bench-tuning/1"
 ENV_VAR = "FA_BENCH_TUNING_CACHE"
 OFF = "off"
@@ -44,7 +46,7 @@ MODE_FIELDS = {
 BUCKET_EDGES = (256, 1024, 4096, 16384, 65536)
 
 
-class TuningCacheError(ValueError):
+class TuningCacheError(UsageError, ValueError):
     """A tuning cache file that cannot be read or is not of this schema."""
 
 
