@@ -34,7 +34,8 @@ def bandwidth_fields(
     if isinstance(peak, str):
         unavailable["gbps_peak_theoretical"] = peak
     util = out.get("dram_bw_util_pct")
-    gbps = gbps_from_util(util, peak) if util is not None and number(peak) else None
+    peak_gbps = number(peak)
+    gbps = gbps_from_util(util, peak_gbps) if util is not None and peak_gbps else None
     out["gbps_nvml"] = gbps
     if gbps is None:
         unavailable["gbps_nvml"] = "needs dram_bw_util_pct and gbps_peak_theoretical"
@@ -77,7 +78,7 @@ def energy_fields(
     e0: float | str,
     e1: float | str,
     window_s: float,
-    calls: int,
+    calls: float,  # the calls the counter's span covers, pro rata: may be fractional
     values: dict[str, list[float]],
     failed: dict[str, str],
     unavailable: dict[str, str],
@@ -86,7 +87,7 @@ def energy_fields(
     reading is a 1 s running average on Hopper. Without the counter: the polled power."""
     if isinstance(e0, str) or isinstance(e1, str):
         out["energy_j_per_call"] = None
-        unavailable["energy_j_per_call"] = e0 if isinstance(e0, str) else e1
+        unavailable["energy_j_per_call"] = e0 if isinstance(e0, str) else str(e1)
         power = values.get("power_w")
         out["power_w_mean"] = statistics.fmean(power) if power else None
         out["power_from"] = "power_usage_polls" if power else None

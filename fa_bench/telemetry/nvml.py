@@ -14,6 +14,9 @@ import threading
 import uuid as uuid_mod
 from collections.abc import Callable
 from types import ModuleType
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 # GPM metric ids (nvml.h, NVML_GPM_METRIC_*): the field names carry their unit, % of the
 # metric's own peak over the sampling window.
@@ -112,7 +115,7 @@ class NvmlDevice:
         except lib.NVMLError as exc:
             raise NvmlUnavailable(f"NVML has no device {key}: {exc}") from None
 
-    def _call(self, what: str, fn: Callable[[], object]) -> object:
+    def _call(self, what: str, fn: Callable[[], _T]) -> _T:
         try:
             return fn()
         except self.lib.NVMLError as exc:
@@ -122,10 +125,10 @@ class NvmlDevice:
 
     def probes(self) -> dict[str, Callable[[], float]]:
         """Readings polled during a window, each raising NvmlUnavailable with its reason."""
-        return {
-            name: (lambda name=name, fn=fn: self._call(name, fn))
-            for name, fn in self._raw_probes().items()
-        }
+        return {name: self._probe(name, fn) for name, fn in self._raw_probes().items()}
+
+    def _probe(self, name: str, fn: Callable[[], float]) -> Callable[[], float]:
+        return lambda: self._call(name, fn)
 
     def _raw_probes(self) -> dict[str, Callable[[], float]]:
         # Units in the names; NVML's mW are converted here.

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from fa_bench import models
 from fa_bench.case import Case, Mode
@@ -42,6 +43,9 @@ from fa_bench.telemetry.window import CudaMark, Mark, run_busy_window, run_windo
 
 Closure = Callable[[], object]
 DISABLED = "disabled (--no-telemetry)"
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,13 @@ class TelemetrySession:
     def available(self) -> bool:
         return self.dev is not None
 
+    @property
+    def nvml(self) -> NvmlDevice:
+        """The NVML device, where `available` has been checked."""
+        if self.dev is None:
+            raise NvmlUnavailable(self.reason or "telemetry is unavailable")
+        return self.dev
+
     @classmethod
     def unavailable(cls, reason: str) -> TelemetrySession:
         return cls(None, reason=reason)
@@ -117,9 +128,9 @@ class TelemetrySession:
         if not self.available:
             return {"available": False, "reason": self.reason}
         readings = {}
-        for name, read in self.dev.probes().items():
+        for name, read in self.nvml.probes().items():
             readings[name] = _reason_of(read) or "ok"
-        readings["energy_mj"] = _reason_of(self.dev.energy_mj) or "ok"
+        readings["energy_mj"] = _reason_of(self.nvml.energy_mj) or "ok"
         return {
             "available": True,
             "uuid": self.uuid,
@@ -133,7 +144,7 @@ class TelemetrySession:
         """The SM clock reader the timing loop samples; None without NVML."""
         if not self.available:
             return None
-        dev = self.dev
+        dev = self.nvml
 
         def read() -> float | None:
             try:
@@ -221,17 +232,17 @@ class TelemetrySession:
     def _gpm_close(self, first: object) -> tuple[str | None, dict]:
         """(why GPM failed or None, the metrics between `first` and a sample taken now)."""
         try:
-            second = self.dev.gpm_sample()
+            second = self.nvml.gpm_sample()
         except NvmlUnavailable as exc:
             return str(exc), {}
         try:
-            return None, self.dev.gpm_metrics(first, second)
+            return None, self.nvml.gpm_metrics(first, second)
         except NvmlUnavailable as exc:
             return str(exc), {}
         finally:
-            self.dev.gpm_free(second)
+            self.nvml.gpm_free(second)
 
-    def calibrate(self, device: object, nbytes: int | None = None) -> dict:
+    def calibrate(self, device: torch.device | str, nbytes: int | None = None) -> dict:
         """Copy a buffer for a window and compare bytes / time with NVML's GB/s, so a reader
         of the run can judge its telemetry. Never raises."""
         if not self.available:
@@ -249,7 +260,7 @@ class TelemetrySession:
 
                 torch.cuda.empty_cache()  # the copy buffers must not crowd the first case
 
-    def _calibrate(self, device: object, nbytes: int | None) -> dict:
+    def _calibrate(self, device: torch.device | str, nbytes: int | None) -> dict:
         import torch
 
         n = nbytes or self.config.calibration_bytes
@@ -286,7 +297,7 @@ class TelemetrySession:
 
 
 def open_session(
-    device: object,
+    device: torch.device | str,
     *,
     enabled: bool = True,
     lib: ModuleType | None = None,
@@ -324,7 +335,7 @@ class _Readings:
 
     def open(self) -> None:
         self.free()
-        dev = self.s.dev
+        dev = self.s.nvml
         self.gpm_reason, self.gpm = self.s.gpm_reason, {}
         if self.gpm_reason is None:
             try:
@@ -337,7 +348,7 @@ class _Readings:
 
     def close(self) -> None:
         # The closing readings first, then the poller's last poll.
-        self.energy1 = _value_or_reason(self.s.dev.energy_mj)
+        self.energy1 = _value_or_reason(self.s.nvml.energy_mj)
         if self.first is not None:
             self.gpm_reason, self.gpm = self.s._gpm_close(self.first)
         self.poller.finish()
@@ -345,7 +356,7 @@ class _Readings:
     def free(self) -> None:
         self.poller.finish()
         if self.first is not None:
-            self.s.dev.gpm_free(self.first)
+            self.s.nvml.gpm_free(self.first)
             self.first = None
 
 

@@ -22,7 +22,10 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
 
 Closure = Callable[[], object]
 
@@ -51,7 +54,7 @@ class BusyWindow:
 
 
 class CudaMark:
-    def __init__(self, device: object) -> None:
+    def __init__(self, device: torch.device | str) -> None:
         import torch
 
         self.event = torch.cuda.Event(enable_timing=True)
@@ -95,17 +98,16 @@ def run_busy_window(
         call()
         sync()
         est = max(time.perf_counter() - t0, 1e-6)
-    window = None
-    for _ in range(2):
+    for attempt in (1, 2):
         # 10% over the target: back-to-back calls skip the timing loop's L2 flush and so
         # often run a little faster than the latency median that sized them.
         n_win = min(max(1, math.ceil(1.1 * target_s / est)), max_calls)
         n_roll = min(max(1, math.ceil(roll_s / est)), max_calls)
         window = _fenced(call, mark, sync, open, close, n_win, n_roll)
-        if window.seconds >= target_s or n_win >= max_calls:
-            break
+        if attempt == 2 or window.seconds >= target_s or n_win >= max_calls:
+            return window
         est = max(window.seconds / window.calls, 1e-9)
-    return window
+    raise AssertionError("unreachable: the second attempt returns")
 
 
 def _fenced(
