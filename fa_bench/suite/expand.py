@@ -70,7 +70,7 @@ class Overrides:
     def from_flags(cls, flags: object, **fixed: object) -> Overrides:
         """From a command's request, whose axis attributes have these same names (one it
         lacks keeps the suite's axis); `fixed` replaces some (`sweep` sweeps `triton`)."""
-        values = {f.name: getattr(flags, f.name, None) for f in fields(cls)}
+        values: dict[str, Any] = {f.name: getattr(flags, f.name, None) for f in fields(cls)}
         return cls(**{**values, **fixed})
 
 

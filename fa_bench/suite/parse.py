@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from fa_bench.case import DType, Mode
 from fa_bench.errors import UsageError
@@ -172,6 +172,14 @@ def axes_table(
             if key in axes and other in axes:
                 raise where.error(f"keys {key!r} and {other!r} are mutually exclusive; give one")
     return axes
+
+
+@overload
+def text_key(doc: Mapping[str, Any], key: str, where: Where, required: Literal[True]) -> str: ...
+
+
+@overload
+def text_key(doc: Mapping[str, Any], key: str, where: Where, required: bool) -> str | None: ...
 
 
 def text_key(doc: Mapping[str, Any], key: str, where: Where, required: bool) -> str | None:
