@@ -142,6 +142,8 @@ def _import_plugin(plugin: str) -> None:
         if name in sys.modules:
             return
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:  # a .py path always has a source loader
+            raise PluginError(f"--plugin {plugin}: cannot load it as a module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
