@@ -121,13 +121,19 @@ def register(
     return decorate
 
 
+# The adapters of the built-in implementations; importing one registers it. They live
+# with the kernels (kernels/ installs as fa_bench.kernels), which do not import them.
+BUILTIN = ("fa_bench.kernels.reference", "fa_bench.kernels.triton_impl")
+
+
 def load(plugins: Iterable[str] = ()) -> dict[str, Impl]:
     """Import the built-in implementations and any plugins; return the registry.
 
     A plugin is a module name (`mypkg.attn`) or the path of a .py file; importing it
     registers its implementations with `@register`.
     """
-    importlib.import_module("fa_bench.kernels")
+    for module in BUILTIN:
+        importlib.import_module(module)
     for plugin in plugins:
         _import_plugin(plugin)
     return dict(_REGISTRY)

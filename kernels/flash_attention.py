@@ -3,8 +3,9 @@ arbitrary sequence lengths, head dims that are multiples of 8 up to 256, and any
 whose last one is 1.
 
 Reads top-down: the launchers of the `@triton.jit` kernels (which live in
-fa_bench.kernels.flash_kernels: forward, backward preprocessing, dK/dV, dQ), then the
-`torch.autograd.Function`, then `flash_attention`.
+fa_bench.kernels.flash_kernels: forward, backward preprocessing, dK/dV, dQ; imported at
+the first launch, see `_kernels`), then the `torch.autograd.Function`, then
+`flash_attention`.
 
 Conventions inside the kernels:
 - scores live in the log2 domain: s2 = (q·k) · scale · log2(e), so exp2 replaces exp;
@@ -21,17 +22,11 @@ from __future__ import annotations
 import functools
 import math
 import os
+from types import ModuleType
 
 import torch
-import triton
 
-from fa_bench.kernels.flash_config import FlashConfig, pad_pow2, select_config
-from fa_bench.kernels.flash_kernels import (
-    _bwd_dkdv_kernel,
-    _bwd_dq_kernel,
-    _bwd_preprocess_kernel,
-    _fwd_kernel,
-)
+from fa_bench.kernels.flash_config import FlashConfig, heuristic_config, pad_pow2
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -45,6 +40,21 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The `@triton.jit` kernels, imported (with triton) at the first launch: whether
+    triton interprets is fixed when triton and the kernels are first imported, so
+    importing this module must not import them (see the package docstring)."""
+    from fa_bench.kernels import flash_kernels
+
+    return flash_kernels
+
+
+def _cdiv(n: int, d: int) -> int:
+    """`triton.cdiv` for the grids, without importing triton here."""
+    return (n + d - 1) // d
 
 
 def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
@@ -109,16 +119,16 @@ def _capability(index: int) -> tuple[int, int]:
 
 
 def _resolve_config(
-    config: FlashConfig | None, q: torch.Tensor, seqlen_k: int, causal: bool, mode: str
+    config: FlashConfig | None, q: torch.Tensor, seqlen_k: int, causal: bool
 ) -> FlashConfig:
     if config is not None:
         if not isinstance(config, FlashConfig):
             raise TypeError(f"config must be a FlashConfig, got {type(config).__name__}")
         return config
-    # The tuning cache (`fa-bench sweep --save-best`) when it has this key, else the
-    # heuristic; the cache index is re-read only when the file changes.
+    # The library's own heuristic only: a tuning cache is the application's choice, made
+    # by the caller (the `triton` registry adapter passes its config explicitly).
     seqlen = max(q.shape[2], seqlen_k)
-    return select_config(q.shape[-1], q.dtype, causal, q.device, seqlen, mode)[0]
+    return heuristic_config(q.shape[-1], q.dtype, causal, q.device, seqlen)
 
 
 _ALLOCATOR_SET = False
@@ -128,6 +138,7 @@ def _ensure_tma_allocator() -> None:
     """Device-side descriptors need global scratch; Triton asks this allocator for it."""
     global _ALLOCATOR_SET
     if not _ALLOCATOR_SET:
+        import triton
 
         def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
             return torch.empty(size, dtype=torch.int8, device="cuda")
@@ -157,8 +168,8 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
     use_tma = cfg.use_tma and _tma_ok(q, k, v, o)
     if use_tma:
         _ensure_tma_allocator()
-    grid = (triton.cdiv(seq_q, cfg.block_m), batch * heads_q)
-    _fwd_kernel[grid](
+    grid = (_cdiv(seq_q, cfg.block_m), batch * heads_q)
+    _kernels()._fwd_kernel[grid](
         q, k, v, o, lse2,
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         heads_q, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E,
@@ -181,13 +192,13 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse2)
     pre_block = 64
-    _bwd_preprocess_kernel[(triton.cdiv(seq_q, pre_block), batch * heads_q)](
+    _kernels()._bwd_preprocess_kernel[(_cdiv(seq_q, pre_block), batch * heads_q)](
         o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=pre_block,
     )  # fmt: skip
     small, large = cfg.bwd_block_m, cfg.bwd_block_n
     prec = _dot_precision(q.dtype)
-    _bwd_dkdv_kernel[(triton.cdiv(seq_k, large), batch * heads_kv)](
+    _kernels()._bwd_dkdv_kernel[(_cdiv(seq_k, large), batch * heads_kv)](
         q, k, v, do, dk, dv, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         heads_q, heads_kv, group, seq_q, seq_k, scale * _LOG2E, scale,
@@ -195,7 +206,7 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
         CAUSAL=causal, EVEN_M=seq_q % small == 0, EVEN_N=seq_k % large == 0, DOT_PREC=prec,
         num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
     )  # fmt: skip
-    _bwd_dq_kernel[(triton.cdiv(seq_q, large), batch * heads_q)](
+    _kernels()._bwd_dq_kernel[(_cdiv(seq_q, large), batch * heads_q)](
         q, k, v, do, dq, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
         heads_q, group, seq_q, seq_k, scale * _LOG2E, scale,
@@ -253,13 +264,14 @@ def flash_attention(
 
     With `return_lse=True` also returns the natural-log log-sum-exp of each row's scaled
     scores, (batch, heads_q, seqlen_q) fp32, not differentiable. `config` overrides the
-    tile heuristic (`fa_bench.kernels.flash_config.default_config`).
+    tile heuristic (`fa_bench.kernels.flash_config.default_config`); no tuning cache is
+    read here.
     """
     _validate(q, k, v, scale)
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)
     causal = bool(causal)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    cfg = _resolve_config(config, q, k.shape[2], causal, "fwd_bwd" if q.requires_grad else "fwd")
+    cfg = _resolve_config(config, q, k.shape[2], causal)
     o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg)
     if not return_lse:
         return o

@@ -1,14 +1,23 @@
 """Launch configuration of the Triton FlashAttention kernels, and the default heuristic.
 
-A `FlashConfig` fixes the tile sizes, warps and pipeline depth of the three kernels:
+A `FlashConfig` fixes the tile sizes, warps and pipeline depth of the three kernels.
+Each kernel program *holds* one tile in registers for its whole life and *streams* the
+tiles of the other operand through a loop:
 
-- forward: `block_m` query rows per program, streaming `block_n` keys per step;
+- forward: a program holds `block_m` query rows and streams `block_n` keys per step;
 - backward: the dK/dV kernel holds `bwd_block_n` keys and streams `bwd_block_m` query
   rows per step; the dQ kernel holds `bwd_block_n` query rows and streams `bwd_block_m`
-  keys per step (the triton fused-attention tutorial's BLOCK_M1 = BLOCK_N2 small,
-  BLOCK_N1 = BLOCK_M2 large). Both backward kernels share `bwd_num_warps/bwd_num_stages`.
+  keys per step. So in the backward `bwd_block_n` is the held tile (BLOCK_HELD in the
+  kernels) and `bwd_block_m` the streamed one (BLOCK_STREAMED) of both kernels: the
+  triton fused-attention tutorial's BLOCK_M1 = BLOCK_N2 small, BLOCK_N1 = BLOCK_M2
+  large. Both backward kernels share `bwd_num_warps/bwd_num_stages`.
 
-`default_config` is a fixed table, not an autotuner: nothing is timed at run time.
+The field names are the keys of tuning caches and sweep.json files, so they stay as
+they are.
+
+`default_config` is a fixed table, not an autotuner: nothing is timed at run time. It
+never reads a tuning cache: that is the application's business (fa_bench.sweep.tuning,
+consulted by the `triton` registry adapter in kernels/triton_impl.py).
 """
 
 from __future__ import annotations
@@ -16,6 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 _WARPS = (1, 2, 4, 8, 16)
+# Tile bounds: `tl.dot` takes no operand dimension under 16; 256 is the largest tile a
+# config may ask for (as large as the largest head_dim).
+MIN_TILE = 16
+MAX_TILE = 256
 
 
 def _is_pow2(x: int) -> bool:
@@ -25,7 +38,7 @@ def _is_pow2(x: int) -> bool:
 def pad_pow2(n: int) -> int:
     """`n` rounded up to a power of two, at least 16: how the kernels pad head_dim (a
     register tile) and the smallest tile `tl.dot` takes."""
-    return max(16, 1 << (n - 1).bit_length())
+    return max(MIN_TILE, 1 << (n - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -50,8 +63,11 @@ class FlashConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not _is_pow2(value):
                 raise ValueError(f"{name} must be a power of two, got {value!r}")
-            if not 16 <= value <= 256:
-                raise ValueError(f"{name} must be in [16, 256] (tl.dot needs >= 16), got {value}")
+            if not MIN_TILE <= value <= MAX_TILE:
+                raise ValueError(
+                    f"{name} must be in [{MIN_TILE}, {MAX_TILE}] (tl.dot needs >= {MIN_TILE}), "
+                    f"got {value}"
+                )
         for name in ("num_warps", "bwd_num_warps"):
             value = getattr(self, name)
             if value not in _WARPS:
@@ -83,16 +99,14 @@ def default_config(
     dtype: object,
     causal: bool,
     device_capability: tuple[int, int] | None,
-    mode: str = "fwd_bwd",
     seqlen: int | None = None,
 ) -> FlashConfig:
     """The launch configuration for one (head_dim, dtype, causal, GPU, seqlen) point.
 
     `head_dim` is the padded (power-of-two) head dimension, `dtype` a torch dtype,
     `device_capability` `torch.cuda.get_device_capability()` or None for the CPU
-    interpreter, `seqlen` the longer of the query and key lengths (None: long). `mode`
-    ("fwd", "bwd", "fwd_bwd") does not change the choice today: a config carries both the
-    forward and the backward fields.
+    interpreter, `seqlen` the longer of the query and key lengths (None: long). One config
+    serves every mode: it carries both the forward and the backward fields.
 
     Why these numbers (Hopper, measured on the H200: see docs/kernel.md):
     - forward, head_dim 128: 128 query rows × 128 keys, 8 warps, 3 stages: two warpgroups
@@ -118,7 +132,6 @@ def default_config(
     - fp32 inputs: half the tile sizes (4-byte tiles, ieee dots with no wgmma fast path);
     - pre-Hopper GPUs: no TMA, the same tiles with 2 stages (less shared memory).
     """
-    del mode  # a config carries both kernels' fields
     if device_capability is None:
         return _INTERPRETER
     import torch  # local: keep this module importable without torch at import time
@@ -138,9 +151,10 @@ def default_config(
     if short_causal and head_dim <= 128 and not wide:
         cfg = dict(block_m=64, block_n=64, num_warps=4, num_stages=3)
     if wide:
-        cfg.update(block_m=max(16, cfg["block_m"] // 2), block_n=max(16, cfg["block_n"] // 2))
+        half = {k: max(MIN_TILE, cfg[k] // 2) for k in ("block_m", "block_n")}
+        cfg.update(half)
         cfg.update(num_stages=min(cfg["num_stages"], 2))
-        bwd.update(bwd_block_m=max(16, bwd["bwd_block_m"] // 2), bwd_num_stages=1)
+        bwd.update(bwd_block_m=max(MIN_TILE, bwd["bwd_block_m"] // 2), bwd_num_stages=1)
     if not hopper:
         cfg.update(num_stages=min(cfg["num_stages"], 2))
         bwd.update(bwd_num_stages=min(bwd["bwd_num_stages"], 2))
@@ -149,51 +163,15 @@ def default_config(
     return FlashConfig(**cfg, **bwd, use_tma=False)
 
 
-_DTYPE_NAMES = {"torch.float32": "fp32", "torch.float16": "fp16", "torch.bfloat16": "bf16"}
-
-
-def config_label(cfg: FlashConfig, mode: str = "fwd_bwd") -> str:
-    """Short name of the fields that matter for `mode`, e.g. "bm128-bn64-w4-s3"."""
-    fwd = f"bm{cfg.block_m}-bn{cfg.block_n}-w{cfg.num_warps}-s{cfg.num_stages}"
-    c = cfg
-    bwd = f"bwd-bm{c.bwd_block_m}-bn{c.bwd_block_n}-w{c.bwd_num_warps}-s{c.bwd_num_stages}"
-    return {"fwd": fwd, "bwd": bwd}.get(mode, f"{fwd}/{bwd}")
-
-
-def select_config(
-    head_dim: int,
-    dtype: object,
-    causal: bool,
-    device: object,
-    seqlen: int,
-    mode: str = "fwd_bwd",
-    cache_path: object = "env",
-) -> tuple[FlashConfig, str]:
-    """The config a case runs with, and where it came from ("heuristic" or "tuning cache").
-
-    The tuning cache (fa_bench.sweep.tuning; what `fa-bench sweep --save-best` found) overrides
-    the heuristic's forward fields and/or backward fields for its (GPU, dtype, head_dim,
-    causal, seqlen bucket) key. `head_dim` is the real head dim (cache key; padded here
-    for the heuristic), `device` a torch.device, `cache_path` a path, None (no cache) or
-    "env" (the --tuning-cache / $FA_BENCH_TUNING_CACHE / default location rule).
-    """
-    import torch
-
-    from fa_bench.sweep import tuning
-
+def heuristic_config(
+    head_dim: int, dtype: object, causal: bool, device: object, seqlen: int
+) -> FlashConfig:
+    """`default_config` for tensors on `device` (a torch.device): pads `head_dim` (the real
+    one) and reads the GPU's compute capability; the CPU gets the interpreter's config."""
     is_cuda = getattr(device, "type", str(device)) == "cuda"
-    cap = torch.cuda.get_device_capability(device) if is_cuda else None
-    cfg = default_config(pad_pow2(head_dim), dtype, causal, cap, mode, seqlen)
-    path = tuning.resolve_path() if cache_path == "env" else cache_path
-    gpu = torch.cuda.get_device_name(device) if is_cuda else "cpu"
-    dtype_name = _DTYPE_NAMES.get(str(dtype), str(dtype))
-    found = tuning.lookup(
-        gpu=gpu, dtype=dtype_name, head_dim=head_dim, causal=causal, seqlen=seqlen, path=path
-    )
-    if not found:
-        return cfg, "heuristic"
-    from dataclasses import replace
+    capability = None
+    if is_cuda:
+        import torch  # local: keep this module importable without torch at import time
 
-    for fields in found.values():
-        cfg = replace(cfg, **fields)
-    return cfg, "tuning cache (" + ", ".join(found) + ")"
+        capability = torch.cuda.get_device_capability(device)
+    return default_config(pad_pow2(head_dim), dtype, causal, capability, seqlen)

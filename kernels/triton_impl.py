@@ -1,5 +1,10 @@
 """Registers our Triton FlashAttention (`fa_bench.kernels.flash_attention`) as `triton`.
 
+This adapter is where the application meets the kernel library: it picks the config a
+case runs with (a sweep's explicit fields, else the tuning cache of fa_bench.sweep.tuning
+over the kernel's heuristic) and passes it to `flash_attention` explicitly, so the
+library itself never reads the cache.
+
 The kernel module is imported inside the builder, not here: `triton.jit` reads
 TRITON_INTERPRET when the kernels are defined, and the runner sets it for CPU workers
 before it builds a case, so importing the registry must not define the kernels first.
@@ -8,11 +13,14 @@ before it builds a case, so importing the registry must not define the kernels f
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
 from fa_bench.case import Case, DType
+from fa_bench.kernels.flash_config import FlashConfig, heuristic_config
 from fa_bench.registry import Prepared, register
+from fa_bench.sweep import tuning
 
 
 def _check(case: Case, device: object) -> str | None:
@@ -25,6 +33,26 @@ def _check(case: Case, device: object) -> str | None:
         if case.dtype is DType.BF16:
             return "bf16 is wrong in the Triton CPU interpreter (tl.dot on bf16 operands)"
     return None
+
+
+def case_config(case: Case, device: object, fields: dict | None = None) -> tuple[FlashConfig, str]:
+    """The config `case` runs with on `device` (a torch.device), and its source:
+    `fields` (a sweep's) over the heuristic ("sweep"), else the tuning cache at
+    $FA_BENCH_TUNING_CACHE / the default location over the heuristic."""
+    seqlen = case.max_seqlen
+    base = heuristic_config(case.head_dim, case.dtype.torch(), case.causal, device, seqlen)
+    if fields:
+        return replace(base, **fields), "sweep"
+    is_cuda = getattr(device, "type", str(device)) == "cuda"
+    return tuning.select(
+        base,
+        gpu=torch.cuda.get_device_name(device) if is_cuda else "cpu",
+        dtype=case.dtype.value,
+        head_dim=case.head_dim,
+        causal=case.causal,
+        seqlen=seqlen,
+        path=tuning.resolve_path(),
+    )
 
 
 @register(
@@ -44,21 +72,10 @@ def triton_flash(
     """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
     heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
     when it has this case's key. The backend label says which config ran and why."""
-    from dataclasses import replace
-
     from fa_bench.kernels.flash_attention import flash_attention
-    from fa_bench.kernels.flash_config import config_label, select_config
+    from fa_bench.sweep.vocab import config_label
 
-    seqlen = case.max_seqlen
-    fields = (options or {}).get("config")
-    if fields:
-        config, _ = select_config(case.head_dim, q.dtype, case.causal, q.device, seqlen,
-                                  case.mode.value, cache_path=None)  # fmt: skip
-        config, source = replace(config, **fields), "sweep"
-    else:
-        config, source = select_config(
-            case.head_dim, q.dtype, case.causal, q.device, seqlen, case.mode.value
-        )
+    config, source = case_config(case, q.device, (options or {}).get("config"))
     causal = case.causal
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -207,7 +207,7 @@ def test_config_validation():
         FlashConfig(num_stages=0)
     with pytest.raises(ValueError, match="warp_specialize"):
         FlashConfig(warp_specialize=True, use_tma=False)
-    h200 = default_config(128, torch.bfloat16, True, (9, 0), "fwd_bwd")
+    h200 = default_config(128, torch.bfloat16, True, (9, 0))
     assert (h200.block_m, h200.block_n, h200.use_tma) == (128, 128, False)
     assert not default_config(128, torch.float32, False, (9, 0)).use_tma
     assert not default_config(64, torch.float16, False, (8, 0)).use_tma
@@ -219,7 +219,7 @@ def test_short_causal_forward_takes_64x64_tiles(head_dim: int, dtype: torch.dtyp
     """The H200 sweeps: 64x64 tiles won the causal forward at 512 and 1k tokens only."""
 
     def tiles(causal: bool, seqlen: int | None) -> tuple:
-        c = default_config(head_dim, dtype, causal, (9, 0), "fwd", seqlen)
+        c = default_config(head_dim, dtype, causal, (9, 0), seqlen)
         return (c.block_m, c.block_n, c.num_warps, c.num_stages)
 
     long = tiles(True, None)
@@ -228,13 +228,13 @@ def test_short_causal_forward_takes_64x64_tiles(head_dim: int, dtype: torch.dtyp
     assert tiles(True, 1025) == tiles(True, 16384) == long
     assert tiles(False, 512) == tiles(False, None) == long
     # The backward fields do not depend on the sequence length.
-    bwd = default_config(head_dim, dtype, True, (9, 0), "bwd", 512)
-    assert bwd.bwd_block_n == default_config(head_dim, dtype, True, (9, 0), "bwd").bwd_block_n
+    bwd = default_config(head_dim, dtype, True, (9, 0), 512)
+    assert bwd.bwd_block_n == default_config(head_dim, dtype, True, (9, 0)).bwd_block_n
     # Unmeasured: fp32 and head_dim 256 keep their tiles.
-    assert default_config(head_dim, torch.float32, True, (9, 0), "fwd", 512) == default_config(
-        head_dim, torch.float32, True, (9, 0), "fwd"
+    assert default_config(head_dim, torch.float32, True, (9, 0), 512) == default_config(
+        head_dim, torch.float32, True, (9, 0)
     )
-    assert default_config(256, dtype, True, (9, 0), "fwd", 512).num_stages == 2
+    assert default_config(256, dtype, True, (9, 0), 512).num_stages == 2
 
 
 # ---------------------------------------------------------------------------------------

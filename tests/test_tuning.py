@@ -9,8 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa_bench.kernels.flash_config import default_config, select_config
+from fa_bench.kernels.flash_config import FlashConfig, default_config, heuristic_config
 from fa_bench.sweep import tuning
+
+CPU = torch.device("cpu")
+
+
+def select_config(
+    head_dim: int, dtype: torch.dtype, causal: bool, device: torch.device, seqlen: int,
+    cache_path: Path | None,
+) -> tuple[FlashConfig, str]:  # fmt: skip
+    """What the `triton` adapter does: the heuristic, then the cache laid over it."""
+    base = heuristic_config(head_dim, dtype, causal, device, seqlen)
+    return tuning.select(base, gpu="cpu", dtype="fp32", head_dim=head_dim, causal=causal,
+                         seqlen=seqlen, path=cache_path)  # fmt: skip
 
 
 def _entry(mode: str = "fwd", bucket: str = "1025-4096", **config: int) -> dict:
@@ -66,7 +78,7 @@ def test_write_removes_keys_a_newer_sweep_left_to_the_heuristic(tmp_path: Path) 
 def test_select_config_uses_cache_or_falls_back(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
     tuning.write_cache(path, [_entry("fwd")])
-    cpu = torch.device("cpu")
+    cpu = CPU
     cfg, source = select_config(40, torch.float32, True, cpu, 4096, cache_path=path)
     assert (cfg.block_m, cfg.block_n, cfg.num_warps) == (32, 16, 2)
     heuristic = default_config(64, torch.float32, True, None)
@@ -90,8 +102,7 @@ def test_corrupted_cache_warns_and_uses_heuristic(tmp_path: Path, content: str) 
     path = tmp_path / "broken.json"
     path.write_text(content)
     with pytest.warns(UserWarning, match="tuning cache ignored"):
-        cfg, source = select_config(40, torch.float32, True, torch.device("cpu"), 4096,
-                                    cache_path=path)  # fmt: skip
+        cfg, source = select_config(40, torch.float32, True, CPU, 4096, cache_path=path)
     assert source == "heuristic"
     assert cfg == default_config(64, torch.float32, True, None)
     with pytest.raises(tuning.TuningCacheError, match=str(path)):
@@ -105,23 +116,32 @@ def test_missing_cache_is_silent(tmp_path: Path) -> None:
                              path=tmp_path / "none.json") == {}  # fmt: skip
 
 
-def test_flash_attention_runs_with_the_cached_config(tmp_path: Path, monkeypatch) -> None:
-    """The public function picks the cache up; a wrong cached config would show here as an
-    error, a right one as output equal to the explicit-config call."""
+def test_the_triton_adapter_runs_the_cached_config(tmp_path: Path, monkeypatch) -> None:
+    """The registry adapter picks the cache up and hands the kernel an explicit config; a
+    wrong cached config would show here as an error, a right one as output equal to the
+    explicit-config call. The library's own `flash_attention(config=None)` ignores it."""
+    from fa_bench import registry
+    from fa_bench.case import Case
     from fa_bench.kernels.flash_attention import flash_attention
-    from fa_bench.kernels.flash_config import FlashConfig
 
     path = tmp_path / "t.json"
     tuning.write_cache(path, [_entry("fwd", bucket="1-256")])
     monkeypatch.setenv(tuning.ENV_VAR, str(path))
     q, k, v = (torch.randn(1, 2, 40, 40) for _ in range(3))
-    got = flash_attention(q, k, v, causal=True)
+    case = Case("triton", "fwd", "fp32", 1, 2, 2, 40, 40, 40, True)
+    prepared = registry.load()["triton"].prepare(case, q, k, v)
+    assert prepared.backend == "triton:bm32-bn16-w2-s1 (tuning cache (fwd))"
+    got = prepared.fn(q, k, v)
     explicit = FlashConfig(block_m=32, block_n=16, num_warps=2, num_stages=1,
                            bwd_block_m=64, bwd_block_n=64)  # fmt: skip
     want = flash_attention(q, k, v, causal=True, config=explicit)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    heuristic = flash_attention(
+        q, k, v, causal=True, config=default_config(64, q.dtype, True, None)
+    )
+    torch.testing.assert_close(flash_attention(q, k, v, causal=True), heuristic, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU end-to-end")
