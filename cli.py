@@ -1,22 +1,69 @@
-"""The `fa-bench` command line: thin Typer commands over the fa_bench core."""
+"""The `fa-bench` command line: the one Typer surface, thin commands over fa_bench.commands.
+
+Options are declared in fa_bench/commands/options.py; each command here maps them onto
+a keyword-only core that returns the exit code. A `UsageError` escaping a core is the
+user's mistake (exit 2); any other exception is a bug (exit 1, traceback under --debug).
+"""
 
 from __future__ import annotations
 
-import importlib
+import os
 import sys
-from enum import Enum
-from pathlib import Path
-from typing import Annotated
+import traceback
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from typer.core import TyperGroup
 
 from fa_bench.case import DType, Mode
+from fa_bench.commands import options as o
+from fa_bench.commands.compare import compare_command
+from fa_bench.commands.flags import MeasureFlags
+from fa_bench.commands.report import report_command
+from fa_bench.commands.run import RunRequest, run_command
+from fa_bench.commands.sweep import SweepRequest, sweep_command
+from fa_bench.errors import BUG_EXIT, USAGE_EXIT, UsageError, print_error
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+_ARGV, _DEBUG = "fa_bench.argv", "fa_bench.debug"  # keys in click's shared ctx.meta
+
+
+class _Group(TyperGroup):
+    """Keeps the arguments it parsed (for results' run.argv) and maps what escapes a
+    command to an exit code."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:  # fmt: skip
+        argv = ["fa-bench", *args]  # copied before click consumes the list
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta[_ARGV] = argv
+        return ctx
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            raise typer.Exit(print_error(err_console, exc)) from None
+        except Exception as exc:
+            # Exit, Abort and usage errors are click's own flow (typer may vendor click as
+            # typer._click, so match them by module, not by class).
+            if type(exc).__module__.split(".")[0] in ("click", "typer"):
+                raise
+            if ctx.meta.get(_DEBUG):
+                err_console.print(traceback.format_exc(), markup=False, highlight=False)
+            print_error(err_console, f"internal error (a bug in fa-bench): {type(exc).__name__}: "
+                        f"{exc}; rerun with `fa-bench --debug ...` for the traceback")  # fmt: skip
+            raise typer.Exit(BUG_EXIT) from None
+
 
 app = typer.Typer(
     name="fa-bench",
+    cls=_Group,
     help="Benchmark and profile attention implementations: latency with its noise, TFLOP/s, "
     "model HBM bandwidth, peak memory and accuracy against a float64 reference.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -24,260 +71,37 @@ app = typer.Typer(
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
-# Commands that live in their own modules; each module exposes register(app).
-_COMMAND_MODULES: tuple[str, ...] = (
-    "fa_bench.commands.sweep",
-    "fa_bench.commands.report",
-    "fa_bench.commands.compare",
-)
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
 
 
-class DeviceChoice(str, Enum):
-    AUTO = "auto"
-    CUDA = "cuda"
-    CPU = "cpu"
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
+) -> None:
+    ctx.meta[_DEBUG] = debug
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    return typer.Exit(code)
+def parsed_argv(ctx: typer.Context) -> list[str]:
+    """`fa-bench` and the arguments the app parsed (not sys.argv: in-process it is the
+    caller's)."""
+    return list(ctx.meta[_ARGV])
 
 
 @app.command()
 def run(
-    suite: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--suite",
-            "-s",
-            help="Built-in suite name or TOML file; repeatable. "
-            "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    impl: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--impl",
-            "-i",
-            help="Implementation(s) to run (see `fa-bench list impls`); overrides the suite.",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    mode: Annotated[
-        list[Mode] | None,
-        typer.Option(
-            "--mode", "-m", help="fwd, bwd or fwd_bwd; repeatable.", rich_help_panel="Cases"
-        ),
-    ] = None,
-    dtype: Annotated[
-        list[DType] | None,
-        typer.Option("--dtype", help="fp32, fp16 or bf16; repeatable.", rich_help_panel="Cases"),
-    ] = None,
-    seqlen: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--seqlen", help="Sequence length (query = key); repeatable.", rich_help_panel="Cases"
-        ),
-    ] = None,
-    head_dim: Annotated[
-        list[int] | None,
-        typer.Option("--head-dim", help="Head dimension; repeatable.", rich_help_panel="Cases"),
-    ] = None,
-    batch: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--batch",
-            help="Batch size; repeatable (replaces the suite's batch or tokens).",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    heads: Annotated[
-        list[int] | None,
-        typer.Option("--heads", help="Query heads; repeatable.", rich_help_panel="Cases"),
-    ] = None,
-    kv_heads: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--kv-heads",
-            help="Key/value heads (GQA/MQA when fewer than --heads); repeatable.",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    causal: Annotated[
-        bool | None,
-        typer.Option(
-            "--causal/--no-causal",
-            help="Only causal, or only non-causal cases (default: the suite's).",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    device: Annotated[
-        DeviceChoice,
-        typer.Option(
-            "--device",
-            help="auto (CUDA when present, else CPU), cuda or cpu.",
-            rich_help_panel="Where and output",
-        ),
-    ] = DeviceChoice.AUTO,
-    gpu: Annotated[
-        int | None,
-        typer.Option(
-            "--gpu",
-            help="GPU index to run on (default 0).",
-            min=0,
-            rich_help_panel="Where and output",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            "-o",
-            help="Output folder (default: a new folder under ./fa-bench-out/).",
-            rich_help_panel="Where and output",
-        ),
-    ] = None,
-    resume: Annotated[
-        Path | None,
-        typer.Option(
-            "--resume",
-            help="Finish an interrupted run in this folder, with its own cases and options.",
-            rich_help_panel="Where and output",
-        ),
-    ] = None,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            "--timeout",
-            help="Seconds one case may take (compilation included) before it is killed.",
-            min=1,
-            rich_help_panel="Measurement",
-        ),
-    ] = 600.0,
-    target_noise: Annotated[
-        float,
-        typer.Option(
-            "--target-noise",
-            help="Stop timing a case once the relative standard error of its mean latency "
-            "is at most this.",
-            min=1e-4,
-            max=0.5,
-            rich_help_panel="Measurement",
-        ),
-    ] = 0.01,
-    min_samples: Annotated[
-        int,
-        typer.Option(
-            "--min-samples", help="Samples to take at least.", min=2, rich_help_panel="Measurement"
-        ),
-    ] = 10,
-    max_time: Annotated[
-        float | None,
-        typer.Option(
-            "--max-time",
-            help="Seconds of timing per case at most (default 3 on GPU, 1 on CPU).",
-            min=0.01,
-            rich_help_panel="Measurement",
-        ),
-    ] = None,
-    warmup: Annotated[
-        float | None,
-        typer.Option(
-            "--warmup",
-            help="Milliseconds of back-to-back untimed calls before a case's samples "
-            "(default 500 on GPU, so a power-capped clock has settled; 20 on CPU). "
-            "See docs/measurement.md.",
-            min=0.0,
-            rich_help_panel="Measurement",
-        ),
-    ] = None,
-    l2_flush: Annotated[
-        bool,
-        typer.Option(
-            "--l2-flush/--no-l2-flush",
-            help="Flush the GPU's L2 between timed calls.",
-            rich_help_panel="Measurement",
-        ),
-    ] = True,
-    cuda_graph: Annotated[
-        bool,
-        typer.Option(
-            "--cuda-graph",
-            help="Time CUDA-graph replays (forward cases only).",
-            rich_help_panel="Measurement",
-        ),
-    ] = False,
-    seed: Annotated[
-        int,
-        typer.Option("--seed", help="Seed for the random inputs.", rich_help_panel="Measurement"),
-    ] = 0,
-    plugin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--plugin",
-            help="Module or .py file that registers more implementations; repeatable.",
-            rich_help_panel="Cases",
-        ),
-    ] = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            help="Run on several GPUs at once: 'all' or indices like 0,3,5 (one worker each).",
-            rich_help_panel="Several GPUs or nodes",
-        ),
-    ] = None,
-    spread: Annotated[
-        bool | None,
-        typer.Option(
-            "--spread/--replicate",
-            help="With --gpus or under torchrun/srun: share the cases among GPUs (--spread) "
-            "or run the whole suite on each to compare them (--replicate, the default).",
-            rich_help_panel="Several GPUs or nodes",
-        ),
-    ] = None,
-    merge_timeout: Annotated[
-        float,
-        typer.Option(
-            "--merge-timeout",
-            help="Under torchrun/srun: seconds rank 0 waits for the other ranks' results.",
-            min=0,
-            rich_help_panel="Several GPUs or nodes",
-        ),
-    ] = 3600.0,
-    telemetry: Annotated[
-        bool,
-        typer.Option(
-            "--telemetry/--no-telemetry",
-            help="NVML telemetry per case (HBM GB/s, SM/tensor activity, clocks, power, energy) "
-            "in a >= 1 s window after timing; on a machine without it, recorded as unavailable.",
-            rich_help_panel="Measurement",
-        ),
-    ] = True,
-    tuning_cache: Annotated[
-        str | None,
-        typer.Option(
-            "--tuning-cache",
-            help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
-            "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
-            rich_help_panel="Measurement",
-        ),
-    ] = None,
-    report: Annotated[
-        bool,
-        typer.Option(
-            "--report/--no-report",
-            help="Write report.html (self-contained interactive page) beside results.json.",
-            rich_help_panel="Where and output",
-        ),
-    ] = True,
-) -> None:
+    ctx: typer.Context, suite: o.Suites = None, impl: o.Impls = None, mode: o.Modes = None,
+    dtype: o.DTypes = None, seqlen: o.Seqlens = None, head_dim: o.HeadDims = None,
+    batch: o.Batches = None, heads: o.Heads = None, kv_heads: o.KvHeads = None,
+    causal: o.Causal = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
+    out: o.Out = None, resume: o.Resume = None, timeout: o.Timeout = None,
+    target_noise: o.TargetNoise = MeasureFlags.target_noise,
+    min_samples: o.MinSamples = MeasureFlags.min_samples, max_time: o.MaxTime = None,
+    warmup: o.Warmup = None, l2_flush: o.L2Flush = True, cuda_graph: o.CudaGraph = False,
+    seed: o.Seed = 0, plugin: o.Plugins = None, gpus: o.GpuList = None, spread: o.Spread = None,
+    merge_timeout: o.MergeTimeout = 3600.0, telemetry: o.Telemetry = True,
+    tuning_cache: o.TuningCache = None, report: o.WriteReport = True,
+) -> None:  # fmt: skip
     """Run benchmark suites and write results.json, results.csv and report.html."""
-    from fa_bench.commands.run import RunRequest, run_command
-
     code = run_command(
         RunRequest(
             suites=tuple(suite or ()), impls=tuple(impl or ()),
@@ -287,7 +111,7 @@ def run(
             kv_heads=tuple(kv_heads or ()), causal=causal, device=device.value, gpu=gpu, out=out,
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
             max_time_s=max_time, warmup_ms=warmup, l2_flush=l2_flush, cuda_graph=cuda_graph,
-            seed=seed, plugins=tuple(plugin or ()), argv=["fa-bench", *sys.argv[1:]],
+            seed=seed, plugins=tuple(plugin or ()), argv=parsed_argv(ctx),
             tuning_cache=tuning_cache, telemetry=telemetry,
             gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
         ),
@@ -296,13 +120,83 @@ def run(
     raise typer.Exit(code)
 
 
+@app.command()
+def sweep(
+    ctx: typer.Context, suite: o.Suites = None, mode: o.Modes = None, dtype: o.DTypes = None,
+    seqlen: o.Seqlens = None, head_dim: o.HeadDims = None, batch: o.Batches = None,
+    heads: o.Heads = None, kv_heads: o.KvHeads = None, causal: o.Causal = None,
+    block_m: o.BlockM = SweepRequest.block_m, block_n: o.BlockN = SweepRequest.block_n,
+    warps: o.Warps = SweepRequest.warps, stages: o.Stages = SweepRequest.stages,
+    rules: o.Rules = True, budget_minutes: o.BudgetMinutes = None, save_best: o.SaveBest = False,
+    min_gain: o.MinGain = SweepRequest.min_gain_pct, tuning_cache: o.TuningCache = None,
+    out: o.Out = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
+    timeout: o.Timeout = None, target_noise: o.TargetNoise = MeasureFlags.target_noise,
+    min_samples: o.MinSamples = MeasureFlags.min_samples, max_time: o.MaxTime = None,
+    compile_jobs: o.CompileJobs = None, warmup: o.Warmup = None,
+) -> None:  # fmt: skip
+    """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
+
+    Every config is built first (in parallel on a GPU), checked against the float64
+    reference, then timed like `run`; pruned, failing and inaccurate configs are rows with
+    their reason. Compile time is reported per row, never timed. Example:
+
+        fa-bench sweep -s standard --dtype bf16 --head-dim 128 --seqlen 4096 --mode fwd
+        --budget-minutes 10 --save-best
+    """
+    req = SweepRequest(
+        suites=tuple(suite or ()),
+        modes=tuple(m.value for m in mode) if mode else SweepRequest.modes,
+        dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
+        head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
+        kv_heads=tuple(kv_heads or ()), causal=causal, block_m=block_m, block_n=block_n,
+        warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
+        min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device.value, gpu=gpu,
+        timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
+        max_time_s=max_time, warmup_ms=warmup, compile_jobs=compile_jobs, argv=parsed_argv(ctx),
+    )  # fmt: skip
+    raise typer.Exit(sweep_command(req, console=console, err_console=err_console))
+
+
+@app.command()
+def report(
+    results: o.ReportInputs, out: o.ReportOut = None, baseline: o.Baseline = None,
+    title: o.Title = None, plotlyjs: o.PlotlyJsOpt = o.PlotlyJs.INLINE,
+) -> None:  # fmt: skip
+    """Build one self-contained interactive HTML report from one or more runs."""
+    code = report_command(inputs=list(results), out=out, baseline=baseline, title=title,
+                          plotlyjs=plotlyjs.value, console=console,
+                          err_console=err_console)  # fmt: skip
+    raise typer.Exit(code)
+
+
+@app.command()
+def compare(
+    baseline: o.CompareBaseline, current: o.CompareCurrent, threshold: o.Thresholds = None,
+    preset: o.PresetOpt = o.Preset.default,  # type: ignore[attr-defined]
+    metric: o.MetricOpt = o.Metric.LATENCY, markdown: o.MarkdownOut = None,
+    json_out: o.JsonOut = None, fail_on: o.FailOnOpt = None, filter_: o.CaseFilterOpt = None,
+    allow_env_mismatch: o.AllowEnvMismatch = False,
+) -> None:  # fmt: skip
+    """Compare two runs case by case and fail (exit 1) when a case got slower beyond the
+    noise and the threshold, or its status regressed."""
+    code = compare_command(
+        baseline=baseline, current=current, metric=metric, preset=preset.value,
+        thresholds=tuple(threshold or ()), fail_on=tuple(fail_on or ()), case_filter=filter_,
+        markdown_out=markdown, json_out=json_out, allow_env_mismatch=allow_env_mismatch,
+        console=_wide_console(), err_console=err_console,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+def _wide_console() -> Console:
+    """Rich assumes 80 columns when stdout is not a terminal, which folds every case id in
+    a CI log; logs take long lines, so use 160 there unless COLUMNS says otherwise."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=160 if wide else None)
+
+
 @app.command("list")
-def list_(
-    what: Annotated[str, typer.Argument(help="suites or impls")],
-    plugin: Annotated[
-        list[str] | None, typer.Option("--plugin", help="Extra implementation module or file.")
-    ] = None,
-) -> None:
+def list_(what: o.ListWhat, plugin: o.Plugins = None) -> None:
     """List the built-in suites or the registered implementations."""
     if what == "suites":
         from fa_bench.suite.expand import builtin_suites
@@ -314,29 +208,23 @@ def list_(
     elif what == "impls":
         from fa_bench import registry
 
-        try:
-            impls = registry.load(plugin or ())
-        except registry.PluginError as exc:
-            raise _fail(str(exc)) from None
         t = Table("impl", "modes", "dtypes", "devices", "description")
-        for name, im in impls.items():
+        for name, im in registry.load(plugin or ()).items():
             t.add_row(name, ", ".join(m.value for m in Mode if m in im.modes),
                       ", ".join(d.value for d in DType if d in im.dtypes),
                       ", ".join(sorted(im.devices)), im.description)  # fmt: skip
         console.print(t)
     else:
-        raise _fail(f"fa-bench list: {what!r} is not one of: suites, impls")
+        raise typer.Exit(print_error(err_console, f"fa-bench list: {what!r} is not one of: "
+                                     "suites, impls", USAGE_EXIT))  # fmt: skip
 
 
 @app.command()
-def env(
-    plugin: Annotated[
-        list[str] | None, typer.Option("--plugin", help="Extra implementation module or file.")
-    ] = None,
-) -> None:
+def env(plugin: o.Plugins = None) -> None:
     """Show this machine: GPUs, driver, versions, and which implementations can run."""
     from fa_bench import registry
     from fa_bench.env import collect_env, cudnn_version
+    from fa_bench.telemetry.env import support_report, support_table
 
     info = collect_env()
     t = Table("", "", show_header=False, box=None)
@@ -359,22 +247,13 @@ def env(
         console.print(g)
     else:
         console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
-    from fa_bench.telemetry.env import support_report, support_table
-
     console.print(support_table(support_report()))
-    try:
-        impls = registry.load(plugin or ())
-    except registry.PluginError as exc:
-        raise _fail(str(exc)) from None
+    impls = registry.load(plugin or ())  # a PluginError is the user's: exit 2 (_Group)
     a = Table("impl", "available here", title="implementations")
     for name, im in impls.items():
         why = im.unavailable_reason()
         a.add_row(name, "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}")
     console.print(a)
-
-
-for _module in _COMMAND_MODULES:
-    importlib.import_module(_module).register(app)
 
 
 def main() -> None:

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
-from enum import Enum
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 
-from fa_bench.compare.core import (
-    PRESETS,
-    CaseFilter,
-    CompareError,
-    FailOn,
-    Metric,
-    compare_docs,
-    thresholds_from,
-)
-from fa_bench.results.files import ResultsError
-
-Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # the presets' names
+from fa_bench.compare.core import CaseFilter, FailOn, Metric, compare_docs, thresholds_from
+from fa_bench.errors import UsageError, print_error
 
 
 def compare_command(
@@ -52,9 +37,8 @@ def compare_command(
         base_docs, cur_docs = load_any(baseline), load_any(current)
         cmp = compare_docs(base_docs, cur_docs, metric=metric, thresholds=th, fail_on=fail_on,
                            case_filter=flt, allow_env_mismatch=allow_env_mismatch)  # fmt: skip
-    except (CompareError, ResultsError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+    except UsageError as exc:
+        return print_error(err_console, exc)
     outputs = []
     if markdown_out is not None:
         text = markdown(cmp, baseline=str(baseline), current=str(current))
@@ -66,87 +50,6 @@ def compare_command(
         try:
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
-            err_console.print(f"[bold red]error:[/] {flag} {path}: {exc}", highlight=False)
-            return 2
+            return print_error(err_console, f"{flag} {path}: {exc}")
     console.print(terminal(cmp))
     return cmp.exit_code
-
-
-def compare(
-    baseline: Annotated[
-        Path,
-        typer.Argument(help="Baseline: results.json, report.html, or a folder holding either."),
-    ],
-    current: Annotated[
-        Path, typer.Argument(help="Current run: results.json, report.html, or a folder.")
-    ],
-    threshold: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--threshold",
-            "-t",
-            help="Smallest change that counts: '5%' or '0.05' for --metric, or METRIC=5% for "
-            "one metric; repeatable. Overrides the preset.",
-        ),
-    ] = None,
-    preset: Annotated[
-        Preset,
-        typer.Option(
-            "--preset",
-            help="Thresholds: default (5%, alpha 0.01), strict (2%, alpha 0.05), "
-            "permissive (10%, alpha 0.001).",
-        ),
-    ] = Preset.default,  # type: ignore[attr-defined]
-    metric: Annotated[
-        Metric, typer.Option("--metric", "-m", help="What to compare.")
-    ] = Metric.LATENCY,
-    markdown: Annotated[
-        Path | None,
-        typer.Option(
-            "--markdown", help="Write a Markdown summary (pull-request comment, step summary)."
-        ),
-    ] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the verdicts as JSON.")
-    ] = None,
-    fail_on: Annotated[
-        list[FailOn] | None,
-        typer.Option(
-            "--fail-on",
-            help="Also fail (exit 1) on these verdicts; repeatable. slower and status "
-            "(ok → mismatch, ok → oom, ...) always fail.",
-        ),
-    ] = None,
-    filter_: Annotated[
-        str | None,
-        typer.Option(
-            "--filter",
-            help="Only cases matching key=glob terms, comma-separated, '|' between "
-            "alternatives, e.g. 'impl=triton|sdpa-cudnn,mode=fwd'; a bare glob matches the id.",
-        ),
-    ] = None,
-    allow_env_mismatch: Annotated[
-        bool,
-        typer.Option("--allow-env-mismatch", help="Compare even when the GPU models differ."),
-    ] = False,
-) -> None:
-    """Compare two runs case by case and fail (exit 1) when a case got slower beyond the
-    noise and the threshold, or its status regressed."""
-    code = compare_command(
-        baseline=baseline, current=current, metric=metric, preset=preset.value,
-        thresholds=tuple(threshold or ()), fail_on=tuple(fail_on or ()), case_filter=filter_,
-        markdown_out=markdown, json_out=json_out, allow_env_mismatch=allow_env_mismatch,
-        console=_console(), err_console=Console(stderr=True, soft_wrap=True),
-    )  # fmt: skip
-    raise typer.Exit(code)
-
-
-def _console() -> Console:
-    """Rich assumes 80 columns when stdout is not a terminal, which folds every case id in
-    a CI log; logs take long lines, so use 160 there unless COLUMNS says otherwise."""
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=160 if wide else None)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("compare")(compare)

@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import os
-from enum import Enum
 from pathlib import Path
-from typing import Annotated
 
-import typer
 from rich.console import Console
 
-from fa_bench.results.files import ResultsError
-
-
-class PlotlyJs(str, Enum):
-    INLINE = "inline"
-    CDN = "cdn"
+from fa_bench.errors import UsageError, print_error
 
 
 def report_command(
@@ -29,9 +21,9 @@ def report_command(
     err_console: Console,
 ) -> int:
     """Read the inputs, merge them, write the page; returns the exit code (2: bad input)."""
-    from fa_bench.reports.build import ReportError, write_report
+    from fa_bench.reports.build import write_report
     from fa_bench.results.inputs import load_many
-    from fa_bench.sweep.execute import SweepFileError, load_sweep
+    from fa_bench.sweep.execute import load_sweep
 
     try:
         sweep_paths = [p for p in inputs if _sweep_file(p)]
@@ -41,12 +33,10 @@ def report_command(
         out = out or _default_out(inputs)
         path = write_report(docs, out, title=title, baseline=baseline, plotlyjs=plotlyjs,
                             sweeps=sweeps)  # fmt: skip
-    except (ResultsError, ReportError, SweepFileError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+    except UsageError as exc:
+        return print_error(err_console, exc)
     except OSError as exc:
-        err_console.print(f"[bold red]error:[/] cannot write {out}: {exc}", highlight=False)
-        return 2
+        return print_error(err_console, f"cannot write {out}: {exc}")
     size = path.stat().st_size / 2**20
     console.print(f"report: {path} ({size:.1f} MiB, {len(docs)} run(s))", highlight=False)
     return 0
@@ -94,56 +84,3 @@ def _default_out(inputs: list[str | os.PathLike]) -> Path:
     if any(Path(p).resolve() == out.resolve() for p in inputs):
         out = out.with_name("report-merged.html")
     return out
-
-
-def report(
-    results: Annotated[
-        list[str],
-        typer.Argument(
-            help="results.json files, run folders holding one, or report.html pages "
-            "(several are merged into one comparison).",
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", "-o", help="Page to write (default: report.html beside a single input)."
-        ),
-    ] = None,
-    baseline: Annotated[
-        str | None,
-        typer.Option(
-            "--baseline",
-            "-b",
-            help="Implementation the speedups are relative to "
-            "(default: sdpa, else sdpa-cudnn, sdpa-flash, naive, else the first).",
-        ),
-    ] = None,
-    title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
-    plotlyjs: Annotated[
-        PlotlyJs,
-        typer.Option(
-            "--plotlyjs",
-            help="inline: embed plotly.js (self-contained, ~5 MB, opens offline); "
-            "cdn: load it from cdn.plot.ly (small file, needs network).",
-        ),
-    ] = PlotlyJs.INLINE,
-) -> None:
-    """Build one self-contained interactive HTML report from one or more runs."""
-    from fa_bench.cli import console, err_console
-
-    code = report_command(
-        inputs=list(results),
-        out=out,
-        baseline=baseline,
-        title=title,
-        plotlyjs=plotlyjs.value,
-        console=console,
-        err_console=err_console,
-    )
-    raise typer.Exit(code)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("report")(report)

@@ -13,6 +13,7 @@ from fa_bench import registry
 from fa_bench.case import Case
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.console import RunProgress, failures_table, summary_table
+from fa_bench.errors import UsageError, print_error
 from fa_bench.results.files import read_journal, write_results
 from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
 from fa_bench.run.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
@@ -116,7 +117,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         raise PlanError(f"{missing} (a file `fa-bench sweep --save-best` wrote, or 'off')")
     options = RunOptions(
         device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
-        timeout_s=req.timeout_s, seed=req.seed, plugins=req.plugins,
+        timeout_s=req.case_timeout_s, seed=req.seed, plugins=req.plugins,
         # Pinned absolute: the plan records the cache it ran with, for --resume too.
         tuning_cache=tuning.pin(req.tuning_cache), telemetry=req.telemetry,
     )  # fmt: skip
@@ -183,8 +184,6 @@ def _resume(req: RunRequest, rank: Rank) -> tuple[str, bool, list, Path]:
 
 def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
     """Plan (or resume), execute with progress, write results; returns the exit code."""
-    from fa_bench.suite.expand import SuiteError
-
     try:
         rank = detect()
         if req.resume:
@@ -192,9 +191,8 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
         else:
             plan, out = _plan_new(req, console)
             kind, spread, parts = _split_new(req, plan, out, rank)
-    except (PlanError, SuiteError, registry.UnknownImpl, registry.PluginError, ValueError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
+    except UsageError as exc:
+        return print_error(err_console, exc)
 
     if parts[0].plan.options.device == "cpu":
         console.print(Panel("Running on the CPU: these timings show that the cases run and are "

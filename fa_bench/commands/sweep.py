@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import ClassVar
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
-from fa_bench.case import DType
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
-from fa_bench.errors import UsageError
+from fa_bench.errors import UsageError, print_error
 
 _DEFAULT_OUT = Path("fa-bench-out")
 
@@ -29,9 +27,11 @@ class SweepRequest(CaseFlags, MeasureFlags):
     min_gain_pct: float = 3.0  # --save-best keeps the heuristic below this gain
     rules: bool = True  # also measure each rule of thumb's tile
     tuning_cache: str | None = None
-    timeout_s: float = 300.0
     compile_jobs: int | None = None  # None: sweep_compile.default_jobs for the device
-    argv: tuple[str, ...] = ()
+    argv: tuple[str, ...] | list[str] = ()
+    # One config is one build and one kernel, and a sweep has hundreds: a hung one should
+    # cost less than a run's case may.
+    DEFAULT_TIMEOUT_S: ClassVar[float] = 300.0
 
 
 class SweepInputError(UsageError, ValueError):
@@ -69,12 +69,17 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
         raise SweepInputError(f"--mode {bad[0]}: valid sweep modes are {', '.join(SWEEP_MODES)}")
-    space = SweepSpace(
-        block_m=parse_int_list("--block-m", req.block_m),
-        block_n=parse_int_list("--block-n", req.block_n),
-        warps=parse_int_list("--warps", req.warps),
-        stages=parse_int_list("--stages", req.stages),
-    )
+    try:
+        space = SweepSpace(
+            block_m=parse_int_list("--block-m", req.block_m),
+            block_n=parse_int_list("--block-n", req.block_n),
+            warps=parse_int_list("--warps", req.warps),
+            stages=parse_int_list("--stages", req.stages),
+        )
+    except ValueError as exc:  # SweepSpace's checks name the flag (--block-m 0)
+        if isinstance(exc, SweepInputError):
+            raise
+        raise SweepInputError(str(exc)) from None
     registry.load()
     overrides = Overrides.from_flags(req, impls=("triton",))
     names = list(req.suites) or ["standard" if device == "cuda" else "smoke"]
@@ -96,10 +101,8 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     """Plan, measure with a progress bar, write sweep.json, optionally save the best."""
     from fa_bench.commands.run import resolve_device
     from fa_bench.console import RunProgress
-    from fa_bench.registry import PluginError, UnknownImpl
-    from fa_bench.run.plan import PlanError, now_iso
+    from fa_bench.run.plan import now_iso
     from fa_bench.run.runner import RunOptions
-    from fa_bench.suite.expand import SuiteError
     from fa_bench.sweep import tuning
     from fa_bench.sweep.execute import best_entries, build_doc, execute_points, write_doc
 
@@ -109,19 +112,17 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         cache_path = tuning.resolve_path(req.tuning_cache) if req.save_best else None
         if req.save_best and cache_path is None:
             raise SweepInputError("--save-best needs a tuning cache, but it is 'off'")
-    except (SweepInputError, PlanError, SuiteError, UnknownImpl, PluginError, ValueError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        return 2
-    on_cpu = device == "cpu"
-    timing = req.timing(on_cpu, gpu_max_time_s=2.0)
+        timing = req.timing(device == "cpu", gpu_max_time_s=2.0)
+    except UsageError as exc:
+        return print_error(err_console, exc)
     # No telemetry window: configs are ranked by latency alone, and the window would
     # add at least a second to every point.
     opts = RunOptions(device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
-                      timeout_s=req.timeout_s, tuning_cache="off", telemetry=False)  # fmt: skip
+                      timeout_s=req.case_timeout_s, tuning_cache="off",
+                      telemetry=False)  # fmt: skip
     out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
     if (out / "sweep.json").exists():
-        err_console.print(f"[bold red]error:[/] --out {out}: already holds a sweep.json")
-        return 2
+        return print_error(err_console, f"--out {out}: already holds a sweep.json")
     todo = [p for p in points if not p.pruned]
     console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
                   "(plus the heuristic's and the rules of thumb's where the product lacks them): "
@@ -162,8 +163,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
             entries, stay = best_entries(doc, gpu, str(path), now_iso(), req.min_gain_pct / 100)
             tuning.write_cache(cache_path, entries, remove=stay)
         except (tuning.TuningCacheError, OSError) as exc:
-            err_console.print(f"[bold red]error:[/] --save-best: {exc}", highlight=False)
-            return 2
+            return print_error(err_console, f"--save-best: {exc}")
         console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
                       f"{len(stay)} keys keep the heuristic (best within "
                       f"{req.min_gain_pct:g}% of it, --min-gain)")  # fmt: skip
@@ -195,7 +195,7 @@ def _compile_phase(
         task = bar.add_task("compile", total=n)
         built, summary = precompile(
             groups, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
-            deadline_s=_compile_deadline(budget_s, req.timeout_s, n, jobs),
+            deadline_s=_compile_deadline(budget_s, req.case_timeout_s, n, jobs),
             on_progress=lambda done, _: bar.update(task, completed=done),
         )  # fmt: skip
     console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
@@ -245,78 +245,3 @@ def best_table(doc: dict) -> Table:
 
 def _f(x: float | None) -> str:
     return "–" if x is None else f"{x:.4g}"
-
-
-def sweep(
-    suite: Annotated[list[str] | None, typer.Option("--suite", "-s", help="Suite name or TOML "
-                     "file to sweep (its triton cases); default standard / smoke (CPU).")] = None,
-    mode: Annotated[list[str] | None, typer.Option("--mode", "-m", help="fwd and/or bwd.")] = None,
-    dtype: Annotated[list[DType] | None, typer.Option("--dtype", help="Repeatable.")] = None,
-    seqlen: Annotated[list[int] | None, typer.Option("--seqlen", help="Repeatable.")] = None,
-    head_dim: Annotated[list[int] | None, typer.Option("--head-dim", help="Repeatable.")] = None,
-    batch: Annotated[list[int] | None, typer.Option("--batch", help="Repeatable.")] = None,
-    heads: Annotated[list[int] | None, typer.Option("--heads", help="Repeatable.")] = None,
-    kv_heads: Annotated[list[int] | None, typer.Option("--kv-heads", help="Repeatable.")] = None,
-    causal: Annotated[bool | None, typer.Option("--causal/--no-causal")] = None,
-    block_m: Annotated[str, typer.Option("--block-m", help="Comma list.")] = "32,64,128,256",
-    block_n: Annotated[str, typer.Option("--block-n", help="Comma list.")] = "32,64,128,256",
-    warps: Annotated[str, typer.Option("--warps", help="Comma list of num_warps.")] = "4,8",
-    stages: Annotated[str, typer.Option("--stages", help="Comma list of num_stages.")] = "2,3,4,5",
-    rules: Annotated[bool, typer.Option("--rules/--no-rules", help="Also measure each rule of "
-                     "thumb's square tile the product lacks (docs/sweep.md).")] = True,
-    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", min=0.01,
-                              help="Stop cleanly after this long, keeping the results.")] = None,
-    save_best: Annotated[bool, typer.Option("--save-best", help="Write each case's best config "
-                         "to the tuning cache (used by `run` and flash_attention).")] = False,
-    min_gain: Annotated[float, typer.Option("--min-gain", min=0.0, help="With --save-best: "
-                        "save a case's best only if it beats the heuristic by this many "
-                        "percent; below it the heuristic stays (its older entry is removed). "
-                        "Smaller gains were within run-to-run noise on the H200.")] = 3.0,
-    tuning_cache: Annotated[str | None, typer.Option("--tuning-cache", help="Cache file; default "
-                            "$FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
-    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
-    gpu: Annotated[int | None, typer.Option("--gpu", help="GPU index.", min=0)] = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds per config.")] = 300.0,
-    target_noise: Annotated[float, typer.Option("--target-noise", min=1e-4, max=0.5)] = 0.01,
-    min_samples: Annotated[int, typer.Option("--min-samples", min=2)] = 10,
-    max_time: Annotated[float | None, typer.Option("--max-time", min=0.01,
-                        help="Timing seconds per config at most (2 on GPU, 1 on CPU).")] = None,
-    compile_jobs: Annotated[int | None, typer.Option("--compile-jobs", min=0, help="Processes "
-                            "that build every config before timing starts (default: up to 8 "
-                            "on GPU, 0 on CPU; 0 = build each config as it is timed).")] = None,
-    warmup: Annotated[float | None, typer.Option("--warmup", min=0.0, help="Milliseconds of "
-                      "back-to-back untimed calls before each config's samples (default 500 "
-                      "on GPU, 20 on CPU; see docs/measurement.md).")] = None,
-) -> None:  # fmt: skip
-    """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
-
-    Every config is built first (in parallel on a GPU), checked against the float64
-    reference, then timed like `run`; pruned, failing and inaccurate configs are rows with
-    their reason. Compile time is reported per row, never timed. Example:
-
-        fa-bench sweep -s standard --dtype bf16 --head-dim 128 --seqlen 4096 --mode fwd
-        --budget-minutes 10 --save-best
-    """
-    import sys
-
-    if device not in ("auto", "cuda", "cpu"):
-        Console(stderr=True).print(f"[bold red]error:[/] --device {device}: valid: auto, cuda, cpu")
-        raise typer.Exit(2)
-    req = SweepRequest(
-        suites=tuple(suite or ()), modes=tuple(mode or ("fwd", "bwd")),
-        dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
-        head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
-        kv_heads=tuple(kv_heads or ()), causal=causal, block_m=block_m, block_n=block_n,
-        warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
-        min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device, gpu=gpu,
-        timeout_s=timeout,
-        target_noise=target_noise, min_samples=min_samples, max_time_s=max_time,
-        warmup_ms=warmup, compile_jobs=compile_jobs, argv=("fa-bench", *sys.argv[1:]),
-    )  # fmt: skip
-    code = sweep_command(req, console=Console(), err_console=Console(stderr=True, soft_wrap=True))
-    raise typer.Exit(code)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep)

@@ -21,7 +21,8 @@ from fa_bench.errors import UsageError
 from fa_bench.results.files import PLAN, build_document, read_journal, write_results
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
-PLAN_SCHEMA = "fa-bench-plan/1"
+PLAN_SCHEMA = "fa-bench-plan/2"
+_OLD_PLAN_SCHEMAS = ("fa-bench-plan/1",)
 
 
 class PlanError(UsageError, ValueError):
@@ -30,8 +31,8 @@ class PlanError(UsageError, ValueError):
 
 @dataclass
 class Plan:
-    run: dict
-    options: RunOptions
+    run: dict  # results.json's run; run["options"] is `options` as planned, before a split
+    options: RunOptions  # what the worker runs with: the planned ones on this part's GPU
     cases: list[Case]
 
 
@@ -68,10 +69,11 @@ def new_plan(
 
 
 def save_plan(out_dir: Path, plan: Plan) -> None:
+    # A part differs from run["options"] only in its GPU (multi.split, a rank's local GPU).
     doc = {
         "schema": PLAN_SCHEMA,
         "run": plan.run,
-        "options": plan.options.to_dict(),
+        "gpu": plan.options.gpu,
         "cases": [c.to_dict() for c in plan.cases],
     }
     (out_dir / PLAN).write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -87,11 +89,14 @@ def load_plan(out_dir: Path) -> Plan:
         ) from None
     except (OSError, json.JSONDecodeError) as exc:
         raise PlanError(f"--resume {out_dir}: cannot read {PLAN}: {exc}") from None
-    if doc.get("schema") != PLAN_SCHEMA:
+    if doc.get("schema") not in (PLAN_SCHEMA, *_OLD_PLAN_SCHEMAS):
         raise PlanError(f"{path}: schema {doc.get('schema')!r} is not {PLAN_SCHEMA!r}")
     try:
         cases = [Case.from_dict(c) for c in doc["cases"]]
-        options = RunOptions.from_dict(doc["options"])
+        if doc["schema"] == PLAN_SCHEMA:
+            options = RunOptions.from_dict({**doc["run"]["options"], "gpu": doc["gpu"]})
+        else:
+            options = RunOptions.from_dict(doc["options"])
     except (KeyError, TypeError, ValueError) as exc:
         raise PlanError(f"{path}: invalid plan: {exc}") from None
     return Plan(run=doc["run"], options=options, cases=cases)

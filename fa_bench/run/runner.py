@@ -47,6 +47,7 @@ class RunOptions:
     tuning_cache: str | None = None
 
     def to_dict(self) -> dict:
+        """The JSON form: results.json's run.options, plan.json, the worker's argument."""
         d = asdict(self)
         d["plugins"] = list(self.plugins)
         return d
@@ -57,6 +58,11 @@ class RunOptions:
         d["timing"] = TimingConfig(**d.get("timing", {}))
         d["plugins"] = tuple(d.get("plugins", ()))
         return cls(**d)
+
+    @property
+    def worker_device(self) -> str:
+        """The torch device inside the worker, which sees only its pinned GPU, as cuda:0."""
+        return "cpu" if self.device == "cpu" else "cuda:0"
 
 
 class WorkerError(RuntimeError):
@@ -80,20 +86,11 @@ class Worker:
             # the same case timed 1.3x-2.8x apart from one run to the next.
             env.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 << 20))
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
-            torch_device = "cpu"
-        else:
-            if opts.gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = _visible_device(opts.gpu)
-            torch_device = "cuda:0"
-        args = {
-            "device": torch_device,
-            "timing": asdict(opts.timing),
-            "seed": opts.seed,
-            "plugins": list(opts.plugins),
-            "plugin_path": os.getcwd(),
-            "check_accuracy": opts.check_accuracy,
-            "telemetry": opts.telemetry,
-        }
+        elif opts.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = _visible_device(opts.gpu)
+        # The options whole; plugin_path is where the caller stood (a plugin given as a
+        # bare module name is found there), since the worker runs in the output folder.
+        args = {"options": opts.to_dict(), "plugin_path": os.getcwd()}
         self.log_path = Path(workdir) / WORKER_LOG
         self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()

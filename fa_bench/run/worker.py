@@ -1,6 +1,7 @@
 """The worker subprocess: runs cases sent by the runner, one JSON line per message.
 
-Started by fa_bench.run.runner as `python -m fa_bench.run.worker OPTIONS_JSON`. The protocol goes
+Started by fa_bench.run.runner as `python -m fa_bench.run.worker ARGS_JSON`, ARGS_JSON
+holding the run's RunOptions whole ({"options": ..., "plugin_path": ...}). The protocol goes
 over the original stdout; anything an implementation prints is sent to stderr instead so
 it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once, then
 {"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}, with an
@@ -32,20 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     from fa_bench.case import Case
     from fa_bench.env import collect_env
     from fa_bench.run.execute import ExecOptions, run_case
-    from fa_bench.run.timing import TimingConfig
+    from fa_bench.run.runner import RunOptions
     from fa_bench.telemetry.session import open_session
 
+    options = RunOptions.from_dict(args["options"])
     if args.get("plugin_path"):
         sys.path.append(args["plugin_path"])  # after fa_bench is imported: no shadowing
-    registry.load(args.get("plugins", []))
-    device = torch.device(args["device"])
+    registry.load(options.plugins)
+    device = torch.device(options.worker_device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    # What execute needs of the options, with the NVML session opened once for all cases.
     opts = ExecOptions(
-        timing=TimingConfig(**args.get("timing", {})),
-        seed=args.get("seed", 0),
-        check_accuracy=args.get("check_accuracy", True),
-        telemetry=open_session(device, enabled=args.get("telemetry", True)),
+        timing=options.timing,
+        seed=options.seed,
+        check_accuracy=options.check_accuracy,
+        telemetry=open_session(device, enabled=options.telemetry),
     )
     env = collect_env(device)
     # Before the first case: a device copy calibrates NVML's GB/s against bytes / time.

@@ -1,0 +1,377 @@
+"""The command line's vocabulary: every Typer option of cli.py, declared once.
+
+`run` and `sweep` select cases, place them and time them with the same flags, so those
+aliases (and their one default each) are shared; the rest belong to one command but live
+here too, so that cli.py reads as a list of commands. Closed choices are str Enums, so a
+bad value is Typer's usage error (exit 2, naming the choices).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fa_bench.case import DType, Mode
+from fa_bench.compare.core import PRESETS, FailOn, Metric
+
+CASES, WHERE, MEASURE, GPUS = "Cases", "Where and output", "Measurement", "Several GPUs or nodes"
+
+
+class DeviceChoice(str, Enum):
+    AUTO = "auto"
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+class PlotlyJs(str, Enum):
+    INLINE = "inline"
+    CDN = "cdn"
+
+
+Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ignore[misc]
+
+
+def _opt(*names: str, help: str, panel: str | None = None, **kw: object) -> typer.models.OptionInfo:
+    return typer.Option(*names, help=help, rich_help_panel=panel, **kw)  # type: ignore[arg-type]
+
+
+# --- shared by run and sweep: which cases ----------------------------------------------
+
+Suites = Annotated[
+    list[str] | None,
+    _opt(
+        "--suite",
+        "-s",
+        panel=CASES,
+        help="Built-in suite name or TOML file; repeatable (sweep takes its triton cases). "
+        "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
+    ),
+]
+Modes = Annotated[
+    list[Mode] | None,
+    _opt(
+        "--mode",
+        "-m",
+        panel=CASES,
+        help="fwd, bwd or fwd_bwd; repeatable (sweep: fwd and/or bwd, default both).",
+    ),
+]
+DTypes = Annotated[
+    list[DType] | None, _opt("--dtype", panel=CASES, help="fp32, fp16 or bf16; repeatable.")
+]
+Seqlens = Annotated[
+    list[int] | None,
+    _opt("--seqlen", panel=CASES, help="Sequence length (query = key); repeatable."),
+]
+HeadDims = Annotated[
+    list[int] | None, _opt("--head-dim", panel=CASES, help="Head dimension; repeatable.")
+]
+Batches = Annotated[
+    list[int] | None,
+    _opt(
+        "--batch",
+        panel=CASES,
+        help="Batch size; repeatable (replaces the suite's batch or tokens).",
+    ),
+]
+Heads = Annotated[list[int] | None, _opt("--heads", panel=CASES, help="Query heads; repeatable.")]
+KvHeads = Annotated[
+    list[int] | None,
+    _opt(
+        "--kv-heads",
+        panel=CASES,
+        help="Key/value heads (GQA/MQA when fewer than --heads); repeatable.",
+    ),
+]
+Causal = Annotated[
+    bool | None,
+    _opt(
+        "--causal/--no-causal",
+        panel=CASES,
+        help="Only causal, or only non-causal cases (default: the suite's).",
+    ),
+]
+
+# --- shared by run and sweep: where, and how timed -------------------------------------
+
+Device = Annotated[
+    DeviceChoice,
+    _opt("--device", panel=WHERE, help="auto (CUDA when present, else CPU), cuda or cpu."),
+]
+Gpu = Annotated[
+    int | None, _opt("--gpu", panel=WHERE, min=0, help="GPU index to run on (default 0).")
+]
+Out = Annotated[
+    Path | None,
+    _opt(
+        "--out",
+        "-o",
+        panel=WHERE,
+        help="Output folder (default: a new folder under ./fa-bench-out/).",
+    ),
+]
+# The two defaults live in commands/flags.py (RunRequest, SweepRequest), with the why.
+Timeout = Annotated[
+    float | None,
+    _opt(
+        "--timeout",
+        panel=MEASURE,
+        min=1,
+        help="Seconds one case may take (compilation included) before it is killed. Default: "
+        "600 for run; 300 for sweep, whose configs are each one build and one kernel.",
+    ),
+]
+TargetNoise = Annotated[
+    float,
+    _opt(
+        "--target-noise",
+        panel=MEASURE,
+        min=1e-4,
+        max=0.5,
+        help="Stop timing a case once the relative standard error of its mean latency "
+        "is at most this.",
+    ),
+]
+MinSamples = Annotated[
+    int, _opt("--min-samples", panel=MEASURE, min=2, help="Samples to take at least.")
+]
+MaxTime = Annotated[
+    float | None,
+    _opt(
+        "--max-time",
+        panel=MEASURE,
+        min=0.01,
+        help="Seconds of timing per case at most (default 3 on GPU, 2 per sweep config; 1 on CPU).",
+    ),
+]
+Warmup = Annotated[
+    float | None,
+    _opt(
+        "--warmup",
+        panel=MEASURE,
+        min=0.0,
+        help="Milliseconds of back-to-back untimed calls before a case's samples "
+        "(default 500 on GPU, so a power-capped clock has settled; 20 on CPU). "
+        "See docs/measurement.md.",
+    ),
+]
+TuningCache = Annotated[
+    str | None,
+    _opt(
+        "--tuning-cache",
+        panel=MEASURE,
+        help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
+        "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
+    ),
+]
+Plugins = Annotated[
+    list[str] | None,
+    _opt(
+        "--plugin",
+        panel=CASES,
+        help="Module or .py file that registers more implementations; repeatable.",
+    ),
+]
+
+# --- run only --------------------------------------------------------------------------
+
+Impls = Annotated[
+    list[str] | None,
+    _opt(
+        "--impl",
+        "-i",
+        panel=CASES,
+        help="Implementation(s) to run (see `fa-bench list impls`); overrides the suite.",
+    ),
+]
+Resume = Annotated[
+    Path | None,
+    _opt(
+        "--resume",
+        panel=WHERE,
+        help="Finish an interrupted run in this folder, with its own cases and options.",
+    ),
+]
+L2Flush = Annotated[
+    bool,
+    _opt("--l2-flush/--no-l2-flush", panel=MEASURE, help="Flush the GPU's L2 between timed calls."),
+]
+CudaGraph = Annotated[
+    bool, _opt("--cuda-graph", panel=MEASURE, help="Time CUDA-graph replays (forward cases only).")
+]
+Seed = Annotated[int, _opt("--seed", panel=MEASURE, help="Seed for the random inputs.")]
+GpuList = Annotated[
+    str | None,
+    _opt(
+        "--gpus",
+        panel=GPUS,
+        help="Run on several GPUs at once: 'all' or indices like 0,3,5 (one worker each).",
+    ),
+]
+Spread = Annotated[
+    bool | None,
+    _opt(
+        "--spread/--replicate",
+        panel=GPUS,
+        help="With --gpus or under torchrun/srun: share the cases among GPUs (--spread) "
+        "or run the whole suite on each to compare them (--replicate, the default).",
+    ),
+]
+MergeTimeout = Annotated[
+    float,
+    _opt(
+        "--merge-timeout",
+        panel=GPUS,
+        min=0,
+        help="Under torchrun/srun: seconds rank 0 waits for the other ranks' results.",
+    ),
+]
+Telemetry = Annotated[
+    bool,
+    _opt(
+        "--telemetry/--no-telemetry",
+        panel=MEASURE,
+        help="NVML telemetry per case (HBM GB/s, SM/tensor activity, clocks, power, energy) "
+        "in a >= 1 s window after timing; on a machine without it, recorded as unavailable.",
+    ),
+]
+WriteReport = Annotated[
+    bool,
+    _opt(
+        "--report/--no-report",
+        panel=WHERE,
+        help="Write report.html (self-contained interactive page) beside results.json.",
+    ),
+]
+
+# --- sweep only ------------------------------------------------------------------------
+
+BlockM = Annotated[str, _opt("--block-m", help="Comma list.")]
+BlockN = Annotated[str, _opt("--block-n", help="Comma list.")]
+Warps = Annotated[str, _opt("--warps", help="Comma list of num_warps.")]
+Stages = Annotated[str, _opt("--stages", help="Comma list of num_stages.")]
+Rules = Annotated[
+    bool,
+    _opt(
+        "--rules/--no-rules",
+        help="Also measure each rule of thumb's square tile the product lacks (docs/sweep.md).",
+    ),
+]
+BudgetMinutes = Annotated[
+    float | None,
+    _opt("--budget-minutes", min=0.01, help="Stop cleanly after this long, keeping the results."),
+]
+SaveBest = Annotated[
+    bool,
+    _opt(
+        "--save-best",
+        help="Write each case's best config to the tuning cache (used by `run`'s triton).",
+    ),
+]
+MinGain = Annotated[
+    float,
+    _opt(
+        "--min-gain",
+        min=0.0,
+        help="With --save-best: save a case's best only if it beats the heuristic by this many "
+        "percent; below it the heuristic stays (its older entry is removed). "
+        "Smaller gains were within run-to-run noise on the H200.",
+    ),
+]
+CompileJobs = Annotated[
+    int | None,
+    _opt(
+        "--compile-jobs",
+        min=0,
+        help="Processes that build every config before timing starts (default: up to 8 "
+        "on GPU, 0 on CPU; 0 = build each config as it is timed).",
+    ),
+]
+
+# --- list, env, report -----------------------------------------------------------------
+
+ListWhat = Annotated[str, typer.Argument(help="suites or impls")]
+ReportInputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="results.json files, run folders holding one, or report.html pages "
+        "(several are merged into one comparison).",
+        show_default=False,
+    ),
+]
+ReportOut = Annotated[
+    Path | None,
+    _opt("--out", "-o", help="Page to write (default: report.html beside a single input)."),
+]
+Baseline = Annotated[
+    str | None,
+    _opt(
+        "--baseline",
+        "-b",
+        help="Implementation the speedups are relative to "
+        "(default: sdpa, else sdpa-cudnn, sdpa-flash, naive, else the first).",
+    ),
+]
+Title = Annotated[str | None, _opt("--title", help="Page title.")]
+PlotlyJsOpt = Annotated[
+    PlotlyJs,
+    _opt(
+        "--plotlyjs",
+        help="inline: embed plotly.js (self-contained, ~5 MB, opens offline); "
+        "cdn: load it from cdn.plot.ly (small file, needs network).",
+    ),
+]
+
+# --- compare ---------------------------------------------------------------------------
+
+CompareBaseline = Annotated[
+    Path, typer.Argument(help="Baseline: results.json, report.html, or a folder holding either.")
+]
+CompareCurrent = Annotated[
+    Path, typer.Argument(help="Current run: results.json, report.html, or a folder.")
+]
+Thresholds = Annotated[
+    list[str] | None,
+    _opt(
+        "--threshold",
+        "-t",
+        help="Smallest change that counts: '5%' or '0.05' for --metric, or METRIC=5% for "
+        "one metric; repeatable. Overrides the preset.",
+    ),
+]
+PresetOpt = Annotated[
+    Preset,
+    _opt(  # type: ignore[valid-type]
+        "--preset",
+        help="Thresholds: default (5%, alpha 0.01), strict (2%, alpha 0.05), "
+        "permissive (10%, alpha 0.001).",
+    ),
+]
+MetricOpt = Annotated[Metric, _opt("--metric", "-m", help="What to compare.")]
+MarkdownOut = Annotated[
+    Path | None,
+    _opt("--markdown", help="Write a Markdown summary (pull-request comment, step summary)."),
+]
+JsonOut = Annotated[Path | None, _opt("--json", help="Write the verdicts as JSON.")]
+FailOnOpt = Annotated[
+    list[FailOn] | None,
+    _opt(
+        "--fail-on",
+        help="Also fail (exit 1) on these verdicts; repeatable. slower and status "
+        "(ok → mismatch, ok → oom, ...) always fail.",
+    ),
+]
+CaseFilterOpt = Annotated[
+    str | None,
+    _opt(
+        "--filter",
+        help="Only cases matching key=glob terms, comma-separated, '|' between "
+        "alternatives, e.g. 'impl=triton|sdpa-cudnn,mode=fwd'; a bare glob matches the id.",
+    ),
+]
+AllowEnvMismatch = Annotated[
+    bool, _opt("--allow-env-mismatch", help="Compare even when the GPU models differ.")
+]
