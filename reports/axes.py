@@ -12,9 +12,12 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from fa_bench.reports.merge import MergedCase
 
-def facet_key(c: dict) -> tuple:
-    return (c["mode"], c["dtype"], c["head_dim"], c["causal"])
+
+def facet_key(c: MergedCase) -> tuple[str, str, int, bool]:
+    case = c.record.case
+    return (case.mode.value, case.dtype.value, case.head_dim, case.causal)
 
 
 def facet_title(key: tuple) -> str:
@@ -69,7 +72,7 @@ def log_ticks(values: Iterable[float]) -> dict:
             "ticktext": [tick_label(t) for t in ticks]}  # fmt: skip
 
 
-def facet_keys(cases: list[dict]) -> list[tuple]:
+def facet_keys(cases: list[MergedCase]) -> list[tuple]:
     return sorted({facet_key(c) for c in cases}, key=lambda k: (k[0], k[1], k[2], k[3]))
 
 

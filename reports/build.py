@@ -1,127 +1,45 @@
-"""Merge results documents into one comparison and render the report page.
+"""The report page: one self-contained HTML file from merged results (and sweeps).
 
-Runs from different GPUs or nodes merge into one table of cases keyed by (case id, GPU):
-each case gets a `gpu` label, so the same case measured on two cards stays two rows and the
-figures draw one line per implementation and GPU. A case measured twice on the same GPU
-keeps the later run's record (inputs are read in the order given).
+The cases come merged and labelled from fa_bench.reports.merge; the figures and tables
+read them from there; this module lays the page out and writes it. Nothing imports it
+back but the commands that write a page.
 """
 
 from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fa_bench.env import cudnn_version
-from fa_bench.errors import UsageError
+from fa_bench.reports import figures, per_gpu, roofline, speedup, summary, tables
 from fa_bench.reports.embed import embed_json
+from fa_bench.reports.figures import Figure
+from fa_bench.reports.merge import Merged, ReportError, choose_baseline, merge, run_labels
+from fa_bench.results.record import ResultsDoc
 
 PLOTLYJS_CHOICES = ("inline", "cdn")
-_DEFAULT_BASELINES = ("sdpa", "sdpa-cudnn", "sdpa-flash", "naive")
 
 
-class ReportError(UsageError, ValueError):
-    """Bad input for a report (an unknown baseline, no cases): maps to exit code 2."""
-
-
-@dataclass
-class Merged:
-    """The docs as given, and their cases, each tagged with `gpu` and `run` (doc index)."""
-
-    docs: list[dict]
-    cases: list[dict]
-    gpus: list[str]
-    replaced: int = 0
-    impls: list[str] = field(default_factory=list)
-    label_doc: dict[str, int] = field(default_factory=dict)  # GPU label -> its run's index
-
-    def labelled_docs(self) -> list[tuple[dict, str]]:
-        """(results document, GPU label) for every GPU label, in order."""
-        return [(self.docs[self.label_doc[label]], label) for label in self.gpus]
-
-
-def gpu_label(doc: dict) -> str:
-    """What the run ran on: the GPU's name, or 'CPU' for a CPU run."""
-    env = doc.get("env") or {}
-    if env.get("gpu_name"):
-        return str(env["gpu_name"])
-    gpus = env.get("gpus") or []
-    if gpus and (doc.get("run") or {}).get("device") != "cpu":
-        return str(gpus[0].get("name") or "GPU")
-    return "CPU"
-
-
-def _labels(docs: list[dict]) -> list[str]:
-    """GPU labels, with the host added where two hosts have the same kind of GPU, so a
-    merge of two nodes keeps both."""
-    base = [gpu_label(d) for d in docs]
-    hosts: dict[str, set[str]] = {}
-    for label, doc in zip(base, docs, strict=True):
-        hosts.setdefault(label, set()).add(str((doc.get("env") or {}).get("hostname")))
-    return [
-        f"{label} @ {(doc.get('env') or {}).get('hostname')}" if len(hosts[label]) > 1 else label
-        for label, doc in zip(base, docs, strict=True)
+def build_all(merged: Merged, baseline: str) -> list[Figure]:
+    """The page's figures in page order, leaving out those with nothing to draw."""
+    built = [
+        figures.tflops_figure(merged),
+        figures.memory_figure(merged),
+        speedup.speedup_figure(merged, baseline),
+        roofline.roofline_figure(merged),
+        roofline.bandwidth_figure(merged),
+        roofline.telemetry_figure(merged),
+        per_gpu.per_gpu_figure(merged),
     ]
-
-
-def _case_label(case: dict, run_label: str, several_gpus: bool) -> str:
-    """A run over several GPUs (`--gpus`, torchrun) tags each case with its own GPU and
-    host: those cases keep apart, labelled 'NAME #index @ host'."""
-    gpu = case.get("gpu")
-    if not several_gpus or not isinstance(gpu, dict):
-        return run_label
-    label = f"{gpu.get('name') or run_label} #{gpu.get('index')}"
-    return f"{label} @ {case['host']}" if case.get("host") else label
-
-
-def _several_gpus(doc: dict) -> bool:
-    seen = {
-        (c.get("host"), c["gpu"].get("index"), c["gpu"].get("uuid"))
-        for c in doc["cases"]
-        if isinstance(c.get("gpu"), dict)
-    }
-    return len(seen) > 1
-
-
-def merge(docs: list[dict]) -> Merged:
-    if not docs:
-        raise ReportError("no results documents to report on")
-    run_labels = _labels(docs)
-    by_key: dict[tuple[str, str], dict] = {}
-    replaced = 0
-    labels: list[str] = []
-    label_doc: dict[str, int] = {}
-    for run_index, (doc, run_label) in enumerate(zip(docs, run_labels, strict=True)):
-        several = _several_gpus(doc)
-        for case in doc["cases"]:
-            label = _case_label(case, run_label, several)
-            labels.append(label)
-            label_doc.setdefault(label, run_index)
-            key = (case["id"], label)
-            replaced += key in by_key
-            by_key[key] = {**case, "gpu": label, "run": run_index}
-    cases = list(by_key.values())
-    if not cases:
-        raise ReportError("the results hold no cases")
-    gpus = list(dict.fromkeys(labels))
-    impls = list(dict.fromkeys(c["impl"] for c in cases))
-    return Merged(
-        docs=docs, cases=cases, gpus=gpus, replaced=replaced, impls=impls, label_doc=label_doc
-    )
-
-
-def choose_baseline(merged: Merged, requested: str | None) -> str:
-    if requested is not None:
-        if requested not in merged.impls:
-            valid = ", ".join(merged.impls)
-            raise ReportError(f"--baseline {requested!r} is not in the results (present: {valid})")
-        return requested
-    for name in _DEFAULT_BASELINES:
-        if name in merged.impls:
-            return name
-    return merged.impls[0]
+    figs = [f for f in built if f is not None]
+    for f in figs:
+        # The page's <h2> titles each figure: plotly's default 100 px top margin, kept
+        # for a title it never draws, would leave a blank band above the plot.
+        if f.figure.layout.margin.t is None:
+            f.figure.update_layout(margin_t=24)
+    return figs
 
 
 def _env_value(env: dict, key: str) -> str:
@@ -130,9 +48,8 @@ def _env_value(env: dict, key: str) -> str:
     return "–" if env.get(key) is None else str(env[key])
 
 
-def _env_rows(doc: dict, label: str) -> list[tuple[str, str]]:
-    env = doc.get("env") or {}
-    run = doc.get("run") or {}
+def _env_rows(doc: ResultsDoc, label: str) -> list[tuple[str, str]]:
+    env, run = doc.env, doc.run
     rows = [("GPU", label)]
     for key in ("hostname", "driver", "torch", "triton", "cuda", "cudnn", "python", "platform"):
         rows.append((key, _env_value(env, key)))
@@ -145,19 +62,19 @@ def _env_rows(doc: dict, label: str) -> list[tuple[str, str]]:
 _WHERE_KEYS = ("hostname", "driver", "torch", "triton", "cuda", "cudnn")
 
 
-def where_line(doc: dict, label: str) -> list[str]:
+def where_line(doc: ResultsDoc, label: str) -> list[str]:
     """The header's 'where' items: the GPU and the software versions the run recorded."""
-    env = doc.get("env") or {}
+    env = doc.env
     items = [f"GPU {label}"]
     items += [f"{k} {_env_value(env, k)}" for k in _WHERE_KEYS if env.get(k) is not None]
     return items
 
 
-def run_notes(doc: dict) -> list[str]:
+def run_notes(doc: ResultsDoc) -> list[str]:
     """What a reader should know about how the numbers were produced: a run resumed after
     a stop (its cases come from several sessions), an interrupted one (cases are missing)
     and code from a git tree with uncommitted changes (the sha alone does not pin it)."""
-    run = doc.get("run") or {}
+    run = doc.run
     notes = []
     resumed = run.get("resumed") or []
     if resumed:
@@ -172,21 +89,21 @@ def run_notes(doc: dict) -> list[str]:
     return notes
 
 
-def _command(doc: dict) -> str:
-    argv = (doc.get("run") or {}).get("argv") or []
+def _command(doc: ResultsDoc) -> str:
+    argv = doc.run.get("argv") or []
     return " ".join(str(a) for a in argv) or "–"
 
 
-def _suites(docs: list[dict]) -> list[dict]:
+def _suites(docs: list[ResultsDoc]) -> list[dict]:
     seen: dict[str, dict] = {}
     for doc in docs:
-        for s in (doc.get("run") or {}).get("suites") or []:
+        for s in doc.run.get("suites") or []:
             seen.setdefault(str(s.get("name")), s)
     return list(seen.values())
 
 
 def render(
-    docs: list[dict],
+    docs: list[ResultsDoc],
     *,
     title: str | None = None,
     baseline: str | None = None,
@@ -200,7 +117,6 @@ def render(
     only sweeps, without results."""
     import jinja2
 
-    from fa_bench.reports import figures, summary, tables
     from fa_bench.reports.sweep_section import sweep_parts
 
     if plotlyjs not in PLOTLYJS_CHOICES:
@@ -216,8 +132,8 @@ def render(
     base = choose_baseline(merged, baseline)
     suite_names = [str(s.get("name")) for s in _suites(docs)]
     title = title or f"fa-bench: {', '.join(suite_names) or 'results'} on {', '.join(merged.gpus)}"
-    figs = figures.build_all(merged, base)
-    labels = _labels(docs)
+    figs = build_all(merged, base)
+    labels = run_labels(docs)
     runs = [
         {
             "label": lbl,
@@ -225,7 +141,7 @@ def render(
             "env": _env_rows(d, lbl),
             "where": where_line(d, lbl),
             "notes": run_notes(d),
-            "raw_env": d.get("env"),
+            "raw_env": d.env,
         }
         for d, lbl in zip(docs, labels, strict=True)
     ]
@@ -279,8 +195,6 @@ def _render_page(*, env_title: str, generated: str | None, plotlyjs: str, figs: 
     """A page with sweep sections only."""
     import jinja2
 
-    from fa_bench.reports import figures
-
     return _template(plotlyjs).render(
         title=env_title,
         generated=generated or datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -294,7 +208,7 @@ def _render_page(*, env_title: str, generated: str | None, plotlyjs: str, figs: 
 
 
 def write_report(
-    docs: list[dict],
+    docs: list[ResultsDoc],
     out: str | os.PathLike,
     *,
     title: str | None = None,

@@ -1,7 +1,8 @@
 """Results data embedded in a report page, so a shared page can be read back.
 
 A page holds one `<script type="application/json" id="fa-bench-results">` element whose
-text is a JSON list of results documents (one per merged run). `<`, `>` and `&` are
+text is a JSON list of results documents (one per merged run), each exactly as
+`ResultsDoc.to_json` writes it to results.json. `<`, `>` and `&` are
 written as \\u escapes, so no string from the data can close the element or inject
 markup; `json.loads` turns them back.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from fa_bench.results.files import ResultsError, validate
+from fa_bench.results.record import ResultsDoc, ResultsError
 
 SCRIPT_ID = "fa-bench-results"
 _PATTERN = re.compile(
@@ -19,14 +20,15 @@ _PATTERN = re.compile(
 )
 
 
-def embed_json(docs: list[dict]) -> str:
-    text = json.dumps(docs, allow_nan=False, separators=(",", ":"))
+def embed_json(docs: list[ResultsDoc]) -> str:
+    data = [doc.to_json() for doc in docs]
+    text = json.dumps(data, allow_nan=False, separators=(",", ":"))
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f'<script type="application/json" id="{SCRIPT_ID}">{text}</script>'
 
 
-def extract_results(html: str, *, source: str = "report") -> list[dict]:
-    """The validated results documents embedded in a report page."""
+def extract_results(html: str, *, source: str = "report") -> list[ResultsDoc]:
+    """The results documents embedded in a report page, checked as results.json is."""
     found = _PATTERN.search(html)
     if not found:
         raise ResultsError(f"{source}: no embedded fa-bench results (not an fa-bench report?)")
@@ -36,4 +38,4 @@ def extract_results(html: str, *, source: str = "report") -> list[dict]:
         raise ResultsError(f"{source}: embedded results are not valid JSON: {exc}") from None
     if not isinstance(docs, list) or not docs:
         raise ResultsError(f"{source}: embedded results must be a non-empty list of documents")
-    return [validate(doc, source=f"{source} (run {i})") for i, doc in enumerate(docs)]
+    return [ResultsDoc.from_json(doc, source=f"{source} (run {i})") for i, doc in enumerate(docs)]

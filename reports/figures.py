@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
+from fa_bench.case import Status
 from fa_bench.reports.axes import (
     add_legends,
     facet_key,
@@ -23,7 +24,7 @@ from fa_bench.reports.axes import (
     panel_grid,
     pow2_ticks,
 )
-from fa_bench.reports.build import Merged
+from fa_bench.reports.merge import Merged, MergedCase
 
 PALETTE = (
     "#1f77b4",
@@ -54,7 +55,7 @@ SYMBOLS = (
     "hourglass-open",
     "star-square-open",
 )
-FAILED = ("error", "timeout", "mismatch")
+FAILED = (Status.ERROR, Status.TIMEOUT, Status.MISMATCH)
 GIB = 2**30
 FIGURES_ID = "fa-bench-figures"
 
@@ -71,32 +72,37 @@ def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def seqlen(c: dict) -> int:
+def seqlen(c: MergedCase) -> int:
     """The x of the line plots: the key length (the context a query sees)."""
-    return int(c["seqlen_k"])
+    return int(c.record.case.seqlen_k)
 
 
-def series_name(c: dict, merged: Merged, gqa: bool) -> str:
+def series_name(c: MergedCase, merged: Merged, gqa: bool) -> str:
     """impl, plus the GPU when several were merged, plus KV heads when they vary."""
-    name = esc(c["impl"])
+    name = esc(c.record.impl)
     if len(merged.gpus) > 1:
-        name += f" · {esc(c['gpu'])}"
+        name += f" · {esc(c.gpu)}"
     if gqa:
-        name += f" · Hkv={c['heads_kv']}"
+        name += f" · Hkv={c.record.case.heads_kv}"
     return name
 
 
-def _styles(merged: Merged) -> Callable[[dict], dict]:
+def impl_gpu_name(c: MergedCase, merged: Merged) -> str:
+    """impl, plus the GPU when several were merged: the scatter figures' series."""
+    return esc(c.record.impl) + (f" · {esc(c.gpu)}" if len(merged.gpus) > 1 else "")
+
+
+def _styles(merged: Merged) -> Callable[[MergedCase], dict]:
     color = {impl: PALETTE[i % len(PALETTE)] for i, impl in enumerate(merged.impls)}
     symbol = {impl: SYMBOLS[i % len(SYMBOLS)] for i, impl in enumerate(merged.impls)}
     rank = {impl: min(i, 4) for i, impl in enumerate(merged.impls)}
     dash = {gpu: DASHES[i % len(DASHES)] for i, gpu in enumerate(merged.gpus)}
     return lambda c: {
-        "color": color[c["impl"]],
-        "symbol": symbol[c["impl"]],
-        "size": 13 - 2 * rank[c["impl"]],
-        "width": 3.5 - 0.5 * rank[c["impl"]],
-        "dash": dash[c["gpu"]],
+        "color": color[c.record.impl],
+        "symbol": symbol[c.record.impl],
+        "size": 13 - 2 * rank[c.record.impl],
+        "width": 3.5 - 0.5 * rank[c.record.impl],
+        "dash": dash[c.gpu],
     }
 
 
@@ -104,18 +110,20 @@ def fmt_ms(v: float | None) -> str:
     return "–" if v is None else f"{v:.4g} ms"
 
 
-def hover(c: dict) -> str:
+def hover(c: MergedCase) -> str:
     """Latency with its p20–p80 spread, TFLOP/s, GB/s, peak memory, accuracy, status."""
-    lat = c.get("latency_ms") or {}
-    acc = c.get("accuracy") or {}
-    peak = c.get("peak_mem_bytes")
+    r, k = c.record, c.record.case
+    lat = r.latency_ms
+    median, p20, p80 = (lat.median, lat.p20, lat.p80) if lat else (None, None, None)
+    n = lat.n if lat else "–"
+    acc = r.accuracy or {}
+    peak = r.peak_mem_bytes
     lines = [
-        f"<b>{esc(c['impl'])}</b> on {esc(c['gpu'])}: {esc(c['status'])}",
-        f"B={c['batch']} Hq={c['heads_q']} Hkv={c['heads_kv']} Sq={c['seqlen_q']} "
-        f"Sk={c['seqlen_k']} d={c['head_dim']}",
-        f"latency {fmt_ms(lat.get('median'))} (p20–p80 {fmt_ms(lat.get('p20'))}–"
-        f"{fmt_ms(lat.get('p80'))}, n={lat.get('n', '–')})",
-        f"{_num(c.get('tflops'), 'TFLOP/s')} · {_num(c.get('gbps_model'), 'GB/s (model)')}",
+        f"<b>{esc(r.impl)}</b> on {esc(c.gpu)}: {esc(r.status.value)}",
+        f"B={k.batch} Hq={k.heads_q} Hkv={k.heads_kv} Sq={k.seqlen_q} "
+        f"Sk={k.seqlen_k} d={k.head_dim}",
+        f"latency {fmt_ms(median)} (p20–p80 {fmt_ms(p20)}–{fmt_ms(p80)}, n={n})",
+        f"{_num(r.tflops, 'TFLOP/s')} · {_num(r.gbps_model, 'GB/s (model)')}",
         f"peak memory {'–' if peak is None else f'{peak / GIB:.3g} GiB'}",
     ]
     if acc:
@@ -123,11 +131,11 @@ def hover(c: dict) -> str:
             f"max abs err {_num(acc.get('max_abs_err'), '')} · "
             f"{'passed' if acc.get('passed') else 'FAILED'} accuracy"
         )
-    tel = c.get("telemetry") or {}
+    tel = r.telemetry or {}
     if tel.get("gbps_nvml") is not None:
         lines.append(_num(tel["gbps_nvml"], "GB/s (NVML)"))
-    if c.get("error"):
-        lines.append(esc(_shorten(str(c["error"]), 160)))
+    if r.error:
+        lines.append(esc(_shorten(str(r.error), 160)))
     return "<br>".join(lines)
 
 
@@ -143,15 +151,18 @@ def _shorten(text: str, n: int) -> str:
 
 
 def _series_lines(
-    fig: go.Figure, merged: Merged, facets: list[tuple], y: Callable[[dict], float | None]
+    fig: go.Figure,
+    merged: Merged,
+    facets: list[tuple],
+    y: Callable[[MergedCase], float | None],
 ) -> None:
     """One line per implementation (and GPU) in each facet, over its ok cases."""
     style = _styles(merged)
     shown: set[str] = set()
     for i, key in enumerate(facets):
-        cases = [c for c in merged.cases if facet_key(c) == key and c["status"] == "ok"]
-        gqa = len({c["heads_q"] // c["heads_kv"] for c in cases}) > 1
-        groups: dict[str, list[dict]] = {}
+        cases = [c for c in merged.cases if facet_key(c) == key and c.record.status == Status.OK]
+        gqa = len({c.record.case.heads_q // c.record.case.heads_kv for c in cases}) > 1
+        groups: dict[str, list[MergedCase]] = {}
         for c in cases:
             if y(c) is not None:
                 groups.setdefault(series_name(c, merged, gqa), []).append(c)
@@ -182,16 +193,16 @@ def _status_markers(
     fig: go.Figure,
     merged: Merged,
     facets: list[tuple],
-    statuses: tuple[str, ...],
+    statuses: tuple[Status, ...],
     name: str,
     symbol: str,
     color: str,
-    y: Callable[[dict], float],
+    y: Callable[[MergedCase], float],
 ) -> None:
     """Cases that did not produce a number are marked where they would be, not dropped."""
     shown = False
     for i, key in enumerate(facets):
-        marked = [c for c in merged.cases if facet_key(c) == key and c["status"] in statuses]
+        marked = [c for c in merged.cases if facet_key(c) == key and c.record.status in statuses]
         if not marked:
             continue
         row, col = panel_cell(i, len(facets))
@@ -215,14 +226,15 @@ def _status_markers(
 
 def tflops_figure(merged: Merged) -> Figure | None:
     facets = facet_keys(merged.cases)
-    if not any(c.get("tflops") for c in merged.cases) and not any(
-        c["status"] in ("oom", *FAILED) for c in merged.cases
+    if not any(c.record.tflops for c in merged.cases) and not any(
+        c.record.status in (Status.OOM, *FAILED) for c in merged.cases
     ):
         return None
     fig = panel_grid(facets, "TFLOP/s")
-    _series_lines(fig, merged, facets, lambda c: c.get("tflops"))
+    _series_lines(fig, merged, facets, lambda c: c.record.tflops)
     # Failed and OOM cases have no throughput: drawn at 0 with their message on hover.
-    _status_markers(fig, merged, facets, ("oom",), "out of memory", "x", "#d62728", lambda c: 0.0)
+    oom = (Status.OOM,)
+    _status_markers(fig, merged, facets, oom, "out of memory", "x", "#d62728", lambda c: 0.0)
     _status_markers(
         fig,
         merged,
@@ -231,7 +243,7 @@ def tflops_figure(merged: Merged) -> Figure | None:
         "failed (error/timeout/mismatch)",
         "triangle-up-open",
         "#ff7f0e",
-        lambda c: c.get("tflops") or 0.0,
+        lambda c: c.record.tflops or 0.0,
     )
     fig.update_xaxes(**pow2_ticks(seqlen(c) for c in merged.cases))
     fig.update_yaxes(rangemode="tozero")  # every panel from 0, not only those with a marker there
@@ -247,8 +259,8 @@ def tflops_figure(merged: Merged) -> Figure | None:
 
 
 def memory_figure(merged: Merged) -> Figure | None:
-    has_peak = any(c.get("peak_mem_bytes") for c in merged.cases)
-    has_oom = any(c["status"] == "oom" for c in merged.cases)
+    has_peak = any(c.record.peak_mem_bytes for c in merged.cases)
+    has_oom = any(c.record.status == Status.OOM for c in merged.cases)
     if not (has_peak or has_oom):
         return None
     facets = facet_keys(merged.cases)
@@ -257,22 +269,23 @@ def memory_figure(merged: Merged) -> Figure | None:
         fig,
         merged,
         facets,
-        lambda c: (c.get("peak_mem_bytes") or None) and c["peak_mem_bytes"] / GIB,
+        lambda c: (c.record.peak_mem_bytes or None) and c.record.peak_mem_bytes / GIB,
     )
     limit = _device_memory_gib(merged)
     top = max(
-        (c["peak_mem_bytes"] / GIB for c in merged.cases if c.get("peak_mem_bytes")), default=1.0
+        (c.record.peak_mem_bytes / GIB for c in merged.cases if c.record.peak_mem_bytes),
+        default=1.0,
     )
     # OOM cases needed more than the card had: drawn at the card's memory (or the top).
     _status_markers(
         fig,
         merged,
         facets,
-        ("oom",),
+        (Status.OOM,),
         "out of memory",
         "x",
         "#d62728",
-        lambda c: limit.get(c["gpu"], top),
+        lambda c: limit.get(c.gpu, top),
     )
     log_y_per_panel(fig)
     fig.update_xaxes(**pow2_ticks(seqlen(c) for c in merged.cases))
@@ -299,13 +312,14 @@ def memory_figure(merged: Merged) -> Figure | None:
     )
 
 
-def memory_sweep(cases: list[dict]) -> str:
+def memory_sweep(cases: list[MergedCase]) -> str:
     """Which of the two the data holds, per panel and head count: a fixed batch, or a
     fixed token count (batch = tokens ÷ N, as the standard suite does)."""
     sweeps: dict[tuple, set[tuple[int, int]]] = {}
     for c in cases:
-        key = (*facet_key(c), c["heads_q"], c["heads_kv"], c["gpu"], c["impl"])
-        sweeps.setdefault(key, set()).add((c["batch"], c["seqlen_q"]))
+        k = c.record.case
+        key = (*facet_key(c), k.heads_q, k.heads_kv, c.gpu, k.impl)
+        sweeps.setdefault(key, set()).add((k.batch, k.seqlen_q))
     sweeps = {k: v for k, v in sweeps.items() if len({n for _, n in v}) > 1}
     if not sweeps:
         return ""
@@ -322,31 +336,10 @@ def memory_sweep(cases: list[dict]) -> str:
 def _device_memory_gib(merged: Merged) -> dict[str, float]:
     out: dict[str, float] = {}
     for doc, label in merged.labelled_docs():
-        gpus = (doc.get("env") or {}).get("gpus") or []
+        gpus = doc.env.get("gpus") or []
         if gpus and gpus[0].get("memory_bytes"):
             out[label] = gpus[0]["memory_bytes"] / GIB
     return out
-
-
-def build_all(merged: Merged, baseline: str) -> list[Figure]:
-    from fa_bench.reports import per_gpu, roofline, speedup
-
-    built = [
-        tflops_figure(merged),
-        memory_figure(merged),
-        speedup.speedup_figure(merged, baseline),
-        roofline.roofline_figure(merged),
-        roofline.bandwidth_figure(merged),
-        roofline.telemetry_figure(merged),
-        per_gpu.per_gpu_figure(merged),
-    ]
-    figs = [f for f in built if f is not None]
-    for f in figs:
-        # The page's <h2> titles each figure: plotly's default 100 px top margin, kept
-        # for a title it never draws, would leave a blank band above the plot.
-        if f.figure.layout.margin.t is None:
-            f.figure.update_layout(margin_t=24)
-    return figs
 
 
 def figures_json(figs: list[Figure]) -> str:

@@ -12,8 +12,9 @@ from collections import defaultdict
 
 import plotly.graph_objects as go
 
-from fa_bench.reports.build import Merged
+from fa_bench.case import Status
 from fa_bench.reports.figures import Figure, esc
+from fa_bench.reports.merge import Merged, MergedCase
 
 OUTLIER_FRACTION = 0.05
 
@@ -21,23 +22,24 @@ OUTLIER_FRACTION = 0.05
 def peer_ratios(merged: Merged) -> list[dict]:
     """One row per (case, GPU) measured ok on at least two GPUs: TFLOP/s over the median
     of the other GPUs' TFLOP/s for that case."""
-    by_id: dict[str, dict[str, dict]] = defaultdict(dict)
+    by_id: dict[str, dict[str, MergedCase]] = defaultdict(dict)
     for c in merged.cases:
-        if c["status"] == "ok" and c.get("tflops"):
-            by_id[c["id"]][c["gpu"]] = c
+        if c.record.status == Status.OK and c.record.tflops:
+            by_id[c.record.id][c.gpu] = c
     rows = []
     for case_id, per_gpu in by_id.items():
         if len(per_gpu) < 2:
             continue
+        tflops = {g: o.record.tflops or 0.0 for g, o in per_gpu.items()}  # all set: see above
         for gpu, c in per_gpu.items():
-            peers = statistics.median(o["tflops"] for g, o in per_gpu.items() if g != gpu)
-            tel = c.get("telemetry") if isinstance(c.get("telemetry"), dict) else {}
+            peers = statistics.median(t for g, t in tflops.items() if g != gpu)
+            tel = c.record.telemetry if isinstance(c.record.telemetry, dict) else {}
             rows.append({
                 "id": case_id,
                 "gpu": gpu,
-                "tflops": c["tflops"],
-                "ratio": c["tflops"] / peers,
-                "outlier": c["tflops"] < (1 - OUTLIER_FRACTION) * peers,
+                "tflops": c.record.tflops,
+                "ratio": tflops[gpu] / peers,
+                "outlier": tflops[gpu] < (1 - OUTLIER_FRACTION) * peers,
                 "sm_clock_mhz_mean": tel.get("sm_clock_mhz_mean"),
                 "throttle": ", ".join(tel.get("warnings") or []) or None,
             })  # fmt: skip

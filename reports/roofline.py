@@ -11,24 +11,30 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from fa_bench.case import Status
 from fa_bench.reports.axes import log_ticks, pow2_ticks
-from fa_bench.reports.build import Merged
-from fa_bench.reports.figures import Figure, _styles, esc, hover, seqlen
+from fa_bench.reports.figures import Figure, _styles, esc, hover, impl_gpu_name, seqlen
+from fa_bench.reports.merge import Merged, MergedCase
+from fa_bench.results.record import ResultsDoc
 
 # Keys a calibration may use for its ceilings, most specific first.
 _BW_KEYS = ("gbps_copy",)  # a device-to-device copy, read + write counted
 _COMPUTE_KEYS = ("tflops_matmul",)  # not measured yet: the data's best stands in
 
 
-def _telemetry(c: dict) -> dict:
-    tel = c.get("telemetry")
+def _telemetry(c: MergedCase) -> dict:
+    tel = c.record.telemetry
     return tel if isinstance(tel, dict) and tel.get("available", True) is not False else {}
 
 
-def _calibration(doc: dict) -> dict:
+def _ok(c: MergedCase) -> bool:
+    return c.record.status == Status.OK
+
+
+def _calibration(doc: ResultsDoc) -> dict:
     """The run's measured calibration (`env.telemetry.calibration`, written by the worker
     before the first case), or {} when the run has none."""
-    tel = (doc.get("env") or {}).get("telemetry")
+    tel = doc.env.get("telemetry")
     cal = tel.get("calibration") if isinstance(tel, dict) else None
     return cal if isinstance(cal, dict) and cal.get("available") else {}
 
@@ -46,46 +52,49 @@ def ceilings(merged: Merged) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for doc, label in merged.labelled_docs():
         cal = _calibration(doc)
-        cases = [c for c in merged.cases if c["gpu"] == label and c["status"] == "ok"]
+        cases = [c for c in merged.cases if c.gpu == label and _ok(c)]
         entry = out.setdefault(label, {})
-        for kind, keys, field in (
-            ("gbps", _BW_KEYS, "gbps_model"),
-            ("tflops", _COMPUTE_KEYS, "tflops"),
-        ):
+        achieved = {
+            # the model's bandwidth, and NVML's where telemetry measured it
+            "gbps": [c.record.gbps_model for c in cases]
+            + [_telemetry(c).get("gbps_nvml") for c in cases],
+            "tflops": [c.record.tflops for c in cases],
+        }
+        for kind, keys in (("gbps", _BW_KEYS), ("tflops", _COMPUTE_KEYS)):
             found = _first_number(cal, keys)
             if found:
                 entry[kind], entry[f"{kind}_source"] = found[1], f"measured ({found[0]})"
                 continue
-            best = [c[field] for c in cases if c.get(field)]
-            if field == "gbps_model":
-                best += [
-                    _telemetry(c)["gbps_nvml"] for c in cases if _telemetry(c).get("gbps_nvml")
-                ]
+            best = [v for v in achieved[kind] if v]
             if best and max(best) > entry.get(kind, 0):
                 entry[kind], entry[f"{kind}_source"] = max(best), "best achieved in this data"
     return {k: v for k, v in out.items() if "gbps" in v and "tflops" in v}
+
+
+def _intensity(c: MergedCase) -> float:
+    """FLOPs per model byte (the caller has checked both are set)."""
+    return (c.record.flops or 0.0) / (c.record.bytes_model or 1.0)
 
 
 def roofline_figure(merged: Merged) -> Figure | None:
     cases = [
         c
         for c in merged.cases
-        if c["status"] == "ok" and c.get("tflops") and c.get("flops") and c.get("bytes_model")
+        if _ok(c) and c.record.tflops and c.record.flops and c.record.bytes_model
     ]
     if not cases:
         return None
     ceil = ceilings(merged)
     style = _styles(merged)
     fig = go.Figure()
-    names: dict[str, list[dict]] = {}
+    names: dict[str, list[MergedCase]] = {}
     for c in cases:
-        name = esc(c["impl"]) + (f" · {esc(c['gpu'])}" if len(merged.gpus) > 1 else "")
-        names.setdefault(name, []).append(c)
+        names.setdefault(impl_gpu_name(c, merged), []).append(c)
     for name, group in names.items():
         fig.add_trace(
             go.Scatter(
-                x=[c["flops"] / c["bytes_model"] for c in group],
-                y=[c["tflops"] for c in group],
+                x=[_intensity(c) for c in group],
+                y=[c.record.tflops for c in group],
                 name=name,
                 mode="markers",
                 marker={"color": style(group[0])["color"], "size": 8},
@@ -93,7 +102,7 @@ def roofline_figure(merged: Merged) -> Figure | None:
                 hovertemplate="%{text}<br>intensity %{x:.3g} FLOP/byte<extra></extra>",
             )
         )
-    xs = [c["flops"] / c["bytes_model"] for c in cases]
+    xs = [_intensity(c) for c in cases]
     lo, hi = min(xs) / 4, max(xs) * 4
     sources = []
     for gpu, ce in ceil.items():
@@ -134,22 +143,19 @@ def roofline_figure(merged: Merged) -> Figure | None:
 def bandwidth_figure(merged: Merged) -> Figure | None:
     """NVML-measured DRAM bandwidth against the minimal-bytes model, when telemetry exists."""
     cases = [
-        c
-        for c in merged.cases
-        if c["status"] == "ok" and c.get("gbps_model") and _telemetry(c).get("gbps_nvml")
+        c for c in merged.cases if _ok(c) and c.record.gbps_model and _telemetry(c).get("gbps_nvml")
     ]
     if not cases:
         return None
     style = _styles(merged)
     fig = go.Figure()
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[MergedCase]] = {}
     for c in cases:
-        name = esc(c["impl"]) + (f" · {esc(c['gpu'])}" if len(merged.gpus) > 1 else "")
-        groups.setdefault(name, []).append(c)
+        groups.setdefault(impl_gpu_name(c, merged), []).append(c)
     for name, group in groups.items():
         fig.add_trace(
             go.Scatter(
-                x=[c["gbps_model"] for c in group],
+                x=[c.record.gbps_model for c in group],
                 y=[_telemetry(c)["gbps_nvml"] for c in group],
                 name=name,
                 mode="markers",
@@ -158,7 +164,7 @@ def bandwidth_figure(merged: Merged) -> Figure | None:
                 hovertemplate="%{text}<extra></extra>",
             )
         )
-    top = max(max(c["gbps_model"], _telemetry(c)["gbps_nvml"]) for c in cases) * 1.1
+    top = max(max(c.record.gbps_model or 0.0, _telemetry(c)["gbps_nvml"]) for c in cases) * 1.1
     fig.add_trace(
         go.Scatter(
             x=[0, top],
@@ -203,11 +209,10 @@ def telemetry_figure(merged: Merged) -> Figure | None:
     style = _styles(merged)
     shown: set[str] = set()
     for col, (key, unit) in enumerate(_TELEMETRY_PANELS, 1):
-        groups: dict[str, list[dict]] = {}
+        groups: dict[str, list[MergedCase]] = {}
         for c in cases:
             if isinstance(_telemetry(c).get(key), (int, float)):
-                name = esc(c["impl"]) + (f" · {esc(c['gpu'])}" if len(merged.gpus) > 1 else "")
-                groups.setdefault(name, []).append(c)
+                groups.setdefault(impl_gpu_name(c, merged), []).append(c)
         for name, group in groups.items():
             group.sort(key=seqlen)
             fig.add_trace(

@@ -6,21 +6,23 @@ import math
 
 import plotly.graph_objects as go
 
-from fa_bench.reports.build import Merged
+from fa_bench.case import Status
 from fa_bench.reports.figures import Figure, esc
+from fa_bench.reports.merge import Merged, MergedCase
 
 
-def shape_key(c: dict) -> tuple:
+def shape_key(c: MergedCase) -> tuple:
+    k = c.record.case
     return (
-        c["mode"],
-        c["dtype"],
-        c["head_dim"],
-        c["causal"],
-        c["batch"],
-        c["heads_q"],
-        c["heads_kv"],
-        c["seqlen_q"],
-        c["seqlen_k"],
+        k.mode.value,
+        k.dtype.value,
+        k.head_dim,
+        k.causal,
+        k.batch,
+        k.heads_q,
+        k.heads_kv,
+        k.seqlen_q,
+        k.seqlen_k,
     )
 
 
@@ -34,21 +36,26 @@ def shape_label(key: tuple) -> str:
 def speedups(merged: Merged, baseline: str) -> dict[str, list[tuple[tuple, float]]]:
     """(impl · GPU) → [(shape, baseline median / impl median)] over the shapes both ran ok
     on the same GPU: > 1 means faster than the baseline."""
+
+    def median(c: MergedCase) -> float | None:
+        lat = c.record.latency_ms
+        return lat.median if lat is not None and c.record.status == Status.OK else None
+
     base = {
-        (shape_key(c), c["gpu"]): c
+        (shape_key(c), c.gpu): m
         for c in merged.cases
-        if c["impl"] == baseline and c["status"] == "ok" and c.get("latency_ms")
+        if c.record.impl == baseline and (m := median(c)) is not None
     }
     out: dict[str, list[tuple[tuple, float]]] = {}
     for c in merged.cases:
-        if c["impl"] == baseline or c["status"] != "ok" or not c.get("latency_ms"):
+        m = median(c)
+        if c.record.impl == baseline or m is None:
             continue
-        b = base.get((shape_key(c), c["gpu"]))
-        if b is None or not c["latency_ms"]["median"]:
+        b = base.get((shape_key(c), c.gpu))
+        if b is None or not m:
             continue
-        row = c["impl"] + (f" · {c['gpu']}" if len(merged.gpus) > 1 else "")
-        ratio = b["latency_ms"]["median"] / c["latency_ms"]["median"]
-        out.setdefault(row, []).append((shape_key(c), ratio))
+        row = c.record.impl + (f" · {c.gpu}" if len(merged.gpus) > 1 else "")
+        out.setdefault(row, []).append((shape_key(c), b / m))
     return out
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from fa_bench.reports.build import Merged
+from fa_bench.case import Status
 from fa_bench.reports.figures import FAILED
+from fa_bench.reports.merge import Merged, MergedCase
 from fa_bench.reports.speedup import shape_key, speedups
 
 _MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
@@ -24,12 +25,12 @@ def _join(words: list[str]) -> str:
 
 
 def _counts(merged: Merged) -> str:
-    status = Counter(c["status"] for c in merged.cases)
+    status = Counter(c.record.status.value for c in merged.cases)
     parts = [f"{status['ok']} ok"]
     for key, word in (("oom", "out of memory"), ("unsupported", "unsupported")):
         if status[key]:
             parts.append(f"{status[key]} {word}")
-    failed = sum(status[s] for s in FAILED)
+    failed = sum(status[s.value] for s in FAILED)
     if failed:
         parts.append(f"{failed} failed")
     impls = ", ".join(merged.impls)
@@ -60,21 +61,19 @@ def _speedup_sentences(merged: Merged, baseline: str) -> list[str]:
 
 def _leaders(merged: Merged) -> str | None:
     """Which implementation is fastest on how many shapes (per GPU)."""
-    best: dict[tuple, dict] = {}
+    best: dict[tuple, tuple[float, MergedCase]] = {}
     for c in merged.cases:
-        if c["status"] != "ok" or not c.get("latency_ms"):
+        lat = c.record.latency_ms
+        if c.record.status != Status.OK or lat is None:
             continue
-        key = (shape_key(c), c["gpu"])
-        if key not in best or c["latency_ms"]["median"] < best[key]["latency_ms"]["median"]:
-            best[key] = c
-    contested = {
-        k
-        for k in best
-        if sum(1 for c in merged.cases if (shape_key(c), c["gpu"]) == k and c["status"] == "ok") > 1
-    }
+        key = (shape_key(c), c.gpu)
+        if key not in best or lat.median < best[key][0]:
+            best[key] = (lat.median, c)
+    ok = Counter((shape_key(c), c.gpu) for c in merged.cases if c.record.status == Status.OK)
+    contested = {k for k in best if ok[k] > 1}
     if not contested:
         return None
-    wins = Counter(best[k]["impl"] for k in contested)
+    wins = Counter(best[k][1].record.impl for k in contested)
     ordered = [f"{impl} in {n}" for impl, n in wins.most_common()]
     return f"Fastest per shape: {_join(ordered)} of {len(contested)} shapes compared."
 
@@ -82,16 +81,20 @@ def _leaders(merged: Merged) -> str | None:
 def _oom_sentences(merged: Merged) -> list[str]:
     out = []
     for impl in merged.impls:
-        ooms = [c for c in merged.cases if c["impl"] == impl and c["status"] == "oom"]
+        ooms = [
+            c.record.case
+            for c in merged.cases
+            if c.record.impl == impl and c.record.status == Status.OOM
+        ]
         if ooms:
-            n_min = min(c["seqlen_k"] for c in ooms)
+            n_min = min(k.seqlen_k for k in ooms)
             word = "case" if len(ooms) == 1 else "cases"
             out.append(f"{len(ooms)} {impl} {word} ran out of memory at N ≥ {_kseq(n_min)}")
     return [_join(out) + "."] if out else []
 
 
 def _failure_sentence(merged: Merged) -> list[str]:
-    failed = Counter(c["status"] for c in merged.cases if c["status"] in FAILED)
+    failed = Counter(c.record.status.value for c in merged.cases if c.record.status in FAILED)
     if not failed:
         return []
     detail = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))

@@ -6,7 +6,8 @@ column is a number, so the page's sorter orders 9 before 10.
 
 from __future__ import annotations
 
-from fa_bench.reports.build import Merged
+from fa_bench.case import Status
+from fa_bench.reports.merge import Merged, MergedCase
 
 CASE_COLUMNS = (
     "GPU",
@@ -43,58 +44,58 @@ def _num(v: object, fmt: str = ".4g") -> dict:
     return _cell(format(v, fmt), v)
 
 
-def _message(c: dict) -> str:
-    text = " ".join(str(c.get("error") or "").split())
+def _message(c: MergedCase) -> str:
+    text = " ".join(str(c.record.error or "").split())
     return text if len(text) <= 300 else text[:299] + "…"
 
 
 def case_rows(merged: Merged) -> list[dict]:
     rows = []
     for c in merged.cases:
-        lat = c.get("latency_ms") or {}
-        peak = c.get("peak_mem_bytes")
+        r, k, lat = c.record, c.record.case, c.record.latency_ms
+        peak = r.peak_mem_bytes
         spread = (
-            f"{lat['p20']:.4g}–{lat['p80']:.4g}"
-            if lat.get("p20") is not None and lat.get("p80") is not None
+            f"{lat.p20:.4g}–{lat.p80:.4g}"
+            if lat is not None and lat.p20 is not None and lat.p80 is not None
             else None
         )
         cells = [
-            _cell(c["gpu"]),
-            _cell(c["impl"]),
-            _cell(c["mode"]),
-            _cell(c["dtype"]),
-            _num(c["batch"], "d"),
-            _num(c["heads_q"], "d"),
-            _num(c["heads_kv"], "d"),
-            _num(c["seqlen_q"], "d"),
-            _num(c["seqlen_k"], "d"),
-            _num(c["head_dim"], "d"),
-            _cell("yes" if c["causal"] else "no"),
-            _cell(c["status"]),
-            _num(lat.get("median")),
-            _cell(spread, lat.get("p80") or ""),
-            _num(c.get("tflops")),
-            _num(c.get("gbps_model")),
+            _cell(c.gpu),
+            _cell(k.impl),
+            _cell(k.mode.value),
+            _cell(k.dtype.value),
+            _num(k.batch, "d"),
+            _num(k.heads_q, "d"),
+            _num(k.heads_kv, "d"),
+            _num(k.seqlen_q, "d"),
+            _num(k.seqlen_k, "d"),
+            _num(k.head_dim, "d"),
+            _cell("yes" if k.causal else "no"),
+            _cell(r.status.value),
+            _num(lat.median if lat else None),
+            _cell(spread, (lat.p80 if lat else None) or ""),
+            _num(r.tflops),
+            _num(r.gbps_model),
             _num(peak / 2**20 if isinstance(peak, (int, float)) else None, ".4g"),
-            _num((c.get("accuracy") or {}).get("max_abs_err"), ".3g"),
-            _cell(c.get("backend")),
+            _num((r.accuracy or {}).get("max_abs_err"), ".3g"),
+            _cell(r.backend),
             _cell(_message(c) or None, ""),
         ]
-        rows.append({"status": c["status"], "cells": cells})
+        rows.append({"status": r.status.value, "cells": cells})
     return rows
 
 
 def failure_rows(merged: Merged) -> list[dict]:
     """Every case that is not ok, with its message: failed, mismatched, OOM, unsupported."""
     order = {"error": 0, "timeout": 1, "mismatch": 2, "oom": 3, "unsupported": 4}
-    bad = [c for c in merged.cases if c["status"] != "ok"]
-    bad.sort(key=lambda c: (order.get(c["status"], 9), c["gpu"], c["id"]))
+    bad = [c for c in merged.cases if c.record.status != Status.OK]
+    bad.sort(key=lambda c: (order.get(c.record.status.value, 9), c.gpu, c.record.id))
     return [
         {
-            "gpu": c["gpu"],
-            "id": c["id"],
-            "status": c["status"],
-            "message": " ".join(str(c.get("error") or "(no message)").split()),
+            "gpu": c.gpu,
+            "id": c.record.id,
+            "status": c.record.status.value,
+            "message": " ".join(str(c.record.error or "(no message)").split()),
         }
         for c in bad
     ]
@@ -106,13 +107,13 @@ def throttle_rows(merged: Merged) -> list[dict]:
     `throttle_reasons` lists too."""
     rows = []
     for c in merged.cases:
-        tel = c.get("telemetry")
+        tel = c.record.telemetry
         if not isinstance(tel, dict):
             continue
         reasons = tel["warnings"] if "warnings" in tel else tel.get("throttle_reasons")
         if reasons:
             text = ", ".join(map(str, reasons)) if isinstance(reasons, list) else str(reasons)
-            rows.append({"gpu": c["gpu"], "id": c["id"], "reasons": text})
+            rows.append({"gpu": c.gpu, "id": c.record.id, "reasons": text})
     return rows
 
 
@@ -125,13 +126,13 @@ def telemetry_note(merged: Merged) -> str | None:
     states: list[tuple[str, str]] = []
     for doc, label in merged.labelled_docs():
         tels = [
-            c["telemetry"]
+            c.record.telemetry
             for c in merged.cases
-            if c["gpu"] == label and isinstance(c.get("telemetry"), dict)
+            if c.gpu == label and isinstance(c.record.telemetry, dict)
         ]
         if not tels or any(t.get("available") is not False for t in tels):
             continue
-        options = (doc.get("run") or {}).get("options") or {}
+        options = doc.run.get("options") or {}
         reasons = sorted({str(t.get("reason")) for t in tels if t.get("reason")} - {DISABLED})
         switched_off = not reasons and any(t.get("reason") == DISABLED for t in tels)
         if options.get("telemetry") is False or switched_off:

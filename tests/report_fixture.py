@@ -1,11 +1,15 @@
 """A results fixture for report tests: two GPUs, two impls, an OOM, a mismatch, hostile text.
 
-The numbers are arbitrary inputs; tests derive what they expect from them.
+The numbers are arbitrary inputs; tests derive what they expect from them. Cases are
+written as their JSON (as results.json holds them), so a test can edit one before it
+becomes a `ResultsDoc` through `document`.
 """
 
 from __future__ import annotations
 
-from fa_bench.results.files import build_document
+import json
+
+from fa_bench.results.record import SCHEMA, ResultsDoc
 
 EVIL = "<script>alert(1)</script>"
 GIB = 2**30
@@ -54,6 +58,7 @@ def make_case(
         }
         if ok
         else None,
+        "timing": None,
         "flops": flops,
         "bytes_model": nbytes,
         "tflops": flops / (median * 1e-3) / 1e12 if ok else None,
@@ -62,6 +67,16 @@ def make_case(
         "accuracy": {"max_abs_err": 1e-3, "rel_l2_err": 1e-3, "passed": status != "mismatch"},
         "telemetry": telemetry,
     }
+
+
+def document(run: dict, env: dict, cases: list[dict]) -> ResultsDoc:
+    """A results document of JSON cases, read and checked as results.json is."""
+    return ResultsDoc.from_json({"schema": SCHEMA, "run": run, "env": env, "cases": cases})
+
+
+def clone(doc: ResultsDoc) -> ResultsDoc:
+    """A deep copy to edit, through the document's JSON."""
+    return ResultsDoc.from_json(json.loads(json.dumps(doc.to_json())))
 
 
 def _env(gpu: str, host: str, memory_gib: int, **extra: object) -> dict:
@@ -100,7 +115,7 @@ def _run(run_id: str) -> dict:
     }
 
 
-def two_gpu_docs() -> list[dict]:
+def two_gpu_docs() -> list[ResultsDoc]:
     """H200: sdpa ok at 1k/4k/16k, triton ok at 1k and 16k, a mismatch at 4k, telemetry.
     A100: sdpa ok at 1k/4k/16k, triton ok at 1k/4k and out of memory at 16k, telemetry
     unavailable."""
@@ -133,6 +148,6 @@ def two_gpu_docs() -> list[dict]:
     # the worker's calibration: a device copy timed against NVML (fa_bench.telemetry.session)
     tel = {"calibration": {"available": True, "gbps_copy": 4239.0, "gbps_nvml": 4210.0}}
     return [
-        build_document(_run("h"), _env("NVIDIA H200", "node-a", 141, telemetry=tel), h200),
-        build_document(_run("a"), _env("NVIDIA A100", "node-b", 80), a100),
+        document(_run("h"), _env("NVIDIA H200", "node-a", 141, telemetry=tel), h200),
+        document(_run("a"), _env("NVIDIA A100", "node-b", 80), a100),
     ]

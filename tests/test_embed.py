@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from fa_bench.reports.embed import embed_json, extract_results
-from fa_bench.results.files import ResultsError, build_document
+from fa_bench.results.record import ResultsDoc, ResultsError
 
 
-def doc(name: str) -> dict:
-    return build_document({"id": "r", "suites": [{"name": name}]}, {"hostname": "h"}, [])
+def doc(name: str) -> ResultsDoc:
+    return ResultsDoc(run={"id": "r", "suites": [{"name": name}]}, env={"hostname": "h"}, cases=[])
 
 
 def test_round_trip_with_hostile_strings() -> None:
@@ -17,7 +17,7 @@ def test_round_trip_with_hostile_strings() -> None:
     html = "<html><body>" + embed_json([doc(evil), doc("b")]) + "</body></html>"
     assert html.count("</script>") == 1  # only the element's own end tag
     back = extract_results(html)
-    assert back[0]["run"]["suites"][0]["name"] == evil
+    assert back[0].run["suites"][0]["name"] == evil
     assert len(back) == 2
 
 

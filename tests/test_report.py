@@ -8,31 +8,32 @@ import re
 from pathlib import Path
 
 import pytest
-from report_fixture import EVIL, GIB, _env, _run, make_case, two_gpu_docs
+from report_fixture import EVIL, GIB, _env, _run, clone, document, make_case, two_gpu_docs
 from typer.testing import CliRunner
 
 from fa_bench.cli import app
 from fa_bench.reports import figures, roofline, speedup, summary
 from fa_bench.reports.axes import log_ticks
-from fa_bench.reports.build import ReportError, choose_baseline, merge, render
+from fa_bench.reports.build import build_all, render
 from fa_bench.reports.embed import extract_results
-from fa_bench.results.files import ResultsError, build_document
+from fa_bench.reports.merge import ReportError, choose_baseline, merge
 from fa_bench.results.inputs import load_any
+from fa_bench.results.record import ResultsDoc, ResultsError
 
 H200, A100 = "NVIDIA H200", "NVIDIA A100"
 
 
 @pytest.fixture(scope="module")
-def docs() -> list[dict]:
+def docs() -> list[ResultsDoc]:
     return two_gpu_docs()
 
 
 @pytest.fixture(scope="module")
-def page(docs: list[dict]) -> str:
+def page(docs: list[ResultsDoc]) -> str:
     return render(docs, plotlyjs="cdn", generated="2026-11-29T12:00:00+00:00")
 
 
-def fixed_token_docs(tokens: int = 16384) -> list[dict]:
+def fixed_token_docs(tokens: int = 16384) -> list[ResultsDoc]:
     """One GPU, the standard suite's layout: batch = tokens / N, so batch falls as N rises,
     over two (mode, dtype, d, masking) groups; sdpa at 1 ms, triton a bit slower, naive far
     slower."""
@@ -46,7 +47,7 @@ def fixed_token_docs(tokens: int = 16384) -> list[dict]:
                 c["id"] += "/causal" if causal else ""
                 c["peak_mem_bytes"] = c["batch"] * 16 * n * n * 4 if impl == "naive" else 2**26
                 cases.append(c)
-    return [build_document(_run("t"), _env("NVIDIA H200", "node-a", 141), cases)]
+    return [document(_run("t"), _env("NVIDIA H200", "node-a", 141), cases)]
 
 
 def _figure_specs(page: str) -> dict:
@@ -55,7 +56,7 @@ def _figure_specs(page: str) -> dict:
     return json.loads(found.group(1))
 
 
-def test_merge_keys_by_id_and_gpu(docs: list[dict]) -> None:
+def test_merge_keys_by_id_and_gpu(docs: list[ResultsDoc]) -> None:
     merged = merge(docs)
     assert merged.gpus == [H200, A100]
     assert len(merged.cases) == 12  # the same ids on two GPUs stay apart
@@ -63,14 +64,14 @@ def test_merge_keys_by_id_and_gpu(docs: list[dict]) -> None:
     assert len(again.cases) == 12 and again.replaced == 6
 
 
-def test_same_gpu_on_two_hosts_stays_apart(docs: list[dict]) -> None:
-    other = json.loads(json.dumps(docs[0]))
-    other["env"]["hostname"] = "node-c"
+def test_same_gpu_on_two_hosts_stays_apart(docs: list[ResultsDoc]) -> None:
+    other = clone(docs[0])
+    other.env["hostname"] = "node-c"
     merged = merge([docs[0], other])
     assert merged.gpus == [f"{H200} @ node-a", f"{H200} @ node-c"]
 
 
-def test_tflops_traces(docs: list[dict]) -> None:
+def test_tflops_traces(docs: list[ResultsDoc]) -> None:
     fig = figures.tflops_figure(merge(docs)).figure
     names = {t.name: t for t in fig.data}
     lines = {f"{impl} · {gpu}" for impl in ("sdpa", "triton") for gpu in (H200, A100)}
@@ -80,13 +81,13 @@ def test_tflops_traces(docs: list[dict]) -> None:
     assert list(names[f"triton · {A100}"].x) == [1024, 4096]
     assert list(names["out of memory"].x) == [16384]
     assert list(names["failed (error/timeout/mismatch)"].x) == [4096]
-    tflops = [c["tflops"] for c in docs[0]["cases"] if c["impl"] == "sdpa"]
+    tflops = [c.tflops for c in docs[0].cases if c.impl == "sdpa"]
     assert list(names[f"sdpa · {H200}"].y) == pytest.approx(tflops)
     hover = names[f"sdpa · {H200}"].text[0]
     assert "p20–p80" in hover and "TFLOP/s" in hover and "peak memory" in hover
 
 
-def test_memory_marks_oom_at_device_memory(docs: list[dict]) -> None:
+def test_memory_marks_oom_at_device_memory(docs: list[ResultsDoc]) -> None:
     fig = figures.memory_figure(merge(docs)).figure
     oom = next(t for t in fig.data if t.name == "out of memory")
     assert list(oom.y) == [80.0]  # the A100's 80 GiB
@@ -95,7 +96,7 @@ def test_memory_marks_oom_at_device_memory(docs: list[dict]) -> None:
     assert list(peak.y) == pytest.approx([n * 1000 / GIB for n in (1024, 4096, 16384)])
 
 
-def test_speedup_vs_baseline(docs: list[dict]) -> None:
+def test_speedup_vs_baseline(docs: list[ResultsDoc]) -> None:
     merged = merge(docs)
     rows = speedup.speedups(merged, "sdpa")
     # A100 medians: sdpa 2.0 / 8.0, triton 1.6 / 4.0 (16k was an OOM, so not compared)
@@ -108,7 +109,7 @@ def test_speedup_vs_baseline(docs: list[dict]) -> None:
         choose_baseline(merged, "naive")
 
 
-def test_summary_paragraph(docs: list[dict]) -> None:
+def test_summary_paragraph(docs: list[ResultsDoc]) -> None:
     text = summary.paragraph(merge(docs), "sdpa")
     assert "12 cases of sdpa, triton on NVIDIA H200 and NVIDIA A100" in text
     assert "1 out of memory" in text and "1 failed" in text
@@ -116,11 +117,11 @@ def test_summary_paragraph(docs: list[dict]) -> None:
     assert "1 triton case ran out of memory at N ≥ 16k" in text
 
 
-def test_roofline_ceilings_say_where_they_come_from(docs: list[dict]) -> None:
+def test_roofline_ceilings_say_where_they_come_from(docs: list[ResultsDoc]) -> None:
     merged = merge(docs)
     ceil = roofline.ceilings(merged)
     assert ceil[H200]["gbps"] == 4239.0 and ceil[H200]["gbps_source"] == "measured (gbps_copy)"
-    best = max(c["tflops"] for c in docs[1]["cases"] if c["tflops"])
+    best = max(c.tflops for c in docs[1].cases if c.tflops)
     assert ceil[A100]["tflops"] == best
     assert ceil[A100]["tflops_source"] == "best achieved in this data"
     fig = roofline.roofline_figure(merged)
@@ -128,7 +129,7 @@ def test_roofline_ceilings_say_where_they_come_from(docs: list[dict]) -> None:
     assert "best achieved in this data" in fig.caption
 
 
-def test_telemetry_panels_only_when_present(docs: list[dict]) -> None:
+def test_telemetry_panels_only_when_present(docs: list[ResultsDoc]) -> None:
     merged = merge(docs)
     tel = roofline.telemetry_figure(merged).figure
     assert {t.name for t in tel.data} == {f"sdpa · {H200}", f"triton · {H200}"}
@@ -148,7 +149,7 @@ def test_hostile_strings_are_escaped(page: str) -> None:
     assert escaped in hover and EVIL not in hover
 
 
-def test_sections_and_round_trip(page: str, docs: list[dict], tmp_path: Path) -> None:
+def test_sections_and_round_trip(page: str, docs: list[ResultsDoc], tmp_path: Path) -> None:
     for section in (
         "tflops",
         "memory",
@@ -168,10 +169,11 @@ def test_sections_and_round_trip(page: str, docs: list[dict], tmp_path: Path) ->
     assert load_any(tmp_path) == docs  # a folder with only a page
 
 
-def test_load_any_inputs(docs: list[dict], tmp_path: Path) -> None:
-    (tmp_path / "results.json").write_text(json.dumps(docs[0]), encoding="utf-8")
+def test_load_any_inputs(docs: list[ResultsDoc], tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps(docs[0].to_json()), encoding="utf-8")
     assert load_any(tmp_path) == [docs[0]]
-    (tmp_path / "both.json").write_text(json.dumps(docs), encoding="utf-8")
+    both = [d.to_json() for d in docs]
+    (tmp_path / "both.json").write_text(json.dumps(both), encoding="utf-8")
     assert load_any(tmp_path / "both.json") == docs
     (tmp_path / "bad.json").write_text('{"schema": "other"}', encoding="utf-8")
     for path, match in (
@@ -185,9 +187,9 @@ def test_load_any_inputs(docs: list[dict], tmp_path: Path) -> None:
             load_any(path)
 
 
-def test_cli_report(docs: list[dict], tmp_path: Path) -> None:
+def test_cli_report(docs: list[ResultsDoc], tmp_path: Path) -> None:
     for i, doc in enumerate(docs):
-        (tmp_path / f"r{i}.json").write_text(json.dumps(doc), encoding="utf-8")
+        (tmp_path / f"r{i}.json").write_text(json.dumps(doc.to_json()), encoding="utf-8")
     out = tmp_path / "merged.html"
     runner = CliRunner()
     args = ["report", str(tmp_path / "r0.json"), str(tmp_path / "r1.json"), "--plotlyjs", "cdn"]
@@ -203,14 +205,14 @@ def test_cli_report(docs: list[dict], tmp_path: Path) -> None:
 
 
 def test_run_report_failure_keeps_results(
-    docs: list[dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    docs: list[ResultsDoc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rich.console import Console
 
     from fa_bench.commands import report as cli_report
     from fa_bench.reports import build
 
-    (tmp_path / "results.json").write_text(json.dumps(docs[0]), encoding="utf-8")
+    (tmp_path / "results.json").write_text(json.dumps(docs[0].to_json()), encoding="utf-8")
     quiet = Console(file=open(tmp_path / "out.txt", "w"))
     err = Console(file=open(tmp_path / "err.txt", "w"), width=200)
     assert cli_report.write_run_report(tmp_path / "results.json", console=quiet, err_console=err)
@@ -239,7 +241,6 @@ def test_run_no_report(tiny_suite, tmp_path: Path) -> None:
 
 
 def test_multi_gpu_run_keeps_each_gpu_and_flags_a_slow_one() -> None:
-    from fa_bench.reports.build import merge
     from fa_bench.reports.per_gpu import peer_ratios, per_gpu_figure
 
     def on_gpu(case: dict, index: int, median: float) -> dict:
@@ -250,7 +251,7 @@ def test_multi_gpu_run_keeps_each_gpu_and_flags_a_slow_one() -> None:
 
     base = make_case("triton", 4096, median=4.0)
     cases = [on_gpu(base, 0, 4.0), on_gpu(base, 1, 4.04), on_gpu(base, 2, 4.6)]  # GPU 2 slow
-    doc = build_document({"id": "m", "argv": []}, {"hostname": "node-a"}, cases)
+    doc = document({"id": "m", "argv": []}, {"hostname": "node-a"}, cases)
     merged = merge([doc])
     assert merged.gpus == ["NVIDIA H200 #0 @ node-a", "NVIDIA H200 #1 @ node-a",
                            "NVIDIA H200 #2 @ node-a"]  # fmt: skip
@@ -275,19 +276,19 @@ def _header(page: str) -> str:
     return page[page.index("<header>") : page.index("</header>")]
 
 
-def test_header_where_line_and_run_notes(docs: list[dict]) -> None:
+def test_header_where_line_and_run_notes(docs: list[ResultsDoc]) -> None:
     header = _header(render(docs[:1], plotlyjs="cdn"))
     where = re.search(r"<dt>where</dt><dd>(.*?)</dd>", header).group(1)
     assert where.endswith("cudnn 9.19.0")  # dotted, and no separator left dangling
     assert "run-notes" not in header  # a clean, uninterrupted run has nothing to flag
-    doc = json.loads(json.dumps(docs[0]))
-    doc["run"].update(resumed=["2026-11-29T10:30:00+00:00"], git_sha="41a6d13a977c+dirty")
+    doc = clone(docs[0])
+    doc.run.update(resumed=["2026-11-29T10:30:00+00:00"], git_sha="41a6d13a977c+dirty")
     notes = re.search(r'class="run-notes">(.*?)</dd>', _header(render([doc], plotlyjs="cdn")))
     assert "resumed 1 time (2026-11-29T10:30:00+00:00)" in notes.group(1)
     assert "uncommitted changes (41a6d13a977c+dirty)" in notes.group(1)
 
 
-def test_telemetry_note_says_off_or_unavailable(docs: list[dict]) -> None:
+def test_telemetry_note_says_off_or_unavailable(docs: list[ResultsDoc]) -> None:
     from fa_bench.reports.tables import telemetry_note
     from fa_bench.telemetry.session import DISABLED
 
@@ -295,10 +296,10 @@ def test_telemetry_note_says_off_or_unavailable(docs: list[dict]) -> None:
     assert telemetry_note(merge(docs)) == (
         f"NVML telemetry on {A100}: unavailable: NVML not installed."
     )
-    off = json.loads(json.dumps(docs[1]))
-    off["run"]["options"] = {"telemetry": False}
-    for c in off["cases"]:
-        c["telemetry"] = {"available": False, "reason": DISABLED}
+    off = clone(docs[1])
+    off.run["options"] = {"telemetry": False}
+    for c in off.cases:
+        c.telemetry = {"available": False, "reason": DISABLED}
     assert telemetry_note(merge([off])) == "NVML telemetry: off (--no-telemetry)."
     assert "NVML telemetry: off (--no-telemetry).</p>" in render([off], plotlyjs="cdn")
 
@@ -351,19 +352,19 @@ def test_log_ticks_print_full_numbers() -> None:
     assert log_ticks([]) == {"type": "log"}
 
 
-def test_roofline_and_memory_axes_label_full_values(docs: list[dict]) -> None:
+def test_roofline_and_memory_axes_label_full_values(docs: list[ResultsDoc]) -> None:
     roof = roofline.roofline_figure(merge(docs)).figure
     _assert_full_log_ticks(roof.layout.xaxis)
     _assert_full_log_ticks(roof.layout.yaxis)
     assert roof.layout.margin.t is None  # build_all trims plotly's 100 px title margin
-    built = {f.id: f.figure for f in figures.build_all(merge(docs), "sdpa")}
+    built = {f.id: f.figure for f in build_all(merge(docs), "sdpa")}
     assert built["roofline"].layout.margin.t < 50
     memory = figures.memory_figure(merge(fixed_token_docs())).figure
     for axis in ("yaxis", "yaxis2"):
         _assert_full_log_ticks(memory.layout[axis])
 
 
-def test_memory_caption_says_how_the_sweep_scales(docs: list[dict]) -> None:
+def test_memory_caption_says_how_the_sweep_scales(docs: list[ResultsDoc]) -> None:
     fixed_tokens = figures.memory_figure(merge(fixed_token_docs())).caption
     assert "quadratic in N at a fixed batch, linear in N at a fixed token count" in fixed_tokens
     assert "Here the token count is fixed" in fixed_tokens
@@ -381,7 +382,7 @@ def test_overlapping_lines_stay_distinguishable() -> None:
     assert len({m[1] for m in marks}) == 3  # nested sizes: equal values show every mark
 
 
-def _grid_docs() -> list[dict]:
+def _grid_docs() -> list[ResultsDoc]:
     """16 panels (mode x dtype x head dim x masking), two implementations."""
     cases = []
     for mode in ("fwd", "bwd"):
@@ -394,7 +395,7 @@ def _grid_docs() -> list[dict]:
                             c.update(mode=mode, dtype=dtype, head_dim=d, causal=causal)
                             c["id"] = f"{impl}/{mode}/{dtype}/{n}/{d}/{causal}"
                             cases.append(c)
-    return [build_document(_run("g"), _env("NVIDIA H200", "node-a", 141), cases)]
+    return [document(_run("g"), _env("NVIDIA H200", "node-a", 141), cases)]
 
 
 def test_throughput_grid_keeps_a_legend_in_reach() -> None:
