@@ -19,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 
 from fa_bench.case import Case, Status
+from fa_bench.results.record import CaseRecord
 
 STATUS_STYLE = {
     "ok": "green",
@@ -59,20 +60,20 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
 
-    def __call__(self, event: str, case: Case, record: dict | None) -> None:
-        if event == "start":
+    def __call__(self, event: str, case: Case, record: CaseRecord | None) -> None:
+        if event == "start" or record is None:
             self.progress.update(self.task, description=case.label)
             return
-        status = record["status"]
+        status = record.status.value
         self.counts[status] += 1
         counts = " ".join(f"[{STATUS_STYLE[s]}]{s} {n}[/]" for s, n in sorted(self.counts.items()))
         self.progress.update(self.task, advance=1, counts=counts)
-        if status != Status.OK.value and status != Status.UNSUPPORTED.value:
-            msg = (record.get("error") or "").splitlines()[0][:160] if record.get("error") else ""
+        if record.status not in (Status.OK, Status.UNSUPPORTED):
+            msg = record.error.splitlines()[0][:160] if record.error else ""
             self.progress.console.print(
                 f"[{STATUS_STYLE[status]}]{status}[/] {case.label}: {msg}", highlight=False
             )
-        warnings = (record.get("telemetry") or {}).get("warnings") or []
+        warnings = (record.telemetry or {}).get("warnings") or []
         if warnings:  # throttling or low clocks: this case's numbers may not be comparable
             self.progress.console.print(
                 f"[yellow]telemetry[/] {case.label}: {'; '.join(warnings)}", highlight=False
@@ -83,21 +84,19 @@ def _fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
-def _shape(r: dict) -> str:
-    seq = (
-        f"{r['seqlen_q']}" if r["seqlen_q"] == r["seqlen_k"] else f"{r['seqlen_q']}x{r['seqlen_k']}"
-    )
-    heads = f"{r['heads_q']}" + (f"/{r['heads_kv']}" if r["heads_kv"] != r["heads_q"] else "")
-    return f"B{r['batch']} H{heads} N{seq} D{r['head_dim']}" + (" causal" if r["causal"] else "")
+def _shape(c: Case) -> str:
+    seq = f"{c.seqlen_q}" if c.seqlen_q == c.seqlen_k else f"{c.seqlen_q}x{c.seqlen_k}"
+    heads = f"{c.heads_q}" + (f"/{c.heads_kv}" if c.heads_kv != c.heads_q else "")
+    return f"B{c.batch} H{heads} N{seq} D{c.head_dim}" + (" causal" if c.causal else "")
 
 
-def summary_table(records: Sequence[dict]) -> Table:
+def summary_table(records: Sequence[CaseRecord]) -> Table:
     if len(records) <= PER_CASE_LIMIT:
         return _per_case_table(records)
     return _grouped_table(records)
 
 
-def _per_case_table(records: Sequence[dict]) -> Table:
+def _per_case_table(records: Sequence[CaseRecord]) -> Table:
     t = Table(title="Results", show_lines=False)
     for col, just in [
         ("impl", "left"), ("mode", "left"), ("dtype", "left"), ("shape", "left"),
@@ -106,36 +105,34 @@ def _per_case_table(records: Sequence[dict]) -> Table:
     ]:  # fmt: skip
         t.add_column(col, justify=just)
     for r in records:
-        lat = r.get("latency_ms") or {}
-        acc = r.get("accuracy") or {}
-        peak = r.get("peak_mem_bytes")
+        lat, acc, peak, status = r.latency_ms, r.accuracy or {}, r.peak_mem_bytes, r.status.value
         t.add_row(
-            r["impl"] + (f" ({r['backend']})" if r.get("backend") and r["impl"] == "sdpa" else ""),
-            r["mode"],
-            r["dtype"],
-            _shape(r),
-            f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]",
-            _fmt(lat.get("median"), ".4g"),
-            f"{lat['p20']:.4g}–{lat['p80']:.4g}" if lat else "–",
-            _fmt(r.get("tflops"), ".4g"),
-            _fmt(r.get("gbps_model"), ".0f"),
+            r.impl + (f" ({r.backend})" if r.backend and r.impl == "sdpa" else ""),
+            r.case.mode.value,
+            r.case.dtype.value,
+            _shape(r.case),
+            f"[{STATUS_STYLE[status]}]{status}[/]",
+            _fmt(r.median_ms, ".4g"),
+            f"{lat.p20:.4g}–{lat.p80:.4g}" if lat is not None else "–",
+            _fmt(r.tflops, ".4g"),
+            _fmt(r.gbps_model, ".0f"),
             _fmt(peak / 2**20 if peak is not None else None, ".1f"),
             _fmt(acc.get("max_abs_err"), ".2g"),
         )
     return t
 
 
-def _grouped_table(records: Sequence[dict]) -> Table:
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+def _grouped_table(records: Sequence[CaseRecord]) -> Table:
+    groups: dict[tuple, list[CaseRecord]] = defaultdict(list)
     for r in records:
-        groups[(r["impl"], r["mode"], r["dtype"])].append(r)
+        groups[(r.impl, r.case.mode.value, r.case.dtype.value)].append(r)
     t = Table(title="Results by implementation, mode and dtype")
     for col in ("impl", "mode", "dtype", "cases", "ok", "oom", "unsupp.", "failed",
                 "median TFLOP/s", "best TFLOP/s"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("impl", "mode", "dtype") else "right")
     for (impl, mode, dtype), rs in groups.items():
-        c = Counter(r["status"] for r in rs)
-        tf = [r["tflops"] for r in rs if r["status"] == "ok" and r.get("tflops") is not None]
+        c = Counter(r.status.value for r in rs)
+        tf = [r.tflops for r in rs if r.status is Status.OK and r.tflops is not None]
         failed = sum(n for s, n in c.items() if Status(s).is_failure)
         t.add_row(
             impl, mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]), str(c["unsupported"]),
@@ -145,8 +142,8 @@ def _grouped_table(records: Sequence[dict]) -> Table:
     return t
 
 
-def failures_table(records: Sequence[dict], limit: int = 25) -> Table | None:
-    bad = [r for r in records if r["status"] not in ("ok", "unsupported")]
+def failures_table(records: Sequence[CaseRecord], limit: int = 25) -> Table | None:
+    bad = [r for r in records if r.status not in (Status.OK, Status.UNSUPPORTED)]
     if not bad:
         return None
     t = Table(
@@ -156,8 +153,7 @@ def failures_table(records: Sequence[dict], limit: int = 25) -> Table | None:
     t.add_column("case")
     t.add_column("message", overflow="fold")
     for r in bad[:limit]:
-        msg = (r.get("error") or "").strip().splitlines()
-        t.add_row(
-            f"[{STATUS_STYLE[r['status']]}]{r['status']}[/]", r["id"], msg[0][:300] if msg else ""
-        )
+        msg = (r.error or "").strip().splitlines()
+        status = r.status.value
+        t.add_row(f"[{STATUS_STYLE[status]}]{status}[/]", r.id, msg[0][:300] if msg else "")
     return t

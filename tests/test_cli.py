@@ -91,12 +91,12 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
     assert result.exit_code == 0, result.output
     assert "CPU run" in result.output
     doc = load_results(out)
-    assert len(doc["cases"]) == 16
-    assert {c["status"] for c in doc["cases"]} == {"ok"}
-    assert doc["run"]["argv"][:2] == ["fa-bench", "run"] or doc["run"]["argv"][0] == "fa-bench"
+    assert len(doc.cases) == 16
+    assert {c.status for c in doc.cases} == {"ok"}
+    assert doc.run["argv"][:2] == ["fa-bench", "run"] or doc.run["argv"][0] == "fa-bench"
     assert (out / "results.csv").exists()
     # No --warmup: the CPU default, not the GPU's 500 ms settling time.
-    assert {c["timing"]["warmup_ms"] for c in doc["cases"]} == {20.0}
+    assert {(c.timing or {})["warmup_ms"] for c in doc.cases} == {20.0}
     # overriding axes from the command line narrows the suite
     out2 = tmp_path / "run2"
     result = invoke(
@@ -119,7 +119,7 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
         *FAST,
     )
     assert result.exit_code == 0, result.output
-    cases = load_results(out2)["cases"]
+    cases = [c.to_json() for c in load_results(out2).cases]
     assert cases[0]["timing"]["warmup_ms"] == 0.0
     assert [(c["impl"], c["mode"], c["causal"], c["seqlen_q"]) for c in cases] == [
         ("naive", "fwd", False, 8)
@@ -147,7 +147,7 @@ def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) ->
     result = invoke("run", "--resume", str(out))
     assert result.exit_code == 0, result.output
     assert "1 already done" in result.output
-    assert load_results(out)["cases"] == before
+    assert [c.to_json() for c in load_results(out).cases] == before
     assert invoke("run", "--resume", str(out), "--impl", "naive").exit_code == 2
 
 

@@ -63,15 +63,15 @@ def test_torchrun_two_ranks_merge_into_one_results(tmp_path: Path) -> None:
     out = tmp_path / "shared-out"
     merged = load_results(out)
     smoke = {c.id for c in load_suite("smoke").cases}
-    ids = [c["id"] for c in merged["cases"]]
+    ids = [c.id for c in merged.cases]
     assert sorted(ids) == sorted(smoke)  # every smoke case exactly once
-    assert {c["rank"] for c in merged["cases"]} == {0, 1}
-    assert all(c["host"] for c in merged["cases"])
-    assert merged["run"]["missing_ranks"] == []
-    assert merged["run"]["merged"]["mode"] == "spread"
+    assert {c.rank for c in merged.cases} == {0, 1}
+    assert all(c.host for c in merged.cases)
+    assert merged.run["missing_ranks"] == []
+    assert merged.run["merged"]["mode"] == "spread"
     for rank in (0, 1):
         part = load_results(out / f"rank-00{rank}")
-        assert part["run"]["part"]["index"] == rank
+        assert part.run["part"]["index"] == rank
 
 
 def test_parts_run_concurrently_and_merge(tmp_path: Path) -> None:
@@ -96,6 +96,6 @@ def test_parts_run_concurrently_and_merge(tmp_path: Path) -> None:
     merged = wait_and_merge(tmp_path, [(i, part_dir(tmp_path, "gpu", i)) for i in (0, 1)],
                             mode="replicate", timeout_s=0)  # fmt: skip
     assert merged.missing == []
-    got = sorted((c["rank"], c["impl"], c["status"]) for c in merged.doc["cases"])
+    got = sorted((c.rank, c.impl, c.status.value) for c in merged.doc.cases)
     assert got == [(0, "naive", "ok"), (0, "sdpa", "ok"), (1, "naive", "ok"), (1, "sdpa", "ok")]
     assert events.count(("done", "naive")) == 2 and events.count(("done", "sdpa")) == 2

@@ -17,14 +17,16 @@ from typer.testing import CliRunner
 from fa_bench.case import Case
 from fa_bench.cli import app
 from fa_bench.compare.core import (
+    Comparison,
     Metric,
     Thresholds,
     Verdict,
-    compare_docs,
     parse_threshold,
 )
+from fa_bench.compare.core import compare_docs as compare_results
 from fa_bench.compare.stats import mann_whitney_p
 from fa_bench.reports.embed import embed_json
+from fa_bench.results.record import ResultsDoc
 from fa_bench.run.timing import summarize
 
 runner = CliRunner()
@@ -52,6 +54,13 @@ def make_case(
             "flops": flops, "bytes_model": 4 * 2 * 16 * seqlen * head_dim * 2,
             "tflops": flops / lat["median"] / 1e9 if lat else None, "gbps_model": None,
             "peak_mem_bytes": peak, "accuracy": None, "telemetry": None}  # fmt: skip
+
+
+def compare_docs(base: list[dict], cur: list[dict], **kw: object) -> Comparison:
+    """compare_docs on documents written as JSON, the way the tests build them."""
+    return compare_results(
+        [ResultsDoc.from_json(d) for d in base], [ResultsDoc.from_json(d) for d in cur], **kw
+    )
 
 
 def draw(rng: random.Random, center: float, noise: float, n: int = 60) -> list[float]:
@@ -277,7 +286,8 @@ def test_version_differences_are_shown_but_do_not_block(tmp_path: Path) -> None:
 def test_report_page_with_merged_runs_matches_by_gpu(tmp_path: Path) -> None:
     h100_doc = run_doc(5, 0.01, gpu="NVIDIA H100 80GB HBM3", scale=3.0)  # much slower card
     page = tmp_path / "report.html"
-    page.write_text(f"<html><body>{embed_json([h100_doc, run_doc(1, 0.01)])}</body></html>")
+    embedded = embed_json([ResultsDoc.from_json(d) for d in (h100_doc, run_doc(1, 0.01))])
+    page.write_text(f"<html><body>{embedded}</body></html>")
     cur = save(tmp_path, "c.json", run_doc(2, 0.01))
     cmp_json = tmp_path / "cmp.json"
     r = invoke(page, cur, "--json", cmp_json)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fa_bench.case import Case
+from fa_bench.case import Case, Status
 from fa_bench.results.files import build_document, write_results
+from fa_bench.results.record import CaseRecord
 from fa_bench.run.distributed import DistributedError, detect, part_dir, shard, wait_and_merge
-from fa_bench.run.execute import _record
 
 
 def test_detect_single_process() -> None:
@@ -68,7 +68,11 @@ def test_shards_partition_the_cases(n: int, world: int) -> None:
 
 def finished_part(folder: Path, seqlens: list[int], ended: bool = True) -> None:
     folder.mkdir(parents=True)
-    recs = [_record(c, "cpu") for c in cases(max(seqlens)) if c.seqlen_q in seqlens]
+    recs = [
+        CaseRecord.for_case(c, "cpu", Status.OK)
+        for c in cases(max(seqlens))
+        if c.seqlen_q in seqlens
+    ]
     run = {"id": folder.name, "ended": "2026-11-29T10:00:00+00:00" if ended else None}
     write_results(folder, build_document(run, {"hostname": folder.name}, recs))
 
@@ -80,11 +84,11 @@ def test_merge_tags_ranks_and_reports_missing(tmp_path: Path) -> None:
     finished_part(parts[2][1], [3], ended=False)  # crashed mid-run: never ends
     merged = wait_and_merge(tmp_path, parts, mode="spread", timeout_s=0.3, poll_s=0.05)
     assert merged.missing == [2]
-    assert merged.doc["run"]["missing_ranks"] == [2]
-    assert [(c["rank"], c["seqlen_q"]) for c in merged.doc["cases"]] == [
+    assert merged.doc.run["missing_ranks"] == [2]
+    assert [(c.rank, c.case.seqlen_q) for c in merged.doc.cases] == [
         (0, 1), (0, 4), (1, 2), (1, 5)
     ]  # fmt: skip
-    assert set(merged.doc["env"]["parts"]) == {"0", "1"}
+    assert set(merged.doc.env["parts"]) == {"0", "1"}
 
 
 def test_merge_waits_for_a_late_rank(tmp_path: Path) -> None:
@@ -96,4 +100,4 @@ def test_merge_waits_for_a_late_rank(tmp_path: Path) -> None:
     merged = wait_and_merge(tmp_path, parts, mode="replicate", timeout_s=30, poll_s=0.05)
     assert merged.missing == []
     assert time.monotonic() - t0 < 10
-    assert [c["rank"] for c in merged.doc["cases"]] == [0, 1]
+    assert [c.rank for c in merged.doc.cases] == [0, 1]

@@ -8,27 +8,28 @@ from pathlib import Path
 
 import pytest
 
-from fa_bench.case import Case
-from fa_bench.results.files import (
+from fa_bench.case import Case, Status
+from fa_bench.results.files import build_document, load_results, sanitize, write_results
+from fa_bench.results.record import (
     SCHEMA,
+    CaseRecord,
+    GpuRef,
+    Latency,
+    Placement,
+    ResultsDoc,
     ResultsError,
-    build_document,
-    load_results,
-    sanitize,
-    validate,
-    write_results,
 )
-from fa_bench.run.execute import _record
 from fa_bench.run.timing import summarize
 
 
-def sample_doc() -> dict:
+def sample_doc() -> ResultsDoc:
     case = Case("naive", "fwd", "bf16", 1, 2, 2, 64, 64, 32, True)
-    ok = _record(case, "cuda:0", latency_ms=summarize([1.0, 1.1, 0.9]), tflops=1.5)
-    oom = _record(
+    latency = Latency.from_json(summarize([1.0, 1.1, 0.9]), case.id)
+    ok = CaseRecord.for_case(case, "cuda:0", Status.OK, latency_ms=latency, tflops=1.5)
+    oom = CaseRecord.for_case(
         case.__class__(**{**case.to_dict(), "seqlen_q": 128, "seqlen_k": 128}),
         "cuda:0",
-        status="oom",
+        Status.OOM,
         error="CUDA out of memory",
     )
     return build_document({"id": "r1"}, {"hostname": "h"}, [ok, oom])
@@ -40,8 +41,9 @@ def test_round_trip(tmp_path: Path) -> None:
     back = load_results(json_path)
     assert back == doc
     assert load_results(tmp_path) == doc  # a directory holding results.json works too
-    assert back["schema"] == SCHEMA
-    assert back["cases"][0]["latency_ms"]["samples"] == [1.0, 1.1, 0.9]
+    assert json.loads(json_path.read_text())["schema"] == SCHEMA
+    assert back.cases[0].latency_ms is not None
+    assert back.cases[0].latency_ms.samples == [1.0, 1.1, 0.9]
     assert csv_path.read_text().splitlines()[0].startswith("id,impl,mode")
 
 
@@ -60,10 +62,10 @@ def test_non_finite_numbers_become_null() -> None:
     ],
 )
 def test_validation_rejects(mutate, message: str) -> None:
-    doc = copy.deepcopy(sample_doc())
+    doc = copy.deepcopy(sample_doc().to_json())
     mutate(doc)
     with pytest.raises(ResultsError, match=message):
-        validate(doc)
+        ResultsDoc.from_json(doc)
 
 
 def test_load_errors_name_the_file(tmp_path: Path) -> None:
@@ -88,7 +90,12 @@ def test_csv_keeps_each_cases_gpu_in_multi_gpu_runs() -> None:
 
     case = Case("naive", "fwd", "bf16", 1, 2, 2, 8, 8, 16, False)
     recs = [
-        {**_record(case, "cuda:0"), "gpu": {"index": i, "uuid": f"u{i}", "name": "H200"}}
+        CaseRecord.for_case(
+            case,
+            "cuda:0",
+            Status.OK,
+            placement=Placement(None, None, GpuRef(index=i, uuid=f"u{i}", name="H200")),
+        )
         for i in (0, 3)
     ]
     frame = to_frame(build_document({}, {"gpu_name": "H200"}, recs))

@@ -14,7 +14,9 @@ from pathlib import Path
 import pandas
 from conftest import FAST, FAULTY
 
-from fa_bench.results.files import load_results, read_journal
+from fa_bench.case import Case, Status
+from fa_bench.results.files import append_journal, load_results, read_journal
+from fa_bench.results.record import CaseRecord
 
 
 def fa_bench(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess:
@@ -29,7 +31,7 @@ def fa_bench(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess
 
 
 def statuses(out: Path) -> dict[str, str]:
-    return {c["impl"]: c["status"] for c in load_results(out)["cases"]}
+    return {c.impl: c.status.value for c in load_results(out).cases}
 
 
 def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) -> None:
@@ -72,7 +74,7 @@ def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) ->
         "test-wrong": "mismatch",
         "naive": "ok",
     }
-    cases = {c["impl"]: c for c in load_results(out)["cases"]}
+    cases = {c.impl: c.to_json() for c in load_results(out).cases}
     assert "exited with status 17" in cases["test-crash"]["error"]
     assert "timed out" in cases["test-hang"]["error"]
     assert "out of memory" in cases["test-oom"]["error"]
@@ -140,24 +142,28 @@ def test_interrupt_keeps_results_and_resume_finishes(tmp_path: Path, tiny_suite)
     assert proc.returncode == 130, stdout + stderr
     assert "--resume" in stderr
     partial = load_results(out)
-    assert partial["run"]["interrupted"] is True
-    kept = {c["id"] for c in partial["cases"]}
+    assert partial.run["interrupted"] is True
+    kept = {c.id for c in partial.cases}
     assert 3 <= len(kept) < 32
 
     done = fa_bench("run", "--resume", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     final = load_results(out)
-    ids = [c["id"] for c in final["cases"]]
+    ids = [c.id for c in final.cases]
     assert len(ids) == len(set(ids)) == 32
     assert kept <= set(ids)
-    assert final["run"]["interrupted"] is False
-    assert len(final["run"]["resumed"]) == 1
+    assert final.run["interrupted"] is False
+    assert len(final.run["resumed"]) == 1
     # what was measured before the interruption is kept as it was, not re-run
-    before = {c["id"]: c["latency_ms"]["samples"] for c in partial["cases"]}
-    after = {c["id"]: c["latency_ms"]["samples"] for c in final["cases"]}
+    before = {c.id: c.to_json()["latency_ms"]["samples"] for c in partial.cases}
+    after = {c.id: c.to_json()["latency_ms"]["samples"] for c in final.cases}
     assert all(after[i] == before[i] for i in kept)
 
 
 def test_journal_ignores_a_torn_last_line(tmp_path: Path) -> None:
-    (tmp_path / "journal.jsonl").write_text(json.dumps({"id": "a"}) + "\n" + '{"id": "b", "sta')
-    assert [r["id"] for r in read_journal(tmp_path)] == ["a"]
+    case = Case("naive", "fwd", "fp32", 1, 1, 1, 8, 8, 16, False)
+    append_journal(tmp_path, CaseRecord.failed(case, Status.ERROR, "x", "cpu"))
+    record = json.loads((tmp_path / "journal.jsonl").read_text())
+    with open(tmp_path / "journal.jsonl", "a") as f:
+        f.write(json.dumps({**record, "id": "b"})[:40])
+    assert [r.id for r in read_journal(tmp_path)] == [case.id]

@@ -332,11 +332,11 @@ def test_cpu_run_records_telemetry_unavailable(tmp_path: Path, tiny_suite, flag:
     assert result.exit_code == 0, result.output
     doc = load_results(out)
     reason = DISABLED if flag == "--no-telemetry" else "no NVIDIA GPU: this run uses the CPU"
-    for case in doc["cases"]:
-        assert case["status"] == "ok"
-        assert case["telemetry"] == {"available": False, "reason": reason}
-    assert doc["env"]["telemetry"]["available"] is False
-    assert doc["env"]["telemetry"]["calibration"] == {"available": False, "reason": reason}
+    for case in doc.cases:
+        assert case.status == "ok"
+        assert case.telemetry == {"available": False, "reason": reason}
+    assert doc.env["telemetry"]["available"] is False
+    assert doc.env["telemetry"]["calibration"] == {"available": False, "reason": reason}
 
 
 # --- on the GPU ---------------------------------------------------------------------------
@@ -367,22 +367,28 @@ def test_gpu_naive_moves_more_bytes_than_flash() -> None:
     for impl in ("naive", "sdpa-flash"):
         case = Case(impl, "fwd", "bf16", 2, 16, 16, 8192, 8192, 128, False)
         record = run_case(case, device, opts)
-        assert record["status"] == "ok", record["error"]
-        t = record["telemetry"]
-        assert t["available"] and t["gbps_nvml"], t
+        assert record.status == "ok", record.error
+        t = record.telemetry
+        assert t is not None and t["available"] and t["gbps_nvml"], t
         ratios[impl] = t["bytes_ratio_measured_to_model"]
-        clock = record["timing"]["sm_clock_mhz"]  # read while the latency samples ran
+        assert record.timing is not None
+        clock = record.timing["sm_clock_mhz"]  # read while the latency samples ran
         assert clock["n"] >= 1 and 0 < clock["min"] <= clock["mean"] <= clock["max"], clock
     # naive writes and reads the N×N scores and probabilities; flash keeps them on chip.
     assert ratios["naive"] > ratios["sdpa-flash"], ratios
 
 
 def test_results_validate_the_telemetry_object() -> None:
-    from fa_bench.results.files import ResultsError, build_document, validate
-    from fa_bench.run.execute import _record
+    from fa_bench.case import Status
+    from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
 
     case = Case("naive", "fwd", "fp32", 1, 1, 1, 16, 16, 16, False)
+
+    def check(telemetry: dict | None) -> None:
+        record = CaseRecord.for_case(case, "cpu", Status.OK, telemetry=telemetry)
+        ResultsDoc.from_json(ResultsDoc({}, {}, [record]).to_json())
+
     for good in (None, {"available": False, "reason": "no GPU"}):
-        validate(build_document({}, {}, [_record(case, "cpu", telemetry=good)]))
+        check(good)
     with pytest.raises(ResultsError, match="telemetry"):
-        validate(build_document({}, {}, [_record(case, "cpu", telemetry={"gbps_nvml": 1.0})]))
+        check({"gbps_nvml": 1.0})

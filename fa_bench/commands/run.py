@@ -200,7 +200,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
                             style="yellow", title="CPU run"))  # fmt: skip
     total = sum(len(p.plan.cases) for p in parts)
     done = sum(
-        len({r["id"] for r in read_journal(p.out)} & {c.id for c in p.plan.cases}) for p in parts
+        len({r.id for r in read_journal(p.out)} & {c.id for c in p.plan.cases}) for p in parts
     )
     where = {"single": "", "gpu": f" on GPUs {', '.join(str(p.index) for p in parts)}",
              "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
@@ -227,7 +227,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
                                 timeout_s=timeout)  # fmt: skip
         missing = merged.missing
         json_path, csv_path = write_results(out, merged.doc)
-        records = merged.doc["cases"]
+        records = merged.doc.cases
     console.print(summary_table(records))
     failures = failures_table(records)
     if failures is not None:

@@ -34,6 +34,7 @@ from fa_bench.compare.match import (
     side_value,
 )
 from fa_bench.compare.stats import mann_whitney_p, quantile
+from fa_bench.results.record import CaseRecord, ResultsDoc
 
 
 class Metric(str, Enum):
@@ -197,31 +198,31 @@ class Row:
         return abs(math.log(self.worse)) if self.worse and self.worse > 0 else 0.0
 
 
-def metric_samples(case: dict, metric: Metric) -> list[float] | None:
+def metric_samples(case: CaseRecord, metric: Metric) -> list[float] | None:
     """The case's raw samples in the metric's unit (tflops and gbps through the FLOP and
     byte models: value = model / time, one per latency sample)."""
-    lat = case.get("latency_ms") or {}
-    samples = [s for s in lat.get("samples") or [] if s is not None and s > 0]
+    raw = case.latency_ms.samples if case.latency_ms is not None else []
+    samples = [s for s in raw or [] if s is not None and s > 0]
     if not samples:
         return None
     if metric is Metric.LATENCY:
         return samples
-    model = case.get("flops") if metric is Metric.TFLOPS else case.get("bytes_model")
+    model = case.flops if metric is Metric.TFLOPS else case.bytes_model
     if not model:
         return None
     scale = 1e12 if metric is Metric.TFLOPS else 1e9
     return [model / (ms * 1e-3) / scale for ms in samples]
 
 
-def _status_row(key: str, base: dict, cur: dict) -> Row | None:
-    b, c = base["status"], cur["status"]
+def _status_row(key: str, base: CaseRecord, cur: CaseRecord) -> Row | None:
+    b, c = base.status.value, cur.status.value
     if b == c == Status.OK.value:
         return None
     if b == c:
         return Row(key, Verdict.SAME, b, c, reason=f"{b} in both")
     rb, rc = _STATUS_RANK[b], _STATUS_RANK[c]
     verdict = Verdict.BROKEN if rc > rb else Verdict.FIXED if rc < rb else Verdict.CHANGED
-    message = (cur.get("error") or "").strip().splitlines()
+    message = (cur.error or "").strip().splitlines()
     detail = f": {message[0][:200]}" if message else ""
     return Row(key, verdict, b, c, reason=f"{b} → {c}{detail}")
 
@@ -234,7 +235,9 @@ def _classify(worse: float, threshold: float) -> Verdict:
     return Verdict.SAME
 
 
-def compare_case(key: str, base: dict, cur: dict, metric: Metric, th: Thresholds) -> Row:
+def compare_case(
+    key: str, base: CaseRecord, cur: CaseRecord, metric: Metric, th: Thresholds
+) -> Row:
     """The verdict for one case present in both runs (the rule in the module docstring)."""
     status_row = _status_row(key, base, cur)
     if status_row is not None:
@@ -242,7 +245,7 @@ def compare_case(key: str, base: dict, cur: dict, metric: Metric, th: Thresholds
     ok = Status.OK.value
     t = th.of(metric)
     if metric is Metric.PEAK_MEM:
-        b, c = base.get("peak_mem_bytes"), cur.get("peak_mem_bytes")
+        b, c = base.peak_mem_bytes, cur.peak_mem_bytes
         if b is None or c is None:
             return Row(key, Verdict.UNMEASURED, ok, ok, reason="peak memory not recorded")
         b_mib, c_mib = b / 2**20, c / 2**20
@@ -280,10 +283,10 @@ def compare_case(key: str, base: dict, cur: dict, metric: Metric, th: Thresholds
     return row
 
 
-def _note_clock(row: Row, base: dict, cur: dict) -> None:
+def _note_clock(row: Row, base: CaseRecord, cur: CaseRecord) -> None:
     """Say when the SM clock moved with the latency: on a power-capped GPU the same code
     runs some percent slower at a lower clock. Said, not excused: the verdict stands."""
-    clocks = [((c.get("timing") or {}).get("sm_clock_mhz") or {}).get("mean") for c in (base, cur)]
+    clocks = [((c.timing or {}).get("sm_clock_mhz") or {}).get("mean") for c in (base, cur)]
     if None in clocks:
         return
     row.sm_clock_mhz = (clocks[0], clocks[1])
@@ -328,8 +331,8 @@ def sort_by_impact(rows: Iterable[Row]) -> list[Row]:
 
 
 def compare_docs(
-    base_docs: Sequence[dict],
-    cur_docs: Sequence[dict],
+    base_docs: Sequence[ResultsDoc],
+    cur_docs: Sequence[ResultsDoc],
     *,
     metric: Metric = Metric.LATENCY,
     thresholds: Thresholds | None = None,
@@ -368,9 +371,9 @@ def compare_docs(
             "the current run): were they run with the same suite and implementations?"
         )
     rows = [compare_case(k, base[k], cur[k], metric, th) for k in common]
-    rows += [Row(k, Verdict.MISSING, base[k]["status"], None, reason="not in the current run")
+    rows += [Row(k, Verdict.MISSING, base[k].status.value, None, reason="not in the current run")
              for k in base.keys() - cur.keys()]  # fmt: skip
-    rows += [Row(k, Verdict.NEW, None, cur[k]["status"], reason="not in the baseline")
+    rows += [Row(k, Verdict.NEW, None, cur[k].status.value, reason="not in the baseline")
              for k in cur.keys() - base.keys()]  # fmt: skip
     return Comparison(metric, th, frozenset(fail_on) | ALWAYS_FAIL_ON, sort_by_impact(rows),
                       diffs, by_gpu, gpu_mismatch)  # fmt: skip

@@ -8,25 +8,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fa_bench.errors import UsageError
+from fa_bench.results.record import CaseRecord, ResultsDoc
 
 
 class CompareError(UsageError, ValueError):
     """Unusable input or options: `fa-bench compare` exits 2 with this message."""
 
 
-def index_cases(docs: Sequence[dict], by_gpu: bool) -> dict[str, dict]:
+def index_cases(docs: Sequence[ResultsDoc], by_gpu: bool) -> dict[str, CaseRecord]:
     """Cases of all documents by key (`GPU name: id` when by_gpu). A case in several
     merged runs keeps the last one (the documents are in the order given)."""
-    out: dict[str, dict] = {}
+    out: dict[str, CaseRecord] = {}
     for doc in docs:
-        gpu = (doc.get("env") or {}).get("gpu_name")
-        for case in doc["cases"]:
-            out[f"{gpu}: {case['id']}" if by_gpu and gpu else case["id"]] = case
+        gpu = doc.env.get("gpu_name")
+        for record in doc.cases:
+            out[f"{gpu}: {record.id}" if by_gpu and gpu else record.id] = record
     return out
 
 
-def gpu_names(docs: Sequence[dict]) -> set[str | None]:
-    return {(d.get("env") or {}).get("gpu_name") for d in docs}
+def gpu_names(docs: Sequence[ResultsDoc]) -> set[str | None]:
+    return {d.env.get("gpu_name") for d in docs}
 
 
 ENV_KEYS = ("gpu_name", "driver", "cuda", "cudnn", "torch", "triton", "python", "fa_bench")
@@ -39,12 +40,12 @@ class EnvDiff:
     current: str
 
 
-def side_value(docs: Sequence[dict], key: str) -> str:
-    values = sorted({str((d.get("env") or {}).get(key)) for d in docs})
+def side_value(docs: Sequence[ResultsDoc], key: str) -> str:
+    values = sorted({str(d.env.get(key)) for d in docs})
     return ", ".join("CPU" if v == "None" and key == "gpu_name" else v for v in values)
 
 
-def env_diffs(base_docs: Sequence[dict], cur_docs: Sequence[dict]) -> list[EnvDiff]:
+def env_diffs(base_docs: Sequence[ResultsDoc], cur_docs: Sequence[ResultsDoc]) -> list[EnvDiff]:
     """Environment keys that differ between the two sides (GPU model first)."""
     diffs = []
     for key in ENV_KEYS:
@@ -83,9 +84,11 @@ class CaseFilter:
             raise CompareError(f"--filter {text!r}: no term (write key=pattern, e.g. impl=triton)")
         return cls(text, tuple(terms))
 
-    def matches(self, case: dict) -> bool:
+    def matches(self, record: CaseRecord) -> bool:
+        fields = {**record.case.to_dict(), "id": record.id, "status": record.status.value,
+                  "device": record.device}  # fmt: skip
         for key, patterns in self.terms:
-            value = case.get(key)
+            value = fields[key]
             text = str(value).lower() if isinstance(value, bool) else str(value)
             if not any(fnmatch.fnmatchcase(text, p) for p in patterns):
                 return False

@@ -1,8 +1,8 @@
 """Read any results input: a results.json, a run folder holding one, or a report page.
 
 `fa-bench report` and `fa-bench compare` both take these, so a page shared in chat can be
-read back as data. Every path yields a list of validated fa-bench/1 documents (a report
-page that merged several runs holds several).
+read back as data. Every path yields a list of checked fa-bench/1 documents, `ResultsDoc`s
+(a report page that merged several runs holds several).
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import json
 import os
 from pathlib import Path
 
-from fa_bench.results.files import ResultsError, validate
+from fa_bench.results.record import ResultsDoc, ResultsError
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.html"
 _HTML_SUFFIXES = (".html", ".htm")
 
 
-def load_any(path: str | os.PathLike) -> list[dict]:
-    """The validated results documents in a results.json, a run folder or a report page.
+def load_any(path: str | os.PathLike) -> list[ResultsDoc]:
+    """The results documents in a results.json, a run folder or a report page.
 
     A folder is read through its results.json, or its report.html when it has no
     results.json. A file is a report page when its name ends in .html/.htm or its text
@@ -52,13 +52,13 @@ def load_any(path: str | os.PathLike) -> list[dict]:
     if isinstance(data, list):
         if not data:
             raise ResultsError(f"{p}: an empty list holds no results documents")
-        return [validate(doc, source=f"{p} (run {i})") for i, doc in enumerate(data)]
-    return [validate(data, source=str(p))]
+        return [ResultsDoc.from_json(doc, source=f"{p} (run {i})") for i, doc in enumerate(data)]
+    return [ResultsDoc.from_json(data, source=str(p))]
 
 
-def load_many(paths: list[str | os.PathLike]) -> list[dict]:
+def load_many(paths: list[str | os.PathLike]) -> list[ResultsDoc]:
     """All documents of several inputs, in order; the first bad input raises."""
-    docs: list[dict] = []
+    docs: list[ResultsDoc] = []
     for path in paths:
         docs.extend(load_any(path))
     return docs

@@ -10,9 +10,10 @@ exactly what earlier versions wrote, so the schema string has not changed:
     tflops, gbps_model, peak_mem_bytes, accuracy, telemetry,
     [traceback], [prepare_s], [wall_s, host, gpu]
 
-`traceback` is present for an unexpected error, `prepare_s` for a case that was prepared,
-and `wall_s`/`host`/`gpu` once the runner has placed the record (`Placement`). Keys this
-version does not know are kept in `extra` and written back unchanged.
+`traceback` is present for an unexpected error (null for an out-of-memory error, whose
+trace says nothing new), `prepare_s` for a case that was prepared, and `wall_s`/`host`/`gpu`
+once the runner has placed the record (`Placement`). Keys this version does not know (the
+merge's `rank`) are kept in `extra` and written back unchanged, after the known ones.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from fa_bench import models
 from fa_bench.case import Case, Status
 from fa_bench.errors import UsageError
 
@@ -122,9 +124,32 @@ class CaseRecord:
         if not self.id:
             self.id = self.case.id
 
+    @classmethod
+    def for_case(cls, case: Case, device: object, status: Status, **fields: Any) -> CaseRecord:
+        """A record of `case` with its modelled FLOPs and bytes (fa_bench.models) filled in,
+        as every record carries them, whatever happened to the case."""
+        return cls(
+            case=case,
+            device=str(device),
+            status=status,
+            flops=models.case_flops(case),
+            bytes_model=models.case_bytes(case),
+            **fields,
+        )
+
+    @classmethod
+    def failed(cls, case: Case, status: Status, message: str, device: object) -> CaseRecord:
+        """A case that has no measurement: its worker never answered (timeout, crash)."""
+        return cls.for_case(case, device, status, error=message)
+
     @property
     def impl(self) -> str:
         return self.case.impl
+
+    @property
+    def rank(self) -> int | None:
+        """The part (rank or GPU index) a merged run took this case from; None unmerged."""
+        return self.extra.get("rank")
 
     @property
     def median_ms(self) -> float | None:
@@ -133,6 +158,10 @@ class CaseRecord:
     @property
     def gpu(self) -> GpuRef | None:
         return self.placement.gpu if self.placement is not None else None
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.placement.wall_s if self.placement is not None else None
 
     @property
     def host(self) -> str | None:
@@ -156,7 +185,7 @@ class CaseRecord:
             accuracy=self.accuracy,
             telemetry=self.telemetry,
         )
-        if self.traceback is not None:
+        if self.traceback is not None or self.status is Status.OOM:
             d["traceback"] = self.traceback
         if self.prepare_s is not None:
             d["prepare_s"] = self.prepare_s

@@ -13,6 +13,7 @@ never finish are listed in `run.missing_ranks` instead of hanging the merge.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -22,7 +23,8 @@ from pathlib import Path
 
 from fa_bench.case import Case
 from fa_bench.errors import UsageError
-from fa_bench.results.files import ResultsError, build_document, load_results
+from fa_bench.results.files import build_document, load_results
+from fa_bench.results.record import ResultsDoc, ResultsError
 
 
 class DistributedError(UsageError, ValueError):
@@ -93,7 +95,7 @@ def part_dir(out: Path, kind: str, index: int) -> Path:
 
 @dataclass
 class Merged:
-    doc: dict
+    doc: ResultsDoc
     missing: list[int]
 
 
@@ -112,7 +114,7 @@ def wait_and_merge(
     env lists every part's env under `parts`, and missing parts are named.
     """
     deadline = time.monotonic() + timeout_s
-    docs: dict[int, dict] = {}
+    docs: dict[int, ResultsDoc] = {}
     while True:
         for index, folder in parts:
             if index in docs:
@@ -121,7 +123,7 @@ def wait_and_merge(
                 doc = load_results(folder)
             except ResultsError:
                 continue  # not written yet (or being replaced)
-            if doc["run"].get("ended"):
+            if doc.run.get("ended"):
                 docs[index] = doc
         if len(docs) == len(parts) or time.monotonic() >= deadline:
             break
@@ -130,15 +132,16 @@ def wait_and_merge(
     if not docs:
         raise ResultsError(f"{out}: no part finished within {timeout_s:g} s (missing {missing})")
     first = docs[min(docs)]
-    cases = []
-    for index in sorted(docs):
-        for case in docs[index]["cases"]:
-            cases.append({**case, "rank": index})
+    cases = [
+        dataclasses.replace(record, extra={**record.extra, "rank": index})
+        for index in sorted(docs)
+        for record in docs[index].cases
+    ]
     run = {
-        **first["run"],
+        **first.run,
         "merged": {"mode": mode, "parts": len(parts), "finished": sorted(docs)},
         "missing_ranks": missing,
         **(run_extra or {}),
     }
-    env = {**first["env"], "parts": {str(i): docs[i]["env"] for i in sorted(docs)}}
+    env = {**first.env, "parts": {str(i): docs[i].env for i in sorted(docs)}}
     return Merged(build_document(run, env, cases), missing)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from fa_bench import models, registry
 from fa_bench.case import Case, Mode, Status
+from fa_bench.results.record import CaseRecord, Latency
 from fa_bench.run.timing import Timing, TimingConfig, measure, summarize
 from fa_bench.telemetry.session import TelemetrySession, case_telemetry
 
@@ -55,33 +56,10 @@ def _is_oom(exc: BaseException) -> bool:
     return "out of memory" in text.lower() or "CUDNN_STATUS_ALLOC_FAILED" in text
 
 
-def _record(case: Case, device: object, **fields: object) -> dict:
-    rec = {
-        "id": case.id,
-        **case.to_dict(),
-        "device": str(device),
-        "status": Status.OK.value,
-        "error": None,
-        "backend": None,
-        "derived": None,
-        "latency_ms": None,
-        "timing": None,
-        "flops": models.case_flops(case),
-        "bytes_model": models.case_bytes(case),
-        "tflops": None,
-        "gbps_model": None,
-        "peak_mem_bytes": None,
-        "accuracy": None,
-        "telemetry": None,
-    }
-    rec.update(fields)
-    return rec
-
-
 def run_case(
     case: Case, device: object, opts: ExecOptions, impl_options: dict | None = None
-) -> dict:
-    """Measure one case; returns its result record (see fa_bench.results.files).
+) -> CaseRecord:
+    """Measure one case; returns its result record.
 
     `impl_options` go to the implementation's builder (`fa-bench sweep` passes a kernel
     config this way)."""
@@ -90,25 +68,25 @@ def run_case(
     impl = registry.get(case.impl)
     reason = impl.unsupported_reason(case, device)
     if reason:
-        return _record(case, device, status=Status.UNSUPPORTED.value, error=reason)
+        return CaseRecord.for_case(case, device, Status.UNSUPPORTED, error=reason)
     if opts.timing.cuda_graph and case.mode is not Mode.FWD:
-        return _record(
+        return CaseRecord.for_case(
             case,
             device,
-            status=Status.UNSUPPORTED.value,
+            Status.UNSUPPORTED,
             error="--cuda-graph times forward only (a captured backward cannot reset grads)",
         )
     torch.manual_seed(case_seed(opts.seed, case))
     try:
         return _run(case, impl, device, opts, impl_options)
     except registry.Unsupported as exc:
-        return _record(case, device, status=Status.UNSUPPORTED.value, error=str(exc))
+        return CaseRecord.for_case(case, device, Status.UNSUPPORTED, error=str(exc))
     except Exception as exc:
         status = Status.OOM if _is_oom(exc) else Status.ERROR
-        return _record(
+        return CaseRecord.for_case(
             case,
             device,
-            status=status.value,
+            status,
             error=f"{type(exc).__name__}: {exc}"[:2000],
             traceback=None if status is Status.OOM else traceback.format_exc()[-4000:],
         )
@@ -120,7 +98,7 @@ def run_case(
 
 def _run(
     case: Case, impl: registry.Impl, device: object, opts: ExecOptions, impl_options: dict | None
-) -> dict:
+) -> CaseRecord:
 
     q, k, v, do = make_inputs(case, device)
     t_prepare = time.perf_counter()
@@ -163,18 +141,18 @@ def _run(
         before = reset_grads
         timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
 
-    stats = timing.stats()
-    median = stats["median"]
+    latency = Latency.from_json(timing.stats(), case.id)
+    median = latency.median
     flops, nbytes = models.case_flops(case), models.case_bytes(case)
     status = Status.OK if accuracy is None or accuracy["passed"] else Status.MISMATCH
-    return _record(
+    return CaseRecord.for_case(
         case,
         device,
-        status=status.value,
+        status,
         error=None if status is Status.OK else _mismatch_message(accuracy),
         backend=prepared.backend,
         derived=derived,
-        latency_ms=stats,
+        latency_ms=latency,
         timing=_timing_meta(timing, opts.timing),
         tflops=models.tflops(flops, median) if median > 0 else None,
         gbps_model=models.gbps(nbytes, median) if median > 0 else None,

@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fa_bench import __version__
-from fa_bench.case import Case, Status
+from fa_bench.case import Case
 from fa_bench.env import git_sha
 from fa_bench.errors import UsageError
 from fa_bench.results.files import PLAN, build_document, read_journal, write_results
+from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
 PLAN_SCHEMA = "fa-bench-plan/2"
@@ -102,9 +103,9 @@ def load_plan(out_dir: Path) -> Plan:
     return Plan(run=doc["run"], options=options, cases=cases)
 
 
-def ordered_records(plan: Plan, out_dir: Path) -> list[dict]:
+def ordered_records(plan: Plan, out_dir: Path) -> list[CaseRecord]:
     """Journal records in plan order; a case journaled twice keeps its last record."""
-    latest = {r["id"]: r for r in read_journal(out_dir)}
+    latest = {r.id: r for r in read_journal(out_dir)}
     return [latest[c.id] for c in plan.cases if c.id in latest]
 
 
@@ -137,6 +138,6 @@ def run_plan(
         return None, True
 
 
-def exit_code(records: Sequence[dict]) -> int:
+def exit_code(records: Sequence[CaseRecord]) -> int:
     """0 when every case is ok, oom or unsupported; 1 when any failed."""
-    return 1 if any(Status(r["status"]).is_failure for r in records) else 0
+    return 1 if any(r.status.is_failure for r in records) else 0

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fa_bench.case import Case, Status
 from fa_bench.results.files import append_journal, read_journal
+from fa_bench.results.record import CaseRecord, GpuRef, Placement
 from fa_bench.run.timing import TimingConfig
 from fa_bench.sweep import tuning
 
@@ -155,7 +156,7 @@ class Worker:
             raise WorkerError(f"unexpected first message from worker: {msg}")
         return msg["env"]
 
-    def run(self, case: Case, timeout: float, options: dict | None = None) -> dict:
+    def run(self, case: Case, timeout: float, options: dict | None = None) -> CaseRecord:
         """`options` reach the implementation's builder (a kernel config from a sweep)."""
         msg: dict = {"op": "run", "case": case.to_dict()}
         if options is not None:
@@ -166,7 +167,7 @@ class Worker:
         except (BrokenPipeError, OSError):
             self.proc.wait(timeout=10)
             raise WorkerError(self._death_message()) from None
-        return self._next(timeout)["result"]
+        return CaseRecord.from_json(self._next(timeout)["result"], f"worker result for {case.id}")
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -200,22 +201,15 @@ def _visible_device(gpu: int) -> str:
     return str(gpu)
 
 
-def _where(opts: RunOptions, env: dict | None) -> dict:
+def _placement(opts: RunOptions, env: dict | None, wall_s: float) -> Placement:
     """Host and GPU of a record: the worker sees only its pinned GPU, as its device 0."""
     env = env or {}
     gpus = env.get("gpus") or []
     gpu = None
     if opts.device != "cpu":
         seen = gpus[0] if gpus else {}
-        gpu = {"index": opts.gpu or 0, "uuid": seen.get("uuid"), "name": seen.get("name")}
-    return {"host": env.get("hostname") or socket.gethostname(), "gpu": gpu}
-
-
-def failed_record(case: Case, status: Status, message: str, device: str) -> dict:
-    """A record for a case whose worker never answered."""
-    from fa_bench.run.execute import _record
-
-    return _record(case, device, status=status.value, error=message)
+        gpu = GpuRef(index=opts.gpu or 0, uuid=seen.get("uuid"), name=seen.get("name"))
+    return Placement(wall_s=wall_s, host=env.get("hostname") or socket.gethostname(), gpu=gpu)
 
 
 class CaseRunner:
@@ -231,17 +225,16 @@ class CaseRunner:
         self.failed_starts = 0
         self.device_label = "cpu" if opts.device == "cpu" else f"cuda:{opts.gpu or 0}"
 
-    def run(self, case: Case, options: dict | None = None) -> dict:
-        """The case's record, with `wall_s`, `host` and `gpu` filled in."""
+    def run(self, case: Case, options: dict | None = None) -> CaseRecord:
+        """The case's record, with its placement (`wall_s`, `host`, `gpu`) filled in."""
         t0 = time.perf_counter()
         record = self._attempt(case, options)
-        record["wall_s"] = round(time.perf_counter() - t0, 3)
-        record.update(_where(self.opts, self.env))
-        if record["status"] == Status.ERROR.value and self.opts.device != "cpu":
+        record.placement = _placement(self.opts, self.env, round(time.perf_counter() - t0, 3))
+        if record.status is Status.ERROR and self.opts.device != "cpu":
             self.close()
         return record
 
-    def _attempt(self, case: Case, options: dict | None) -> dict:
+    def _attempt(self, case: Case, options: dict | None) -> CaseRecord:
         if self.worker is None and self.failed_starts >= 2:
             return self._failed(
                 case, Status.ERROR, "worker could not start (twice); see worker.log"
@@ -263,8 +256,8 @@ class CaseRunner:
                 return self._failed(case, Status.TIMEOUT, f"case timed out ({exc})")
             return self._failed(case, Status.ERROR, str(exc))
 
-    def _failed(self, case: Case, status: Status, message: str) -> dict:
-        return failed_record(case, status, message, self.device_label)
+    def _failed(self, case: Case, status: Status, message: str) -> CaseRecord:
+        return CaseRecord.failed(case, status, message, self.device_label)
 
     def close(self, kill: bool = False) -> None:
         if self.worker is not None:
@@ -272,7 +265,7 @@ class CaseRunner:
             self.worker = None
 
 
-ProgressFn = Callable[[str, Case, dict | None], None]
+ProgressFn = Callable[[str, Case, CaseRecord | None], None]
 
 
 def execute(
@@ -288,7 +281,7 @@ def execute(
     each case. A KeyboardInterrupt (or `stop` being set, from another thread) stops the
     worker and propagates as KeyboardInterrupt; the journal keeps everything measured.
     """
-    done = {r["id"] for r in read_journal(out_dir)}
+    done = {r.id for r in read_journal(out_dir)}
     runner = CaseRunner(opts, out_dir, stop)
     try:
         for case in (c for c in cases if c.id not in done):

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         if msg.get("op") == "exit":
             break
         case = Case.from_dict(msg["case"])
-        result = run_case(case, device, opts, impl_options=msg.get("options"))
+        record = run_case(case, device, opts, impl_options=msg.get("options"))
+        result = record.to_json()
         proto.write(json.dumps({"op": "result", "result": result}, allow_nan=False) + "\n")
     return 0
 

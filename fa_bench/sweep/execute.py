@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fa_bench.errors import UsageError
-from fa_bench.results.files import append_journal, sanitize
+from fa_bench.results.files import JOURNAL, append_json_line, sanitize
+from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import CaseRunner, RunOptions
 from fa_bench.sweep.space import Point, label, short_fields
 
@@ -52,20 +53,20 @@ def _row(point: Point, **fields: object) -> dict:
     return row
 
 
-def _from_record(point: Point, record: dict, wall_s: float, built: dict | None) -> dict:
-    acc = record.get("accuracy") or {}
+def _from_record(point: Point, record: CaseRecord, wall_s: float, built: dict | None) -> dict:
+    acc = record.accuracy or {}
     # With the parallel compile phase (fa_bench.sweep.precompile) the build happened there;
     # the worker's own build (`prepare_s`) was then a load from Triton's cache.
     return _row(
         point,
-        status=record["status"],
-        error=record.get("error"),
-        tflops=record.get("tflops"),
-        latency_ms=record.get("latency_ms"),
-        compile_s=built["compile_s"] if built else record.get("prepare_s"),
-        prepare_s=record.get("prepare_s"),
+        status=record.status.value,
+        error=record.error,
+        tflops=record.tflops,
+        latency_ms=record.latency_ms.to_json() if record.latency_ms is not None else None,
+        compile_s=built["compile_s"] if built else record.prepare_s,
+        prepare_s=record.prepare_s,
         accuracy_passed=acc.get("passed") if acc else None,
-        backend=record.get("backend"),
+        backend=record.backend,
         wall_s=round(wall_s, 3),
     )
 
@@ -94,7 +95,7 @@ def execute_points(
         for point in points:
             if point.pruned:
                 rows.append(_row(point))
-                append_journal(out_dir, rows[-1])
+                append_json_line(out_dir / JOURNAL, rows[-1])
                 continue
             if budget_s is not None and time.monotonic() - start >= budget_s:
                 stop = "budget"
@@ -102,9 +103,10 @@ def execute_points(
             if on_event:
                 on_event("start", point, None)
             record = runner.run(point.case, {"config": dict(point.fields)})
-            row = _from_record(point, record, record["wall_s"], (built or {}).get(point.id))
+            # The runner has placed the record, so wall_s is set.
+            row = _from_record(point, record, record.wall_s or 0.0, (built or {}).get(point.id))
             rows.append(row)
-            append_journal(out_dir, row)
+            append_json_line(out_dir / JOURNAL, row)
             if on_event:
                 on_event("done", point, row)
     except KeyboardInterrupt:
