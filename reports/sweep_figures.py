@@ -7,7 +7,8 @@ over the default heuristic, and where each rule of thumb would have landed.
 
 from __future__ import annotations
 
-from fa_bench.sweep.space import rules_of_thumb
+from fa_bench.case import Case
+from fa_bench.sweep.space import case_rules
 
 
 def case_rows(doc: dict, case_id: str) -> list[dict]:
@@ -82,10 +83,8 @@ def rule_of_thumb_table(doc: dict, case_id: str) -> list[dict]:
     rows = case_rows(doc, case_id)
     if not rows:
         return []
-    r0 = rows[0]
-    itemsize = 4 if r0["dtype"] == "fp32" else 2
-    smem = doc["run"].get("smem_limit_bytes")
-    rules = rules_of_thumb(r0["head_dim"], max(r0["seqlen_q"], r0["seqlen_k"]), smem, itemsize)
+    # Every row of a case carries the case's fields.
+    rules = case_rules(Case.from_dict(rows[0]), doc["run"].get("smem_limit_bytes"))
     ok = sorted((r["tflops"] for r in rows if r["status"] == "ok" and r["tflops"]), reverse=True)
     cells = heatmap_cells(rows)
     out = []

@@ -11,16 +11,18 @@ from typer.testing import CliRunner
 
 from fa_bench.case import Case
 from fa_bench.cli import app
+from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.sweep.space import (
     H200_SMEM_BYTES,
+    RULES,
     SweepSpace,
     expand,
-    label,
     prune_reason,
     rules_of_thumb,
     smem_estimate_bytes,
     sweep_points,
 )
+from fa_bench.sweep.vocab import MODE_FIELDS, config_label, label, mode_fields, short_fields
 
 
 def _case(mode: str = "fwd", seqlen: int = 4096, head_dim: int = 128, dtype: str = "bf16") -> Case:
@@ -103,7 +105,24 @@ def test_each_rule_of_thumb_tile_is_measured_even_outside_the_product() -> None:
     assert len(bare) == space.size and not any(p.rules for p in bare)
 
 
+def test_one_label_format_for_sweep_rows_and_backend_strings() -> None:
+    cfg = FlashConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, bwd_block_m=32,
+                      bwd_block_n=128, bwd_num_warps=8, bwd_num_stages=2)  # fmt: skip
+    fwd, bwd = mode_fields(cfg, "fwd"), mode_fields(cfg, "bwd")
+    assert tuple(fwd) == MODE_FIELDS["fwd"] and tuple(bwd) == MODE_FIELDS["bwd"]
+    assert label(fwd) == "bm128-bn64-w4-s3" and label(bwd) == "bm32-bn128-w8-s2"
+    assert short_fields(bwd) == {"block_m": 32, "block_n": 128, "num_warps": 8, "num_stages": 2}
+    assert config_label(cfg, "fwd") == "bm128-bn64-w4-s3"
+    assert config_label(cfg, "bwd") == "bwd-bm32-bn128-w8-s2"
+    assert config_label(cfg, "fwd_bwd") == "bm128-bn64-w4-s3/bwd-bm32-bn128-w8-s2"
+    # A pruned row still gets its label: the fields need not make a valid FlashConfig.
+    assert label({"block_m": 48, "block_n": 64, "num_warps": 3, "num_stages": 9}) == (
+        "bm48-bn64-w3-s9"
+    )
+
+
 def test_rules_of_thumb() -> None:
+    assert tuple(rules_of_thumb(64, 1024, None, 2)) == RULES
     assert rules_of_thumb(64, 1024, H200_SMEM_BYTES, 2) == {
         "sqrt(M/3d)": 16, "256@d64,192@d128": 256, "by seqlen": 256}  # fmt: skip
     r = rules_of_thumb(128, 16384, None, 2)
@@ -169,7 +188,7 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     assert run.exit_code == 0, run.output
     records = json.loads((run_out / "results.json").read_text())["cases"]
     fwd_entry = next(e for e in entries if e["mode"] == "fwd")
-    want = "bm{block_m}-bn{block_n}".format(**fwd_entry["config"])
+    want = "triton:" + label(fwd_entry["config"])
     for rec in records:
         assert "(tuning cache" in rec["backend"] and want in rec["backend"], rec["backend"]
 
@@ -269,8 +288,8 @@ def test_compile_phase_past_its_deadline_stops_and_leaves_the_rest(
 
 
 def _summary(case_id: str, seqlen: int, gain: float | None) -> tuple[dict, dict]:
-    row = {"case_id": case_id, "dtype": "bf16", "head_dim": 64, "causal": True, "mode": "fwd",
-           "seqlen_q": seqlen, "seqlen_k": seqlen}  # fmt: skip
+    case = replace(_case(seqlen=seqlen, head_dim=64), causal=True)
+    row = {"case_id": case_id, **case.to_dict()}
     fields = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3}
     default = None if gain is None else 100.0
     best = 100.0 * (1 + (gain or 0))

@@ -64,7 +64,8 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
     from fa_bench.suite.expand import Overrides, load_suites
-    from fa_bench.sweep.space import SWEEP_MODES, SweepSpace, sweep_case, sweep_points
+    from fa_bench.sweep.space import SweepSpace, sweep_case, sweep_points
+    from fa_bench.sweep.vocab import SWEEP_MODES
 
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
@@ -138,7 +139,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
             progress(event, point.case, row)
             if event == "start":
                 progress.progress.update(
-                    progress.task, description=f"{point.case.label} {point.id.split('#')[1]}"
+                    progress.task, description=f"{point.case.label} {point.label}"
                 )
 
         rows, env, stop = execute_points(

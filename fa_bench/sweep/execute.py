@@ -17,11 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from fa_bench.case import Case
 from fa_bench.errors import UsageError
 from fa_bench.results.files import JOURNAL, append_json_line, sanitize
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import CaseRunner, RunOptions
-from fa_bench.sweep.space import Point, label, short_fields
+from fa_bench.sweep.space import Point
+from fa_bench.sweep.vocab import short_fields
 
 SCHEMA = "fa-bench-sweep/1"
 SWEEP_JSON = "sweep.json"
@@ -36,7 +38,7 @@ def _row(point: Point, **fields: object) -> dict:
         **case.to_dict(),
         "config": short_fields(point.fields),
         "fields": dict(point.fields),
-        "label": label(point.fields),
+        "label": point.label,
         "is_default": point.is_default,
         "rules": list(point.rules),
         "status": "pruned" if point.pruned else None,
@@ -193,7 +195,7 @@ def best_entries(
         if not c["best_fields"]:
             continue
         r = rows[c["case_id"]]
-        seqlen = max(r["seqlen_q"], r["seqlen_k"])
+        seqlen = Case.from_dict(r).max_seqlen
         entry = {
             "gpu": gpu, "dtype": r["dtype"], "head_dim": r["head_dim"], "causal": r["causal"],
             "mode": r["mode"], "seqlen_bucket": seqlen_bucket(seqlen),

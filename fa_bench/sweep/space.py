@@ -36,15 +36,21 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from fa_bench.case import Case, Mode
+from fa_bench.sweep.vocab import (
+    MODE_FIELDS,
+    SWEEP_MODES,
+    fields_mode,
+    label,
+    mode_fields,
+    short_fields,
+)
 
-SWEEP_MODES = ("fwd", "bwd")
-_FIELDS = {
-    "fwd": ("block_m", "block_n", "num_warps", "num_stages"),
-    "bwd": ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages"),
-}
 H200_SMEM_BYTES = 232448  # 227 KB: shared_memory_per_block_optin on the H200
+# The rules of thumb by name, in the order the report and docs list them (`rules_of_thumb`).
+RULES = ("sqrt(M/3d)", "256@d64,192@d128", "by seqlen")
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,11 @@ class SweepSpace:
     warps: tuple[int, ...] = (4, 8)
     stages: tuple[int, ...] = (2, 3, 4, 5)
 
+    # The axes in product order; each is also a `fa-bench sweep` flag (--block-m, ...).
+    AXES: ClassVar[tuple[str, ...]] = ("block_m", "block_n", "warps", "stages")
+
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "warps", "stages"):
+        for name in self.AXES:
             values = getattr(self, name)
             if not values:
                 raise ValueError(f"--{name.replace('_', '-')} needs at least one value")
@@ -67,31 +76,10 @@ class SweepSpace:
 
     @property
     def size(self) -> int:
-        return len(self.block_m) * len(self.block_n) * len(self.warps) * len(self.stages)
+        return math.prod(len(getattr(self, axis)) for axis in self.AXES)
 
-    def to_dict(self) -> dict:
-        return {k: list(getattr(self, k)) for k in ("block_m", "block_n", "warps", "stages")}
-
-
-def short_fields(fields: dict) -> dict:
-    """{"block_m", "block_n", "num_warps", "num_stages"} whatever the mode's field names."""
-    keys = ("block_m", "block_n", "num_warps", "num_stages")
-    return {k: fields[f] for k, f in zip(keys, sorted_fields(fields), strict=True)}
-
-
-def sorted_fields(fields: dict) -> tuple[str, ...]:
-    mode = "bwd" if "bwd_block_m" in fields else "fwd"
-    return _FIELDS[mode]
-
-
-def label(fields: dict) -> str:
-    s = short_fields(fields)
-    return f"bm{s['block_m']}-bn{s['block_n']}-w{s['num_warps']}-s{s['num_stages']}"
-
-
-def mode_fields(cfg: object, mode: str) -> dict:
-    """The fields of a FlashConfig that a sweep of `mode` varies."""
-    return {f: getattr(cfg, f) for f in _FIELDS[mode]}
+    def to_dict(self) -> dict[str, list[int]]:
+        return {axis: list(getattr(self, axis)) for axis in self.AXES}
 
 
 def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
@@ -99,15 +87,15 @@ def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
     from fa_bench.kernels.flash_config import default_config, pad_pow2
 
     return default_config(pad_pow2(case.head_dim), case.dtype.torch(), case.causal, capability,
-                          case.mode.value, case.max_seqlen)  # fmt: skip
+                          case.max_seqlen)  # fmt: skip
 
 
 def expand(space: SweepSpace, mode: str) -> list[dict]:
     """Every config of the product, as FlashConfig field dicts for `mode`."""
     if mode not in SWEEP_MODES:
         raise ValueError(f"sweep mode must be one of {', '.join(SWEEP_MODES)}, got {mode!r}")
-    names = _FIELDS[mode]
-    product = itertools.product(space.block_m, space.block_n, space.warps, space.stages)
+    names = MODE_FIELDS[mode]
+    product = itertools.product(*(getattr(space, axis) for axis in space.AXES))
     return [dict(zip(names, values, strict=True)) for values in product]
 
 
@@ -117,7 +105,7 @@ def smem_estimate_bytes(case: Case, fields: dict) -> int:
 
     pad = pad_pow2(case.head_dim)
     s = short_fields(fields)
-    rows = s["block_n"] if "block_m" in fields else s["block_m"]
+    rows = s["block_n"] if fields_mode(fields) == "fwd" else s["block_m"]
     return s["num_stages"] * 2 * rows * pad * case.dtype.itemsize
 
 
@@ -141,7 +129,7 @@ def prune_reason(case: Case, fields: dict, smem_limit_bytes: int | None) -> str 
     # fwd: block_m tiles queries, block_n keys; bwd: the held tile is swept over both.
     limits = (
         {"block_m": seq_q, "block_n": seq_k}
-        if "block_m" in fields
+        if fields_mode(fields) == "fwd"
         else {"block_m": min(seq_q, seq_k), "block_n": max(seq_q, seq_k)}
     )
     for key, limit in limits.items():
@@ -161,8 +149,13 @@ class Point:
     rules: tuple[str, ...] = ()  # the rules of thumb whose tile this point measures
 
     @property
+    def label(self) -> str:
+        return label(self.fields)
+
+    @property
     def id(self) -> str:
-        return f"{self.case.id}#{label(self.fields)}"
+        """The case id and the config's label: "<case id>#bm64-bn64-w4-s3"."""
+        return f"{self.case.id}#{self.label}"
 
 
 def sweep_points(
@@ -180,7 +173,7 @@ def sweep_points(
         mode = case.mode.value
         default = mode_fields(heuristic_config(case, capability), mode)
         configs = [default] + [f for f in expand(space, mode) if f != default]
-        names = _FIELDS[mode]
+        names = MODE_FIELDS[mode]
         rules = _rule_tiles(case, default, smem_limit_bytes) if with_rules else {}
         have = {tuple(f[n] for n in names) for f in configs}
         configs += [dict(zip(names, k, strict=True)) for k in rules if k not in have]
@@ -197,10 +190,10 @@ def _rule_tiles(
     case: Case, default: dict, smem_limit_bytes: int | None
 ) -> dict[tuple[int, ...], tuple[str, ...]]:
     """Each rule's square tile with the heuristic's warps and stages (the rules say nothing
-    about those), as field values in `_FIELDS` order, mapped to the rules that pick it."""
-    names = _FIELDS[case.mode.value]
+    about those), as field values in `MODE_FIELDS` order, mapped to the rules that pick it."""
+    names = MODE_FIELDS[case.mode.value]
     warps, stages = default[names[2]], default[names[3]]
-    picks = rules_of_thumb(case.head_dim, case.max_seqlen, smem_limit_bytes, case.dtype.itemsize)
+    picks = case_rules(case, smem_limit_bytes)
     out: dict[tuple[int, ...], tuple[str, ...]] = {}
     for rule, block in picks.items():
         if block is not None:
@@ -214,6 +207,11 @@ def sweep_case(case: Case) -> Case:
     if case.mode is Mode.FWD_BWD:
         raise ValueError("sweep modes are fwd and bwd (fwd_bwd mixes two kernels' configs)")
     return replace(case, impl="triton")
+
+
+def case_rules(case: Case, smem_bytes: int | None) -> dict[str, int | None]:
+    """`rules_of_thumb` for a case: its head_dim, longest sequence and element size."""
+    return rules_of_thumb(case.head_dim, case.max_seqlen, smem_bytes, case.dtype.itemsize)
 
 
 def rules_of_thumb(
@@ -236,4 +234,4 @@ def rules_of_thumb(
         sqrt_rule = pow2_floor(math.floor(math.sqrt(smem_bytes / itemsize / (3 * head_dim))))
     by_dim = 256 if head_dim <= 64 else (pow2_floor(192) if head_dim <= 128 else None)
     by_seq = 256 if seqlen <= 1024 else (128 if seqlen <= 4096 else 64)
-    return {"sqrt(M/3d)": sqrt_rule, "256@d64,192@d128": by_dim, "by seqlen": by_seq}
+    return dict(zip(RULES, (sqrt_rule, by_dim, by_seq), strict=True))

@@ -11,7 +11,9 @@ A readable JSON file (schema `fa-bench-tuning/1`) with one entry per key
                   "source": "fa-bench-out/sweep-.../sweep.json", "saved": "..."}]}
 
 `mode` is the sweep's mode: a `fwd` entry holds forward fields, a `bwd` entry the
-`bwd_*` fields, so one case's config merges both on top of the heuristic.
+`bwd_*` fields, so one case's config merges both on top of the heuristic (`select`).
+The kernel library never reads this cache: the `triton` registry adapter
+(kernels/triton_impl.py) does, and hands the kernel an explicit config.
 
 Where: `--tuning-cache PATH`, else `$FA_BENCH_TUNING_CACHE`, else
 `$XDG_CACHE_HOME/fa-bench/tuning.json` (`~/.cache/fa-bench/tuning.json`). The value
@@ -28,19 +30,16 @@ import json
 import os
 import warnings
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from fa_bench.errors import UsageError
+from fa_bench.kernels.flash_config import FlashConfig
+from fa_bench.sweep.vocab import MODE_FIELDS, SWEEP_MODES
 
 SCHEMA = "fa-bench-tuning/1"
 ENV_VAR = "FA_BENCH_TUNING_CACHE"
 OFF = "off"
-MODES = ("fwd", "bwd")
-# Which FlashConfig fields a sweep of each mode decides.
-MODE_FIELDS = {
-    "fwd": ("block_m", "block_n", "num_warps", "num_stages"),
-    "bwd": ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages"),
-}
 # Bucket upper edges, powers of 4: a sweep at N = 1k, 4k, 16k covers (256, 1k],
 # (1k, 4k], (4k, 16k]; coarse enough that the standard suite's 512..16k all find an entry.
 BUCKET_EDGES = (256, 1024, 4096, 16384, 65536)
@@ -110,8 +109,8 @@ def _validate_entry(entry: object, where: str) -> dict:
                            "config") if k not in entry]  # fmt: skip
     if missing:
         raise TuningCacheError(f"{where}: entry lacks {', '.join(missing)}")
-    if entry["mode"] not in MODES:
-        raise TuningCacheError(f"{where}: mode {entry['mode']!r} is not one of {MODES}")
+    if entry["mode"] not in SWEEP_MODES:
+        raise TuningCacheError(f"{where}: mode {entry['mode']!r} is not one of {SWEEP_MODES}")
     config = entry["config"]
     allowed = MODE_FIELDS[entry["mode"]]
     if not isinstance(config, dict) or not config or set(config) - set(allowed):
@@ -119,8 +118,6 @@ def _validate_entry(entry: object, where: str) -> dict:
             f"{where}: a {entry['mode']} entry's config takes only {', '.join(allowed)}; "
             f"got {config!r}"
         )
-    from fa_bench.kernels.flash_config import FlashConfig
-
     try:
         FlashConfig(**config)
     except (TypeError, ValueError) as exc:
@@ -205,8 +202,30 @@ def lookup(
     """The cached configs for one case: {"fwd": fields, "bwd": fields}, either may be absent."""
     index = load_index(path)
     found = {}
-    for mode in MODES:
+    for mode in SWEEP_MODES:
         entry = index.get((gpu, dtype, int(head_dim), bool(causal), mode, seqlen_bucket(seqlen)))
         if entry is not None:
             found[mode] = dict(entry["config"])
     return found
+
+
+def select(
+    base: FlashConfig,
+    *,
+    gpu: str,
+    dtype: str,
+    head_dim: int,
+    causal: bool,
+    seqlen: int,
+    path: Path | None,
+) -> tuple[FlashConfig, str]:
+    """`base` (the heuristic's config) with the cached fields for this case laid over it,
+    and where the config came from: "heuristic" or e.g. "tuning cache (fwd, bwd)"."""
+    found = lookup(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
+                   path=path)  # fmt: skip
+    if not found:
+        return base, "heuristic"
+    cfg = base
+    for fields in found.values():
+        cfg = replace(cfg, **fields)
+    return cfg, "tuning cache (" + ", ".join(found) + ")"
