@@ -102,6 +102,21 @@ def _suites(docs: list[ResultsDoc]) -> list[dict]:
     return list(seen.values())
 
 
+def _runs(docs: list[ResultsDoc]) -> list[dict]:
+    """The header's and the environment section's view of each run."""
+    return [
+        {
+            "label": lbl,
+            "command": _command(d),
+            "env": _env_rows(d, lbl),
+            "where": where_line(d, lbl),
+            "notes": run_notes(d),
+            "raw_env": d.env,
+        }
+        for d, lbl in zip(docs, run_labels(docs), strict=True)
+    ]
+
+
 def render(
     docs: list[ResultsDoc],
     *,
@@ -133,23 +148,11 @@ def render(
     suite_names = [str(s.get("name")) for s in _suites(docs)]
     title = title or f"fa-bench: {', '.join(suite_names) or 'results'} on {', '.join(merged.gpus)}"
     figs = build_all(merged, base)
-    labels = run_labels(docs)
-    runs = [
-        {
-            "label": lbl,
-            "command": _command(d),
-            "env": _env_rows(d, lbl),
-            "where": where_line(d, lbl),
-            "notes": run_notes(d),
-            "raw_env": d.env,
-        }
-        for d, lbl in zip(docs, labels, strict=True)
-    ]
     return _template(plotlyjs).render(
         sweeps=sweep_sections,
         title=title,
         generated=generated or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        runs=runs,
+        runs=_runs(docs),
         suites=_suites(docs),
         gpus=merged.gpus,
         baseline=base,

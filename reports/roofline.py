@@ -76,6 +76,29 @@ def _intensity(c: MergedCase) -> float:
     return (c.record.flops or 0.0) / (c.record.bytes_model or 1.0)
 
 
+def _ceiling_lines(fig: go.Figure, ceil: dict[str, dict], lo: float, hi: float) -> list[str]:
+    """Each GPU's roof over intensities lo..hi; returns where each ceiling came from."""
+    sources = []
+    for gpu, ce in ceil.items():
+        ridge = ce["tflops"] * 1000 / ce["gbps"]  # FLOP/byte where the two roofs meet
+        grid = sorted({lo, hi, min(max(ridge, lo), hi)})
+        fig.add_trace(
+            go.Scatter(
+                x=grid,
+                y=[min(ce["tflops"], x * ce["gbps"] / 1000) for x in grid],
+                name=f"ceiling · {esc(gpu)}",
+                mode="lines",
+                line={"color": "#888", "dash": "dash", "width": 2},
+                hoverinfo="skip",
+            )
+        )
+        sources.append(
+            f"{gpu}: {ce['tflops']:.4g} TFLOP/s ({ce['tflops_source']}), "
+            f"{ce['gbps']:.4g} GB/s ({ce['gbps_source']})"
+        )
+    return sources
+
+
 def roofline_figure(merged: Merged) -> Figure | None:
     cases = [
         c
@@ -103,25 +126,7 @@ def roofline_figure(merged: Merged) -> Figure | None:
             )
         )
     xs = [_intensity(c) for c in cases]
-    lo, hi = min(xs) / 4, max(xs) * 4
-    sources = []
-    for gpu, ce in ceil.items():
-        ridge = ce["tflops"] * 1000 / ce["gbps"]  # FLOP/byte where the two roofs meet
-        grid = sorted({lo, hi, min(max(ridge, lo), hi)})
-        fig.add_trace(
-            go.Scatter(
-                x=grid,
-                y=[min(ce["tflops"], x * ce["gbps"] / 1000) for x in grid],
-                name=f"ceiling · {esc(gpu)}",
-                mode="lines",
-                line={"color": "#888", "dash": "dash", "width": 2},
-                hoverinfo="skip",
-            )
-        )
-        sources.append(
-            f"{gpu}: {ce['tflops']:.4g} TFLOP/s ({ce['tflops_source']}), "
-            f"{ce['gbps']:.4g} GB/s ({ce['gbps_source']})"
-        )
+    sources = _ceiling_lines(fig, ceil, min(xs) / 4, max(xs) * 4)
     drawn = [(x, y) for t in fig.data for x, y in zip(t.x, t.y, strict=True)]
     fig.update_xaxes(
         title_text="arithmetic intensity (FLOP / model byte)", **log_ticks(x for x, _ in drawn)

@@ -95,19 +95,38 @@ def colorbar_ticks(half: float, lo: float, hi: float) -> tuple[list[float], list
     return vals, text
 
 
+def _log_grid(
+    rows: dict[str, list[tuple[tuple, float]]],
+) -> tuple[list[tuple], list[list[float | None]]]:
+    """The shapes in display order, and log2(speedup) per (shape, row name); None where a
+    row has no such case."""
+    shapes = sorted({s for pairs in rows.values() for s, _ in pairs}, key=display_key)
+    index = {s: i for i, s in enumerate(shapes)}
+    z: list[list[float | None]] = [[None] * len(rows) for _ in shapes]
+    for c, name in enumerate(rows):
+        for s, ratio in rows[name]:
+            z[index[s]][c] = math.log2(ratio)
+    return shapes, z
+
+
+def _group_lines(fig: go.Figure, shapes: list[tuple]) -> None:
+    """A line between (mode, dtype, d, mask) groups."""
+    for i in range(1, len(shapes)):
+        if shapes[i][:4] != shapes[i - 1][:4]:
+            fig.add_shape(
+                type="line", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i - 0.5,
+                line={"color": "rgba(128,128,128,0.9)", "width": 2},
+            )  # fmt: skip
+
+
 def speedup_figure(merged: Merged, baseline: str) -> Figure | None:
     rows = speedups(merged, baseline)
     if not rows:
         return None
     # Cases down, implementations across: a case label per row stays legible at any
     # number of cases, where 96 rotated labels along x had plotly drop every other one.
-    shapes = sorted({s for pairs in rows.values() for s, _ in pairs}, key=display_key)
-    index = {s: i for i, s in enumerate(shapes)}
+    shapes, z = _log_grid(rows)
     names = list(rows)
-    z: list[list[float | None]] = [[None] * len(names) for _ in shapes]
-    for c, name in enumerate(names):
-        for s, ratio in rows[name]:
-            z[index[s]][c] = math.log2(ratio)
     logs = [v for row in z for v in row if v is not None]
     half = colour_range(logs)
     tickvals, ticktext = colorbar_ticks(half, min(logs), max(logs))
@@ -151,21 +170,17 @@ def speedup_figure(merged: Merged, baseline: str) -> Figure | None:
         tickfont={"size": 11},
         automargin=True,
     )
-    for i in range(1, len(shapes)):
-        if shapes[i][:4] != shapes[i - 1][:4]:  # a line between (mode, dtype, d, mask) groups
-            fig.add_shape(
-                type="line", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i - 0.5,
-                line={"color": "rgba(128,128,128,0.9)", "width": 2},
-            )  # fmt: skip
+    _group_lines(fig, shapes)
+    return Figure("speedup", f"Speedup vs {baseline}", _caption(baseline, half), fig)
+
+
+def _caption(baseline: str, half: float) -> str:
     lo, hi = f"{2.0**-half:.2g}×", f"{2.0**half:.2g}×"
-    return Figure(
-        "speedup",
-        f"Speedup vs {baseline}",
+    return (
         f"Baseline median latency ÷ implementation median latency, for each case both "
         f"ran successfully on the same GPU: above 1× (blue) is faster than {baseline}, "
         f"below (red) slower. Cases are grouped by mode, dtype, head dim and masking, "
         f"then ordered by sequence length. Colour is on a log-2 scale fitted to this "
         f"data's spread ({lo}–{hi}, never narrower than 0.8×–1.25× nor wider than "
-        f"0.25×–4×; a cell beyond takes the end colour, its number is exact).",
-        fig,
+        f"0.25×–4×; a cell beyond takes the end colour, its number is exact)."
     )
