@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,30 @@ def _copy_source(dest: Path) -> Path:
     return dest
 
 
+def _dependency_paths() -> list[str]:
+    """Where this interpreter finds torch, typer, ...: its site-packages and the folders their
+    .pth files add; not the standard library (a venv has its own) nor this checkout."""
+    stdlib = [Path(sysconfig.get_path(k)).resolve() for k in ("stdlib", "platstdlib")]
+    paths: list[str] = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        in_stdlib = any(path == s or s in path.parents for s in stdlib)
+        in_site = {"site-packages", "dist-packages"} & set(path.parts)
+        if not path.is_dir() or path == ROOT or ROOT in path.parents:
+            continue
+        if (not in_stdlib or in_site) and str(path) not in paths:
+            paths.append(str(path))
+    return paths
+
+
 def _venv(path: Path) -> Path:
-    # System site-packages provide torch, typer, ...; pip installs only fa-bench itself.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(path)], check=True)
+    # pip installs only fa-bench itself; the dependencies come from the environment running
+    # the tests. That may be a virtual environment, whose packages `--system-site-packages`
+    # would not reach (it means the base interpreter's), so a .pth names them. Plain paths:
+    # their own .pth files (an installed fa-bench's editable finder among them) stay unread.
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    site = next((path / "lib").glob("python*/site-packages"))
+    (site / "_test_env_dependencies.pth").write_text("\n".join(_dependency_paths()) + "\n")
     return path / "bin" / "python"
 
 
