@@ -93,7 +93,12 @@ def precompile(
     to a task.
 
     Returns ({point id: {"compile_s", "error"}}, a summary for sweep.json's `run`)."""
-    summary = {"jobs": jobs, "groups": len(groups), "wall_s": 0.0, "stopped": None}
+    summary: dict[str, object] = {
+        "jobs": jobs,
+        "groups": len(groups),
+        "wall_s": 0.0,
+        "stopped": None,
+    }
     if jobs < 1 or not groups:
         return {}, summary
     dev = "cuda" if device == "cuda" else "cpu"

@@ -81,6 +81,10 @@ class SweepSpace:
     def to_dict(self) -> dict[str, list[int]]:
         return {axis: list(getattr(self, axis)) for axis in self.AXES}
 
+    def axis_text(self, axis: str) -> str:
+        """An axis as its flag takes it, e.g. "32,64,128,256" for block_m."""
+        return ",".join(str(v) for v in getattr(self, axis))
+
 
 def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
     """The default heuristic's FlashConfig for a case (the tuning cache is not consulted)."""
