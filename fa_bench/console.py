@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from statistics import median
+from types import TracebackType
+from typing import Literal
 
 from rich.console import Console
 from rich.progress import (
@@ -57,23 +59,38 @@ class RunProgress:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.progress.__exit__(exc_type, exc, tb)
 
     def __call__(self, event: str, case: Case, record: CaseRecord | None) -> None:
+        """The runner's progress callback (fa_bench.run.runner.ProgressFn)."""
         if event == "start" or record is None:
-            self.progress.update(self.task, description=case.label)
+            self.start(case)
             return
-        status = record.status.value
-        self.counts[status] += 1
+        warnings = (record.telemetry or {}).get("warnings") or []
+        self.done(case, record.status, record.error, warnings)
+
+    def start(self, case: Case) -> None:
+        self.progress.update(self.task, description=case.label)
+
+    def done(
+        self, case: Case, status: Status, error: str | None, warnings: Sequence[str] = ()
+    ) -> None:
+        """Count a finished case; print why when it failed or its telemetry warned."""
+        name = status.value
+        self.counts[name] += 1
         counts = " ".join(f"[{STATUS_STYLE[s]}]{s} {n}[/]" for s, n in sorted(self.counts.items()))
         self.progress.update(self.task, advance=1, counts=counts)
-        if record.status not in (Status.OK, Status.UNSUPPORTED):
-            msg = record.error.splitlines()[0][:160] if record.error else ""
+        if status not in (Status.OK, Status.UNSUPPORTED):
+            msg = error.splitlines()[0][:160] if error else ""
             self.progress.console.print(
-                f"[{STATUS_STYLE[status]}]{status}[/] {case.label}: {msg}", highlight=False
+                f"[{STATUS_STYLE[name]}]{name}[/] {case.label}: {msg}", highlight=False
             )
-        warnings = (record.telemetry or {}).get("warnings") or []
         if warnings:  # throttling or low clocks: this case's numbers may not be comparable
             self.progress.console.print(
                 f"[yellow]telemetry[/] {case.label}: {'; '.join(warnings)}", highlight=False
@@ -98,11 +115,12 @@ def summary_table(records: Sequence[CaseRecord]) -> Table:
 
 def _per_case_table(records: Sequence[CaseRecord]) -> Table:
     t = Table(title="Results", show_lines=False)
-    for col, just in [
+    columns: list[tuple[str, Literal["left", "right"]]] = [
         ("impl", "left"), ("mode", "left"), ("dtype", "left"), ("shape", "left"),
         ("status", "left"), ("median ms", "right"), ("p20–p80 ms", "right"),
         ("TFLOP/s", "right"), ("GB/s", "right"), ("peak MiB", "right"), ("max err", "right"),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for col, just in columns:
         t.add_column(col, justify=just)
     for r in records:
         lat, acc, peak, status = r.latency_ms, r.accuracy or {}, r.peak_mem_bytes, r.status.value

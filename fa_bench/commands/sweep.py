@@ -9,19 +9,23 @@ from typing import ClassVar
 from rich.console import Console
 from rich.table import Table
 
+from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.errors import UsageError, print_error
+from fa_bench.sweep.space import SweepSpace
+from fa_bench.sweep.vocab import SWEEP_MODES
 
 _DEFAULT_OUT = Path("fa-bench-out")
+_SPACE = SweepSpace()  # the default space: its axes are the flags' defaults
 
 
 @dataclass(frozen=True)
 class SweepRequest(CaseFlags, MeasureFlags):
-    modes: tuple[str, ...] = ("fwd", "bwd")
-    block_m: str = "32,64,128,256"
-    block_n: str = "32,64,128,256"
-    warps: str = "4,8"
-    stages: str = "2,3,4,5"
+    modes: tuple[str, ...] = SWEEP_MODES
+    block_m: str = _SPACE.axis_text("block_m")
+    block_n: str = _SPACE.axis_text("block_n")
+    warps: str = _SPACE.axis_text("warps")
+    stages: str = _SPACE.axis_text("stages")
     budget_minutes: float | None = None
     save_best: bool = False
     min_gain_pct: float = 3.0  # --save-best keeps the heuristic below this gain
@@ -64,8 +68,7 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | Non
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
     from fa_bench.suite.expand import Overrides, load_suites
-    from fa_bench.sweep.space import SweepSpace, sweep_case, sweep_points
-    from fa_bench.sweep.vocab import SWEEP_MODES
+    from fa_bench.sweep.space import sweep_case, sweep_points
 
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
@@ -136,7 +139,10 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     with RunProgress(console, total=len(todo)) as progress:
 
         def on_event(event: str, point: object, row: dict | None) -> None:
-            progress(event, point.case, row)
+            if row is None:
+                progress.start(point.case)
+            else:  # a measured row: its status and error are the case record's
+                progress.done(point.case, Status(row["status"]), row["error"])
             if event == "start":
                 progress.progress.update(
                     progress.task, description=f"{point.case.label} {point.label}"

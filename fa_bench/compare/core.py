@@ -261,14 +261,13 @@ def compare_case(
     bm, cm = quantile(bs, 0.5), quantile(cs, 0.5)
     ratio = cm / bm
     worse = 1 / ratio if metric.higher_is_better else ratio
-    row = Row(key, _classify(worse, t), ok, ok, bm, cm, ratio, worse,
-              base_range=(quantile(bs, 0.2), quantile(bs, 0.8)),
-              cur_range=(quantile(cs, 0.2), quantile(cs, 0.8)), n=(len(bs), len(cs)))  # fmt: skip
+    b20, b80, c20, c80 = (quantile(x, q) for x in (bs, cs) for q in (0.2, 0.8))
+    row = Row(key, _classify(worse, t), ok, ok, bm, cm, ratio, worse, base_range=(b20, b80),
+              cur_range=(c20, c80), n=(len(bs), len(cs)))  # fmt: skip
     if row.verdict is Verdict.SAME:
         row.reason = f"change within {t * 100:g}%"
         return row
     row.p_value = mann_whitney_p(bs, cs)
-    (b20, b80), (c20, c80) = row.base_range, row.cur_range
     row.overlap = b20 <= c80 and c20 <= b80
     if min(len(bs), len(cs)) < th.min_samples:
         row.verdict, row.reason = Verdict.AMBIGUOUS, f"too few samples (< {th.min_samples})"
@@ -286,12 +285,12 @@ def compare_case(
 def _note_clock(row: Row, base: CaseRecord, cur: CaseRecord) -> None:
     """Say when the SM clock moved with the latency: on a power-capped GPU the same code
     runs some percent slower at a lower clock. Said, not excused: the verdict stands."""
-    clocks = [((c.timing or {}).get("sm_clock_mhz") or {}).get("mean") for c in (base, cur)]
-    if None in clocks:
+    b, c = (((r.timing or {}).get("sm_clock_mhz") or {}).get("mean") for r in (base, cur))
+    if b is None or c is None:
         return
-    row.sm_clock_mhz = (clocks[0], clocks[1])
-    if abs(clocks[1] / clocks[0] - 1) >= 0.01:
-        row.reason += f"; SM clock {clocks[0]:.0f}→{clocks[1]:.0f} MHz"
+    row.sm_clock_mhz = (b, c)
+    if abs(c / b - 1) >= 0.01:
+        row.reason += f"; SM clock {b:.0f}→{c:.0f} MHz"
 
 
 # --- many cases -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
 
@@ -20,7 +21,7 @@ JOURNAL = "journal.jsonl"
 PLAN = "plan.json"
 
 
-def sanitize(obj: object) -> object:
+def sanitize(obj: Any) -> Any:
     """JSON has no NaN or infinity: non-finite floats become null."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -120,9 +121,3 @@ def load_results(path: str | os.PathLike) -> ResultsDoc:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{p}: cannot read results: {exc}") from None
     return ResultsDoc.from_json(doc, source=str(p))
-
-
-def validate(doc: object, *, source: str = "results") -> dict:
-    """Check a results document given as JSON (the checks are ResultsDoc.from_json's)."""
-    ResultsDoc.from_json(doc, source=source)
-    return doc  # type: ignore[return-value]  # from_json has checked it is a dict

@@ -11,13 +11,21 @@ import gc
 import time
 import traceback
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from fa_bench import models, registry
 from fa_bench.case import Case, Mode, Status
 from fa_bench.results.record import CaseRecord, Latency
 from fa_bench.run.timing import Timing, TimingConfig, measure, summarize
 from fa_bench.telemetry.session import TelemetrySession, case_telemetry
+
+if TYPE_CHECKING:
+    import torch
+
+# What an implementation's prepared function returns: the attention output.
+TensorFn = Callable[..., "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,9 @@ def case_seed(base: int, case: Case) -> int:
     return (base * 1_000_003 + zlib.crc32(case.id.encode())) % (2**31)
 
 
-def make_inputs(case: Case, device: object) -> tuple:
+def make_inputs(
+    case: Case, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     import torch
 
     dt = case.dtype.torch()
@@ -57,7 +67,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def run_case(
-    case: Case, device: object, opts: ExecOptions, impl_options: dict | None = None
+    case: Case, device: torch.device, opts: ExecOptions, impl_options: dict | None = None
 ) -> CaseRecord:
     """Measure one case; returns its result record.
 
@@ -97,59 +107,41 @@ def run_case(
 
 
 def _run(
-    case: Case, impl: registry.Impl, device: object, opts: ExecOptions, impl_options: dict | None
+    case: Case,
+    impl: registry.Impl,
+    device: torch.device,
+    opts: ExecOptions,
+    impl_options: dict | None,
 ) -> CaseRecord:
-
     q, k, v, do = make_inputs(case, device)
     t_prepare = time.perf_counter()
     prepared = impl.prepare(case, q, k, v, impl_options)
     # Preparation (compilation for Triton on a GPU) is outside the timed span; its
     # wall time is reported on its own.
     prepare_s = round(time.perf_counter() - t_prepare, 4)
-    fn = prepared.fn
+    fn = cast(TensorFn, prepared.fn)
     grads_needed = case.mode is not Mode.FWD
 
     accuracy = None
     if opts.check_accuracy:
         accuracy = _check(case, fn, q, k, v, do if grads_needed else None)
 
-    qg, kg, vg = (t.detach().requires_grad_(grads_needed) for t in (q, k, v))
-
-    def reset_grads() -> None:
-        qg.grad = kg.grad = vg.grad = None
-
-    derived = None
+    closure, before = _timed_call(case, impl, fn, q, k, v, do)
     clock = opts.telemetry.clock_probe() if opts.telemetry is not None else None
-    if case.mode is Mode.FWD:
-        closure, before = (lambda: fn(q, k, v)), None
-        timing = measure(closure, device=device, config=opts.timing, clock=clock)
-    elif case.mode is Mode.FWD_BWD or not impl.backward_reruns:
-
-        def closure() -> None:
-            fn(qg, kg, vg).backward(do)
-
-        before = reset_grads
-        timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
-        if case.mode is Mode.BWD:
-            timing, derived = _subtract_forward(timing, fn, q, k, v, device, opts)
-    else:
-        out = fn(qg, kg, vg)
-
-        def closure() -> None:
-            out.backward(do, retain_graph=True)
-
-        before = reset_grads
-        timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
+    timing = measure(closure, device=device, config=opts.timing, before=before, clock=clock)
+    derived = None
+    if case.mode is Mode.BWD and not impl.backward_reruns:
+        timing, derived = _subtract_forward(timing, fn, q, k, v, device, opts)
 
     latency = Latency.from_json(timing.stats(), case.id)
     median = latency.median
     flops, nbytes = models.case_flops(case), models.case_bytes(case)
-    status = Status.OK if accuracy is None or accuracy["passed"] else Status.MISMATCH
+    mismatch = accuracy is not None and not accuracy["passed"]
     return CaseRecord.for_case(
         case,
         device,
-        status,
-        error=None if status is Status.OK else _mismatch_message(accuracy),
+        Status.MISMATCH if mismatch else Status.OK,
+        error=_mismatch_message(accuracy) if accuracy is not None and mismatch else None,
         backend=prepared.backend,
         derived=derived,
         latency_ms=latency,
@@ -166,7 +158,47 @@ def _run(
     )
 
 
-def _check(case: Case, fn: object, q: object, k: object, v: object, do: object) -> dict:
+def _timed_call(
+    case: Case,
+    impl: registry.Impl,
+    fn: TensorFn,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor,
+) -> tuple[Callable[[], object], Callable[[], None] | None]:
+    """The call to time for the case's mode, and what runs before each call (outside the
+    timed span): a backward starts from fresh grads, so none accumulate into the timing."""
+    if case.mode is Mode.FWD:
+        return (lambda: fn(q, k, v)), None
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
+
+    def reset_grads() -> None:
+        qg.grad = kg.grad = vg.grad = None
+
+    closure: Callable[[], object]
+    if case.mode is Mode.FWD_BWD or not impl.backward_reruns:
+
+        def closure() -> None:
+            fn(qg, kg, vg).backward(do)
+
+    else:  # backward alone, replayed on one forward's graph
+        out = fn(qg, kg, vg)
+
+        def closure() -> None:
+            out.backward(do, retain_graph=True)
+
+    return closure, reset_grads
+
+
+def _check(
+    case: Case,
+    fn: TensorFn,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    do: torch.Tensor | None,
+) -> dict:
     from fa_bench.run.accuracy import check_accuracy
 
     if do is None:
@@ -178,7 +210,13 @@ def _check(case: Case, fn: object, q: object, k: object, v: object, do: object) 
 
 
 def _subtract_forward(
-    fwd_bwd: Timing, fn: object, q: object, k: object, v: object, device: object, opts: ExecOptions
+    fwd_bwd: Timing,
+    fn: TensorFn,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    device: torch.device,
+    opts: ExecOptions,
 ) -> tuple[Timing, str]:
     """Backward time for implementations whose backward cannot be replayed."""
     fwd = measure(lambda: fn(q, k, v), device=device, config=opts.timing)
@@ -206,7 +244,9 @@ def _timing_meta(timing: Timing, cfg: TimingConfig) -> dict:
     }
 
 
-def _peak_memory(closure: object, before: object, device: object) -> int | None:
+def _peak_memory(
+    closure: Callable[[], object], before: Callable[[], None] | None, device: torch.device
+) -> int | None:
     """Bytes allocated above what was live before one call (inputs, saved activations)."""
     import torch
 
