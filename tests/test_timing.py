@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from fa_bench.run import timing
 from fa_bench.run.timing import (
     Timing,
     TimingConfig,
@@ -40,33 +41,73 @@ def test_noise_is_relative_standard_error() -> None:
     assert noise([2.0, 2.0, 2.0]) == 0.0
 
 
-def test_stops_on_noise_after_min_samples() -> None:
+class FakeClock:
+    """`time` for the timing loop: `sleep` advances a virtual clock, and every reading
+    moves it on by one tick, as a real clock does (a loop that only reads it still ends).
+    Deterministic where the real clock on a busy machine is not."""
+
+    TICK_S = 1e-6
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += self.TICK_S
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "time", fake)
+    return fake
+
+
+def test_stops_on_noise_after_min_samples(clock: FakeClock) -> None:
     cfg = TimingConfig(target_noise=0.5, min_samples=5, min_time_s=0.0, max_time_s=10)
-    t = measure(lambda: time.sleep(0.001), device="cpu", config=cfg)
+    t = measure(lambda: clock.sleep(0.001), device="cpu", config=cfg)
     assert t.stop_reason == "noise"
     assert len(t.samples_ms) == 5
-    assert all(s >= 1.0 for s in t.samples_ms)  # sleep(1 ms) cannot take less
+    # 1 ms asleep plus the one tick between the two readings.
+    assert t.samples_ms == pytest.approx([1.001] * 5)
+    assert 19 <= t.warmup_calls <= 21  # 20 ms of warm-up in 1 ms calls
 
 
-def test_gives_up_at_time_limit() -> None:
+def test_gives_up_at_time_limit(clock: FakeClock) -> None:
     calls = []
 
     def jittery() -> None:
         calls.append(1)
-        time.sleep(0.0005 if len(calls) % 2 else 0.004)  # far noisier than the target
+        clock.sleep(0.0005 if len(calls) % 2 else 0.004)  # far noisier than the target
 
     cfg = TimingConfig(target_noise=0.0001, min_samples=2, min_time_s=0.0, max_time_s=0.1)
-    t0 = time.perf_counter()
+    t0 = clock.perf_counter()
     t = measure(jittery, device="cpu", config=cfg)
-    wall = time.perf_counter() - t0
+    wall = clock.perf_counter() - t0
     assert t.stop_reason == "time-limit"
-    assert 0.1 <= wall < 1.0
+    # The warm-up, then samples until the first one that ends past the limit; each of the
+    # two can overrun by at most one call.
+    warmup_s = cfg.warmup_ms / 1e3
+    assert warmup_s + cfg.max_time_s <= wall < warmup_s + cfg.max_time_s + 2 * 0.0041
+    assert {round(s, 2) for s in t.samples_ms} == {0.5, 4.0}  # alternating, none dropped
 
 
-def test_before_runs_outside_timed_span() -> None:
+def test_before_runs_outside_timed_span(clock: FakeClock) -> None:
     cfg = TimingConfig(target_noise=0.5, min_samples=3, min_time_s=0.0, max_time_s=5)
-    t = measure(lambda: None, device="cpu", config=cfg, before=lambda: time.sleep(0.01))
+    t = measure(lambda: None, device="cpu", config=cfg, before=lambda: clock.sleep(0.01))
     assert max(t.samples_ms) < 5.0  # the 10 ms sleeps are not in the samples
+    assert t.samples_ms == pytest.approx([0.001] * 3)  # only the tick between the readings
+
+
+def test_cpu_timing_reads_the_real_clock() -> None:
+    # The one check against the real perf_counter: a sleep cannot take less than asked.
+    cfg = TimingConfig(target_noise=0.5, min_samples=3, min_time_s=0.0, max_time_s=1.0)
+    t = measure(lambda: time.sleep(0.001), device="cpu", config=cfg)
+    assert t.method == "perf_counter" and t.stop_reason in ("noise", "time-limit")
+    assert len(t.samples_ms) >= 3 and all(s >= 1.0 for s in t.samples_ms)
 
 
 @pytest.mark.parametrize(
