@@ -13,9 +13,12 @@ import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 JOURNAL = "journal.jsonl"
 PLAN = "plan.json"
@@ -66,12 +69,15 @@ def read_journal(out_dir: Path) -> list[CaseRecord]:
 
 
 def build_document(run: dict, env: dict, cases: Iterable[CaseRecord]) -> ResultsDoc:
+    """The results document of a run: its run and env objects and its records, in order."""
     return ResultsDoc(run=run, env=env, cases=list(cases))
 
 
 def write_results(out_dir: Path, doc: ResultsDoc) -> tuple[Path, Path]:
     """Write results.json and results.csv atomically (temp file, then rename)."""
     data = sanitize(doc.to_json())
+    # What is written must read back: a bad record fails here, not in a later report.
+    ResultsDoc.from_json(data, source=str(out_dir))
     out_dir = Path(out_dir)
     json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
     tmp = json_path.with_suffix(".json.tmp")
@@ -84,7 +90,7 @@ def write_results(out_dir: Path, doc: ResultsDoc) -> tuple[Path, Path]:
     return json_path, csv_path
 
 
-def to_frame(doc: ResultsDoc):
+def to_frame(doc: ResultsDoc) -> pd.DataFrame:
     """One row per case, raw samples left out, nested objects flattened with dots."""
     import pandas as pd
 
