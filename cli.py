@@ -44,7 +44,7 @@ class _Group(TyperGroup):
         ctx.meta[_ARGV] = argv
         return ctx
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except UsageError as exc:

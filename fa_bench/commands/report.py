@@ -26,9 +26,9 @@ def report_command(
     from fa_bench.sweep.execute import load_sweep
 
     try:
-        sweep_paths = [p for p in inputs if _sweep_file(p)]
-        result_paths = [p for p in inputs if p not in sweep_paths]
-        sweeps = [load_sweep(_sweep_file(p)) for p in sweep_paths]
+        found = [(p, _sweep_file(p)) for p in inputs]
+        result_paths = [p for p, sweep in found if sweep is None]
+        sweeps = [load_sweep(sweep) for _, sweep in found if sweep is not None]
         docs = load_many(result_paths) if result_paths else []
         out = out or _default_out(inputs)
         path = write_report(docs, out, title=title, baseline=baseline, plotlyjs=plotlyjs,

@@ -160,13 +160,12 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
     return "single", False, [Part(0, plan, out)]
 
 
-def _resume(req: RunRequest, rank: Rank) -> tuple[str, bool, list, Path]:
+def _resume(req: RunRequest, rank: Rank, out: Path) -> tuple[str, bool, list[Part], Path]:
     if req.selects_cases or req.out or req.gpus:
         raise PlanError(
             "--resume takes the cases and options of the interrupted run; "
             "drop --suite/--impl/.../--gpus and --out"
         )
-    out = req.resume
     layout = load_layout(out)
     if layout is not None:
         kind, spread, parts = layout
@@ -187,7 +186,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     try:
         rank = detect()
         if req.resume:
-            kind, spread, parts, out = _resume(req, rank)
+            kind, spread, parts, out = _resume(req, rank, req.resume)
         else:
             plan, out = _plan_new(req, console)
             kind, spread, parts = _split_new(req, plan, out, rank)

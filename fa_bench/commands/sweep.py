@@ -12,7 +12,7 @@ from rich.table import Table
 from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.errors import UsageError, print_error
-from fa_bench.sweep.space import SweepSpace
+from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
 
 _DEFAULT_OUT = Path("fa-bench-out")
@@ -64,7 +64,7 @@ def _smem_limit(device: str, gpu: int | None) -> int | None:
     return int(getattr(props, "shared_memory_per_block_optin", 0) or H200_SMEM_BYTES)
 
 
-def plan_points(req: SweepRequest, device: str) -> tuple[list, object, int | None]:
+def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace, int | None]:
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
     from fa_bench.suite.expand import Overrides, load_suites
@@ -138,7 +138,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         budget_s = max(0.0, budget_s - compiled["wall_s"])
     with RunProgress(console, total=len(todo)) as progress:
 
-        def on_event(event: str, point: object, row: dict | None) -> None:
+        def on_event(event: str, point: Point, row: dict | None) -> None:
             if row is None:
                 progress.start(point.case)
             else:  # a measured row: its status and error are the case record's
@@ -163,7 +163,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     if stop:
         err_console.print(f"[yellow]stopped early ({stop})[/]: {run['measured']} of "
                           f"{len(todo)} configs measured; sweep.json keeps them")  # fmt: skip
-    if req.save_best:
+    if cache_path is not None:  # --save-best (its 'off' cache was refused above)
         gpus = (env or {}).get("gpus") or []
         gpu = gpus[0]["name"] if device == "cuda" and gpus else "cpu"
         try:

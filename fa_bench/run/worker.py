@@ -44,15 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # What execute needs of the options, with the NVML session opened once for all cases.
+    session = open_session(device, enabled=options.telemetry)
     opts = ExecOptions(
         timing=options.timing,
         seed=options.seed,
         check_accuracy=options.check_accuracy,
-        telemetry=open_session(device, enabled=options.telemetry),
+        telemetry=session,
     )
     env = collect_env(device)
     # Before the first case: a device copy calibrates NVML's GB/s against bytes / time.
-    session = opts.telemetry
     env["telemetry"] = {**session.describe(), "calibration": session.calibrate(device)}
     proto.write(json.dumps({"op": "ready", "env": env}) + "\n")
     for line in sys.stdin:
