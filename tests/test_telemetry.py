@@ -17,10 +17,11 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from fa_bench import models
-from fa_bench.case import Case
+from fa_bench.case import Case, Status
 from fa_bench.cli import app
 from fa_bench.console import RunProgress
 from fa_bench.results.files import load_results
+from fa_bench.results.record import CaseRecord
 from fa_bench.telemetry.env import support_table
 from fa_bench.telemetry.nvml import (
     NvmlUnavailable,
@@ -307,7 +308,8 @@ def test_env_panel_and_progress_warning() -> None:
     assert "unavailable" in text and "why" in text
 
     case = Case("naive", "fwd", "fp32", 1, 1, 1, 16, 16, 16, False)
-    record = {"status": "ok", "telemetry": {"available": True, "warnings": ["clocks throttled"]}}
+    telemetry = {"available": True, "warnings": ["clocks throttled"]}
+    record = CaseRecord.for_case(case, "cpu", Status.OK, telemetry=telemetry)
     console = Console(record=True, width=160)
     with RunProgress(console, total=1) as progress:
         progress("done", case, record)
@@ -379,8 +381,7 @@ def test_gpu_naive_moves_more_bytes_than_flash() -> None:
 
 
 def test_results_validate_the_telemetry_object() -> None:
-    from fa_bench.case import Status
-    from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
+    from fa_bench.results.record import ResultsDoc, ResultsError
 
     case = Case("naive", "fwd", "fp32", 1, 1, 1, 16, 16, 16, False)
 
