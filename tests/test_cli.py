@@ -84,6 +84,7 @@ def test_bad_suite_file_exits_2_naming_file_and_key(tmp_path: Path, tiny_suite) 
     assert "tiny.toml" in result.output and "dtypes" in result.output and "bf16" in result.output
 
 
+@pytest.mark.slow
 def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive", "sdpa-math"], modes=["fwd", "bwd"], causal=[False, True])
     out = tmp_path / "run"
@@ -126,6 +127,7 @@ def test_run_writes_results_and_csv(tmp_path: Path, tiny_suite) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_out_folder_with_a_run_is_not_overwritten(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], seqlens=[8])
     out = tmp_path / "run"
@@ -137,6 +139,7 @@ def test_out_folder_with_a_run_is_not_overwritten(tmp_path: Path, tiny_suite) ->
     assert "--resume" in again.output
 
 
+@pytest.mark.slow
 def test_resume_of_a_complete_run_changes_nothing(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], seqlens=[8])
     out = tmp_path / "run"

@@ -74,6 +74,7 @@ def test_torchrun_two_ranks_merge_into_one_results(tmp_path: Path) -> None:
         assert part.run["part"]["index"] == rank
 
 
+@pytest.mark.slow
 def test_parts_run_concurrently_and_merge(tmp_path: Path) -> None:
     """The --gpus path minus the GPUs: two parts in threads, each with its own worker
     (on CPU the GPU index is unused), finished and merged like a one-node run."""

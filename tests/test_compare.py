@@ -397,6 +397,7 @@ def test_cpu_runs_of_the_same_code_do_not_flap(tmp_path: Path, tiny_suite, quiet
         assert "PASS" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU end-to-end")
 def test_cpu_slowed_triton_config_fails_the_gate(
     tmp_path: Path, tiny_suite, quiet_cpu, monkeypatch: pytest.MonkeyPatch

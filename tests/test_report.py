@@ -229,6 +229,7 @@ def test_run_report_failure_keeps_results(
     assert "report not written (RuntimeError: figure bug)" in (tmp_path / "err.txt").read_text()
 
 
+@pytest.mark.slow
 def test_run_no_report(tiny_suite, tmp_path: Path) -> None:
     from conftest import FAST
 

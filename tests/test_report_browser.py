@@ -74,6 +74,7 @@ _COLOURS_JS = """async (src) => {
 }"""
 
 
+@pytest.mark.slow
 def test_smoke_report_in_chromium(smoke_report: Path, request: pytest.FixtureRequest) -> None:
     figs, _ = _check_page(smoke_report, "report-smoke.png", request)
     assert {"fig-tflops", "fig-speedup", "fig-roofline"} <= {f[0] for f in figs}

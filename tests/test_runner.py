@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pandas
+import pytest
 from conftest import FAST, FAULTY
 
 from fa_bench.case import Case, Status
@@ -34,6 +35,7 @@ def statuses(out: Path) -> dict[str, str]:
     return {c.impl: c.status.value for c in load_results(out).cases}
 
 
+@pytest.mark.slow
 def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) -> None:
     impls = [
         "sdpa-math",
@@ -86,6 +88,7 @@ def test_failures_are_results_and_the_run_goes_on(tmp_path: Path, tiny_suite) ->
     assert list(frame["status"]) == [got[i] for i in impls]
 
 
+@pytest.mark.slow
 def test_only_ok_oom_unsupported_exit_zero(tmp_path: Path, tiny_suite) -> None:
     suite = tiny_suite(["sdpa-math", "test-oom", "sdpa-flash"], seqlens=[16])
     out = tmp_path / "out"
@@ -107,6 +110,7 @@ def test_only_ok_oom_unsupported_exit_zero(tmp_path: Path, tiny_suite) -> None:
     assert got == {"sdpa-math": "ok", "test-oom": "oom", "sdpa-flash": "unsupported"}
 
 
+@pytest.mark.slow
 def test_interrupt_keeps_results_and_resume_finishes(tmp_path: Path, tiny_suite) -> None:
     suite = tiny_suite(
         ["naive", "sdpa-math"], seqlens=[16, 24, 32, 40, 48, 56, 64, 72], causal=[False, True]

@@ -323,6 +323,7 @@ def test_env_command_shows_telemetry() -> None:
     assert "telemetry (NVML)" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")
 @pytest.mark.parametrize("flag", ["--telemetry", "--no-telemetry"])
 def test_cpu_run_records_telemetry_unavailable(tmp_path: Path, tiny_suite, flag: str) -> None:

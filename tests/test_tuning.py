@@ -144,6 +144,7 @@ def test_the_triton_adapter_runs_the_cached_config(tmp_path: Path, monkeypatch) 
     torch.testing.assert_close(flash_attention(q, k, v, causal=True), heuristic, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU end-to-end")
 def test_run_honours_a_relative_cache_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_suite
