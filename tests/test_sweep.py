@@ -121,6 +121,22 @@ def test_one_label_format_for_sweep_rows_and_backend_strings() -> None:
     )
 
 
+def test_the_label_format_and_the_mode_fields_have_one_owner() -> None:
+    """Only fa_bench/sweep/vocab.py spells the label format or the mode -> fields table;
+    everything else (kernel adapter, tuning cache, report, tools) calls it."""
+    root = Path(__file__).resolve().parent.parent
+    owner = (root / "fa_bench" / "sweep" / "vocab.py").resolve()
+    spelled = ['f"bm{', "f'bm{", '("bwd_block_m", "bwd_block_n", "bwd_num_warps"']
+    sources = [
+        p for d in ("fa_bench", "kernels", "reports", "tools") for p in (root / d).rglob("*.py")
+    ]
+    assert owner in {p.resolve() for p in sources}
+    for path in sources:
+        if path.resolve() != owner:
+            text = path.read_text(encoding="utf-8")
+            assert not [s for s in spelled if s in text], path
+
+
 def test_rules_of_thumb() -> None:
     assert tuple(rules_of_thumb(64, 1024, None, 2)) == RULES
     assert rules_of_thumb(64, 1024, H200_SMEM_BYTES, 2) == {
@@ -144,6 +160,7 @@ SWEEP = ["sweep", "--device", "cpu", "--dtype", "fp32", "--mode", "fwd", "--mode
          "--max-time", "0.05", "--min-samples", "3", "--target-noise", "0.2"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     cache = tmp_path / "tuning.json"
@@ -212,6 +229,7 @@ def test_interpreter_sweep_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     assert 'id="section-sweep-1"' in html and 'id="section-cases"' in html
 
 
+@pytest.mark.slow
 def test_budget_stops_cleanly_keeping_rows(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = tmp_path / "sweep"
@@ -226,6 +244,7 @@ def test_budget_stops_cleanly_keeping_rows(tmp_path: Path, monkeypatch) -> None:
     assert "stopped early" in result.output
 
 
+@pytest.mark.slow
 def test_parallel_compile_phase_builds_every_point_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
