@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from typer.core import TyperGroup
@@ -56,8 +57,9 @@ class _Group(TyperGroup):
                 raise
             if ctx.meta.get(_DEBUG):
                 err_console.print(traceback.format_exc(), markup=False, highlight=False)
-            print_error(err_console, f"internal error (a bug in fa-bench): {type(exc).__name__}: "
-                        f"{exc}; rerun with `fa-bench --debug ...` for the traceback")  # fmt: skip
+            what = escape(f"{type(exc).__name__}: {exc}")  # its text is not Rich markup
+            print_error(err_console, f"internal error (a bug in fa-bench): {what}; rerun with "
+                        "`fa-bench --debug ...` for the traceback")  # fmt: skip
             raise typer.Exit(BUG_EXIT) from None
 
 
@@ -74,10 +76,7 @@ app = typer.Typer(
 
 
 @app.callback()
-def _global(
-    ctx: typer.Context,
-    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
-) -> None:
+def _global(ctx: typer.Context, debug: o.Debug = False) -> None:
     ctx.meta[_DEBUG] = debug
 
 

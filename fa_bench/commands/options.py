@@ -38,6 +38,10 @@ def _opt(*names: str, help: str, panel: str | None = None, **kw: object) -> type
     return typer.Option(*names, help=help, rich_help_panel=panel, **kw)  # type: ignore[arg-type]
 
 
+# --- the app's own ---------------------------------------------------------------------
+
+Debug = Annotated[bool, _opt("--debug", help="On an internal error (exit 1), print its traceback.")]
+
 # --- shared by run and sweep: which cases ----------------------------------------------
 
 Suites = Annotated[

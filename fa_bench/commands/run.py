@@ -181,18 +181,10 @@ def _resume(req: RunRequest, rank: Rank, out: Path) -> tuple[str, bool, list[Par
     return kind, spread, parts, out
 
 
-def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
-    """Plan (or resume), execute with progress, write results; returns the exit code."""
-    try:
-        rank = detect()
-        if req.resume:
-            kind, spread, parts, out = _resume(req, rank, req.resume)
-        else:
-            plan, out = _plan_new(req, console)
-            kind, spread, parts = _split_new(req, plan, out, rank)
-    except UsageError as exc:
-        return print_error(err_console, exc)
-
+def _announce(
+    parts: list[Part], kind: str, spread: bool, rank: Rank, out: Path, console: Console
+) -> tuple[int, int]:
+    """Say where the cases run and how many are left; returns (total, already done)."""
     if parts[0].plan.options.device == "cpu":
         console.print(Panel("Running on the CPU: these timings show that the cases run and are "
                             "correct; they say nothing about GPU performance.",
@@ -205,6 +197,22 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
              "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
     mode = f" ({'spread' if spread else 'replicate'})" if kind != "single" else ""
     console.print(f"{total} cases ({done} already done){where}{mode} → {out}")
+    return total, done
+
+
+def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
+    """Plan (or resume), execute with progress, write results; returns the exit code."""
+    try:
+        rank = detect()
+        if req.resume:
+            kind, spread, parts, out = _resume(req, rank, req.resume)
+        else:
+            plan, out = _plan_new(req, console)
+            kind, spread, parts = _split_new(req, plan, out, rank)
+    except UsageError as exc:
+        return print_error(err_console, exc)
+
+    total, done = _announce(parts, kind, spread, rank, out, console)
     with RunProgress(console, total=total, already_done=done) as progress:
         outcomes = run_parts(parts, progress)
     written = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
+from fa_bench.console import RunProgress
 from fa_bench.errors import UsageError, print_error
 from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
@@ -104,11 +106,10 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
 def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) -> int:
     """Plan, measure with a progress bar, write sweep.json, optionally save the best."""
     from fa_bench.commands.run import resolve_device
-    from fa_bench.console import RunProgress
     from fa_bench.run.plan import now_iso
     from fa_bench.run.runner import RunOptions
     from fa_bench.sweep import tuning
-    from fa_bench.sweep.execute import best_entries, build_doc, execute_points, write_doc
+    from fa_bench.sweep.execute import build_doc, execute_points, write_doc
 
     try:
         device = resolve_device(req.device, req.gpu)
@@ -137,19 +138,8 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     if budget_s is not None:
         budget_s = max(0.0, budget_s - compiled["wall_s"])
     with RunProgress(console, total=len(todo)) as progress:
-
-        def on_event(event: str, point: Point, row: dict | None) -> None:
-            if row is None:
-                progress.start(point.case)
-            else:  # a measured row: its status and error are the case record's
-                progress.done(point.case, Status(row["status"]), row["error"])
-            if event == "start":
-                progress.progress.update(
-                    progress.task, description=f"{point.case.label} {point.label}"
-                )
-
         rows, env, stop = execute_points(
-            points, out, opts, budget_s=budget_s, on_event=on_event, built=built
+            points, out, opts, budget_s=budget_s, on_event=_progress_events(progress), built=built
         )
     run = {"started": started, "ended": now_iso(), "argv": list(req.argv), "device": device,
            "smem_limit_bytes": smem, "budget_minutes": req.budget_minutes, "stopped": stop,
@@ -166,15 +156,49 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     if cache_path is not None:  # --save-best (its 'off' cache was refused above)
         gpus = (env or {}).get("gpus") or []
         gpu = gpus[0]["name"] if device == "cuda" and gpus else "cpu"
-        try:
-            entries, stay = best_entries(doc, gpu, str(path), now_iso(), req.min_gain_pct / 100)
-            tuning.write_cache(cache_path, entries, remove=stay)
-        except (tuning.TuningCacheError, OSError) as exc:
-            return print_error(err_console, f"--save-best: {exc}")
-        console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
-                      f"{len(stay)} keys keep the heuristic (best within "
-                      f"{req.min_gain_pct:g}% of it, --min-gain)")  # fmt: skip
+        if not _save_best(doc, gpu, path, cache_path, req.min_gain_pct, console, err_console):
+            return 2
     return 130 if stop == "interrupted" else 0
+
+
+def _progress_events(progress: RunProgress) -> Callable[[str, Point, dict | None], None]:
+    """execute_points' events shown on the run's progress bar, the config in its label."""
+
+    def on_event(event: str, point: Point, row: dict | None) -> None:
+        if row is None:
+            progress.start(point.case)
+        else:  # a measured row: its status and error are the case record's
+            progress.done(point.case, Status(row["status"]), row["error"])
+        if event == "start":
+            progress.progress.update(progress.task, description=f"{point.case.label} {point.label}")
+
+    return on_event
+
+
+def _save_best(
+    doc: dict,
+    gpu: str,
+    path: Path,
+    cache_path: Path,
+    min_gain_pct: float,
+    console: Console,
+    err_console: Console,
+) -> bool:
+    """Write each case's best config to the tuning cache; False (said why) when it fails."""
+    from fa_bench.run.plan import now_iso
+    from fa_bench.sweep import tuning
+    from fa_bench.sweep.execute import best_entries
+
+    try:
+        entries, stay = best_entries(doc, gpu, str(path), now_iso(), min_gain_pct / 100)
+        tuning.write_cache(cache_path, entries, remove=stay)
+    except (tuning.TuningCacheError, OSError) as exc:
+        print_error(err_console, f"--save-best: {exc}")
+        return False
+    console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
+                  f"{len(stay)} keys keep the heuristic (best within "
+                  f"{min_gain_pct:g}% of it, --min-gain)")  # fmt: skip
+    return True
 
 
 def _compile_phase(
