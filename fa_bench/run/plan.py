@@ -22,6 +22,8 @@ from fa_bench.results.files import PLAN, build_document, read_journal, write_res
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
+# /2 keeps the options once, in run["options"] (as results.json records them), plus the
+# part's own GPU; /1 (read for --resume of older folders) also had a top-level copy.
 PLAN_SCHEMA = "fa-bench-plan/2"
 _OLD_PLAN_SCHEMAS = ("fa-bench-plan/1",)
 
