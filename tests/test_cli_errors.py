@@ -77,6 +77,7 @@ def test_run_and_sweep_share_one_timeout_option() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_argv_is_what_was_parsed_and_old_plans_resume(tmp_path: Path, tiny_suite) -> None:
     path = tiny_suite(["naive"], seqlens=[8, 16])
     out = tmp_path / "run"
