@@ -3,11 +3,13 @@ once and queue, marks pass when the queue reaches them, as CUDA events do."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
 from fake_nvml import UUID, FakeNvml
 
+from fa_bench.telemetry import window as window_module
 from fa_bench.telemetry.session import TelemetryConfig, TelemetrySession
 from fa_bench.telemetry.window import run_busy_window
 
@@ -59,6 +61,33 @@ class Ends:
         self.closed.append(self.stream.busy())
 
 
+class FakeClock:
+    """`time` in virtual seconds: `sleep` moves it on, and so does every reading (one tick),
+    so the host's launches take almost no time, as they do on a GPU, however busy the machine
+    running the test is. A host-timed stream flapped: one slow call made the estimate."""
+
+    TICK_S = 1e-6
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += self.TICK_S
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def virtual_time(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The stream simulated here and the window's own clock both on a FakeClock."""
+    clock = FakeClock()
+    monkeypatch.setattr(sys.modules[__name__], "time", clock)
+    monkeypatch.setattr(window_module, "time", clock)
+    return clock
+
+
 def window(stream: FakeStream, ends: Ends, per_call_s: float | None, target_s: float = 0.2):
     return run_busy_window(
         stream.call, None, mark=stream.mark, sync=stream.sync, open=ends.open,
@@ -67,7 +96,7 @@ def window(stream: FakeStream, ends: Ends, per_call_s: float | None, target_s: f
     )  # fmt: skip
 
 
-def test_readings_fall_inside_the_busy_period() -> None:
+def test_readings_fall_inside_the_busy_period(virtual_time: FakeClock) -> None:
     stream = FakeStream(0.002)
     ends = Ends(stream)
     w = window(stream, ends, per_call_s=0.002)
@@ -77,7 +106,7 @@ def test_readings_fall_inside_the_busy_period() -> None:
     assert 0 < w.readings_s <= w.seconds + 0.01
 
 
-def test_an_estimate_too_high_gets_a_second_attempt() -> None:
+def test_an_estimate_too_high_gets_a_second_attempt(virtual_time: FakeClock) -> None:
     stream = FakeStream(0.001)
     ends = Ends(stream)
     w = window(stream, ends, per_call_s=0.01)  # 10x too slow: 22 calls, 22 ms
@@ -85,7 +114,7 @@ def test_an_estimate_too_high_gets_a_second_attempt() -> None:
     assert w.seconds >= 0.2 and all(ends.opened) and all(ends.closed)
 
 
-def test_no_estimate_times_one_call_first() -> None:
+def test_no_estimate_times_one_call_first(virtual_time: FakeClock) -> None:
     stream = FakeStream(0.004)
     ends = Ends(stream)
     w = window(stream, ends, per_call_s=None, target_s=0.1)
