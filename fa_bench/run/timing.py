@@ -20,6 +20,10 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 Closure = Callable[[], object]
 
@@ -125,7 +129,7 @@ def _should_stop(
 def measure(
     fn: Closure,
     *,
-    device: object,
+    device: torch.device | str,
     config: TimingConfig,
     before: Closure | None = None,
     clock: Callable[[], float | None] | None = None,
@@ -159,7 +163,7 @@ def _measure_cpu(fn: Closure, cfg: TimingConfig, before: Closure | None) -> Timi
             return Timing(samples, "perf_counter", reason, warm, l2_flush=False)
 
 
-def l2_flush_bytes(device: object) -> int:
+def l2_flush_bytes(device: torch.device | str) -> int:
     """Twice the device's L2 (at least 256 MB, what triton.testing.do_bench zeroes)."""
     import torch
 
@@ -169,7 +173,7 @@ def l2_flush_bytes(device: object) -> int:
 
 def _measure_cuda(
     fn: Closure,
-    device: object,
+    device: torch.device | str,
     cfg: TimingConfig,
     before: Closure | None,
     clock: Callable[[], float | None] | None = None,
@@ -186,7 +190,7 @@ def _measure_cuda(
         run = _capture_graph(fn, device, before)
         before = None
 
-    def one_iteration(start: object, end: object) -> None:
+    def one_iteration(start: torch.cuda.Event, end: torch.cuda.Event) -> None:
         if before:
             before()
         if flush is not None:
@@ -241,7 +245,7 @@ def _measure_cuda(
             return Timing(samples, method, reason, warm, flush is not None, clocks)
 
 
-def _capture_graph(fn: Closure, device: object, before: Closure | None) -> Closure:
+def _capture_graph(fn: Closure, device: torch.device | str, before: Closure | None) -> Closure:
     import torch
 
     stream = torch.cuda.Stream(device)
