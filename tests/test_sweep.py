@@ -43,8 +43,8 @@ def test_expand_is_the_full_product_with_mode_fields() -> None:
 
 
 def test_shared_memory_rule_matches_the_h200_measurements() -> None:
-    """DEV_NOTES run 1: 128x128 tiles at head_dim 128 with 4 stages were OutOfResources,
-    3 stages ran."""
+    """docs/kernel.md, the development runs: 128x128 tiles at head_dim 128 with 4 stages
+    were OutOfResources, 3 stages ran."""
     case = _case()
     four = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 4}
     three = dict(four, num_stages=3)

@@ -4,7 +4,7 @@ Runs `fa-bench run` for one case (sdpa-cudnn, bf16, head_dim 128, N=16k, non-cau
 forward: the issue's anchor), then times the same call with do_bench (median, L2
 flushed by do_bench itself) and prints both. Exit 1 when they differ by more than 5%.
 
-    python tests/gpu/crosscheck_do_bench.py OUT_DIR
+    python tools/gpu/crosscheck_do_bench.py OUT_DIR
 """
 
 from __future__ import annotations

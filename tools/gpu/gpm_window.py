@@ -10,7 +10,7 @@ before the first call and after the final sync), while the field notes' 1 s copy
           CUDA events over the same calls
   long    edges with a 3 s window (does the gap shrink as 1/window?)
 
-    python3 tests/gpu/gpm_window.py
+    python3 tools/gpu/gpm_window.py
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the sweep's default and over an older default, and where each rule of thumb lands (its
 square tile's best TFLOP/s over warps and stages, and its rank), as in the HTML report.
 
-    python tests/gpu/sweep_table.py sweep.json [--old bwd:64=bm64-bn128-w8-s3 ...]
+    python tools/gpu/sweep_table.py sweep.json [--old bwd:64=bm64-bn128-w8-s3 ...]
 
 `--old MODE:HEAD_DIM=LABEL` names the config that was the default before (a row of the
 sweep); where none is given, the older default is the sweep's own default.
@@ -14,8 +14,7 @@ import argparse
 import json
 
 from fa_bench.reports.sweep_figures import rule_of_thumb_table
-
-RULES = ("sqrt(M/3d)", "256@d64,192@d128", "by seqlen")  # rules_of_thumb order
+from fa_bench.sweep.space import RULES
 
 
 def _n(seqlen: int) -> str:

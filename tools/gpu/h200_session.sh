@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
 # The GPU validation of the open issues, in phases sized for the device tool's 10-minute
-# calls. Run from the repo root on the H200 after the install prefix that
-# ../shared/tools/device-prep.sh prints; results go to fa-bench-out/ (kept while the
+# calls. Run from the repo root on the H200; results go to fa-bench-out/ (kept while the
 # machine stays warm) and are copied to $OUT. Each long run stops itself with SIGINT
 # before the call's limit and is finished by the next call with --resume.
-#   bash tests/gpu/h200_session.sh checks      # gpu tests, env, do_bench cross-check
-#   bash tests/gpu/h200_session.sh probe       # issues 4+6: GPM window, clock settling, warm-up A/A
-#   bash tests/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
-#   bash tests/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
-#   bash tests/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
-#   bash tests/gpu/h200_session.sh memory      # issue 3: fwd+bwd peak memory at 16k
-#   bash tests/gpu/h200_session.sh first       # checks, memory, multigpu, then standard
-#   bash tests/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
-#   bash tests/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
-#   bash tests/gpu/h200_session.sh sweep       # issue 7: sweep and save (then sweep-ab if time)
-#   bash tests/gpu/h200_session.sh heuristic-fp32 # the same for the fp32 d64 backward
-#   CACHE=F bash tests/gpu/h200_session.sh sweep-ab  # issue 7: triton before/after with F
-#   bash tests/gpu/h200_session.sh sweep-causal # issue 7: causal forward tiles, 512-4k
-#   bash tests/gpu/h200_session.sh heuristic   # issue 7: new vs old heuristic (d64 bwd, short causal fwd)
+#
+# Needs fa-bench installed with its dependencies (plotly for the report) and nothing
+# outside this repository. On a machine without a package index, name a folder of the
+# wheels it lacks (e.g. plotly's) with FA_BENCH_WHEELS=DIR: the script then installs them
+# into .site and this checkout editable before the phase; without them it stops with a
+# message saying what is missing.
+#
+# Phases:
+#   bash tools/gpu/h200_session.sh checks      # gpu tests, env, do_bench cross-check
+#   bash tools/gpu/h200_session.sh standard    # issues 2+3: the standard suite, 5 impls
+#   bash tools/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
+#   bash tools/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
+#   bash tools/gpu/h200_session.sh memory      # issue 3: fwd+bwd peak memory at 16k
+#   bash tools/gpu/h200_session.sh first       # checks, memory, multigpu, then standard
+#   bash tools/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
+#   bash tools/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
+#   bash tools/gpu/h200_session.sh sweep       # issue 7: sweep and save (then sweep-ab if time)
+#   bash tools/gpu/h200_session.sh heuristic-fp32 # the same for the fp32 d64 backward
+#   CACHE=F bash tools/gpu/h200_session.sh sweep-ab  # issue 7: triton before/after with F
+#   bash tools/gpu/h200_session.sh sweep-causal # issue 7: causal forward tiles, 512-4k
+#   bash tools/gpu/h200_session.sh heuristic   # issue 7: new vs old heuristic (d64 bwd, short causal fwd)
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off
+
+if [ -n "${FA_BENCH_WHEELS:-}" ] && [ -z "${FA_BENCH_WHEELS_DONE:-}" ]; then
+  if ! ls "$FA_BENCH_WHEELS"/*.whl > /dev/null 2>&1; then
+    echo "FA_BENCH_WHEELS=$FA_BENCH_WHEELS: no .whl files there" >&2; exit 2
+  fi
+  python3 -m pip install -q --no-index --no-deps --target .site "$FA_BENCH_WHEELS"/*.whl \
+    && export PYTHONPATH=$PWD/.site${PYTHONPATH:+:$PYTHONPATH} \
+    && python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+  export FA_BENCH_WHEELS_DONE=1  # the phases that call this script again skip the install
+fi
+if ! command -v fa-bench > /dev/null || ! python3 -c "import fa_bench, plotly" 2> /dev/null; then
+  echo "$0: fa-bench or plotly is not importable here: pip install -e . (offline:" \
+    "FA_BENCH_WHEELS=DIR with the missing wheels; see the top of this script)" >&2
+  exit 2
+fi
 OUT=${OUT:-/tmp/out}
 RUNS=fa-bench-out
 mkdir -p "$RUNS" "$OUT"
@@ -35,8 +56,8 @@ checks)
   # copy-vs-NVML check pass on the other tests' traffic).
   timeout 120 pytest -q -m gpu -p no:cacheprovider tests/test_telemetry.py \
     tests/test_timing.py 2>&1 | tail -30 >> "$OUT/gpu-tests.txt"
-  python3 tests/gpu/gpm_window.py > "$OUT/gpm.txt" 2>&1
-  python3 tests/gpu/crosscheck_do_bench.py "$RUNS/xcheck" > "$OUT/xcheck.txt" 2>&1
+  python3 tools/gpu/gpm_window.py > "$OUT/gpm.txt" 2>&1
+  python3 tools/gpu/crosscheck_do_bench.py "$RUNS/xcheck" > "$OUT/xcheck.txt" 2>&1
   grep -E "passed|failed" "$OUT/gpu-tests.txt"; cat "$OUT/gpm.txt"; grep XCHECK "$OUT/xcheck.txt"
   ;;
 standard)
@@ -228,5 +249,5 @@ first)
   (cd "$OUT" && tar czf logs.tgz --remove-files ./*.txt ./*.log multi-results.json)
   ;;
 *)
-  echo "usage: $0 probe|checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab|sweep-causal|heuristic|heuristic-fp32" >&2; exit 2 ;;
+  echo "usage: $0 checks|standard|telemetry|multigpu|memory|first|gate|warmup|sweep|sweep-ab|sweep-causal|heuristic|heuristic-fp32" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ calls, times every call with CUDA events, and polls NVML's SM clock and power ev
 It prints, per bin of time since onset, the median call latency, the mean SM clock and
 power, and the time after which the latency stays within 1% of its 1.0-1.5 s level.
 
-    python3 tests/gpu/clock_settle.py
+    python3 tools/gpu/clock_settle.py
 """
 
 from __future__ import annotations
