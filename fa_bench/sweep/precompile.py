@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import active_children, get_context
 
 from fa_bench.sweep.space import Point
@@ -93,12 +93,8 @@ def precompile(
     to a task.
 
     Returns ({point id: {"compile_s", "error"}}, a summary for sweep.json's `run`)."""
-    summary: dict[str, object] = {
-        "jobs": jobs,
-        "groups": len(groups),
-        "wall_s": 0.0,
-        "stopped": None,
-    }
+    summary: dict[str, object]
+    summary = {"jobs": jobs, "groups": len(groups), "wall_s": 0.0, "stopped": None}
     if jobs < 1 or not groups:
         return {}, summary
     dev = "cuda" if device == "cuda" else "cpu"
@@ -112,19 +108,8 @@ def precompile(
             pool.submit(_build_group, dev, [(p.id, p.case.to_dict(), dict(p.fields)) for p in g])
             for g in groups
         }
-        done_groups = 0
-        while pending:
-            left = None if deadline_s is None else deadline_s - (time.monotonic() - start)
-            if left is not None and left <= 0:
-                summary["stopped"] = "deadline"
-                break
-            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            for fut in done:
-                for point_id, seconds, error in fut.result():
-                    built[point_id] = {"compile_s": seconds, "error": error or None}
-                done_groups += 1
-            if on_progress:
-                on_progress(done_groups, len(groups))
+        deadline_at = None if deadline_s is None else start + deadline_s
+        summary["stopped"] = _collect(pending, built, deadline_at, len(groups), on_progress)
     except Exception as exc:  # a broken pool must not cost the sweep its measurements
         summary["stopped"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -139,3 +124,27 @@ def precompile(
     summary["built"] = len(built)
     summary["failed"] = sum(1 for b in built.values() if b["error"])
     return built, summary
+
+
+def _collect(
+    pending: set[Future],
+    built: dict[str, dict],
+    deadline_at: float | None,
+    total: int,
+    on_progress: Progress | None,
+) -> str | None:
+    """Record each finished group's builds in `built` until every group is done (None) or
+    the monotonic clock passes `deadline_at` ("deadline")."""
+    done_groups = 0
+    while pending:
+        left = None if deadline_at is None else deadline_at - time.monotonic()
+        if left is not None and left <= 0:
+            return "deadline"
+        done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+        for fut in done:
+            for point_id, seconds, error in fut.result():
+                built[point_id] = {"compile_s": seconds, "error": error or None}
+            done_groups += 1
+        if on_progress:
+            on_progress(done_groups, total)
+    return None
