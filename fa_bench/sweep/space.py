@@ -36,7 +36,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from fa_bench.case import Case, Mode
 from fa_bench.sweep.vocab import (
@@ -47,6 +47,9 @@ from fa_bench.sweep.vocab import (
     mode_fields,
     short_fields,
 )
+
+if TYPE_CHECKING:
+    from fa_bench.kernels.flash_config import FlashConfig
 
 H200_SMEM_BYTES = 232448  # 227 KB: shared_memory_per_block_optin on the H200
 # The rules of thumb by name, in the order the report and docs list them (`rules_of_thumb`).
@@ -86,8 +89,10 @@ class SweepSpace:
         return ",".join(str(v) for v in getattr(self, axis))
 
 
-def heuristic_config(case: Case, capability: tuple[int, int] | None) -> object:
-    """The default heuristic's FlashConfig for a case (the tuning cache is not consulted)."""
+def _heuristic_config(case: Case, capability: tuple[int, int] | None) -> FlashConfig:
+    """The default heuristic's FlashConfig for a case on a GPU of `capability` (None: the
+    CPU interpreter), as the `triton` adapter picks it minus the tuning cache; planning
+    takes the capability, not a device, so a sweep is planned without one."""
     from fa_bench.kernels.flash_config import default_config, pad_pow2
 
     return default_config(pad_pow2(case.head_dim), case.dtype.torch(), case.causal, capability,
@@ -175,7 +180,7 @@ def sweep_points(
     points: list[Point] = []
     for case in cases:
         mode = case.mode.value
-        default = mode_fields(heuristic_config(case, capability), mode)
+        default = mode_fields(_heuristic_config(case, capability), mode)
         configs = [default] + [f for f in expand(space, mode) if f != default]
         names = MODE_FIELDS[mode]
         rules = _rule_tiles(case, default, smem_limit_bytes) if with_rules else {}
