@@ -229,7 +229,7 @@ def check_accuracy(
     tensors = {
         name: _tensor_report(x.detach(), take(x), r, b, terms)
         for name, (x, take, r, b) in candidates.items()
-        if x is not None and r is not None
+        if x is not None and r is not None and b is not None
     }
     heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
     return {

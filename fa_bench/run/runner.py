@@ -107,12 +107,15 @@ class Worker:
             text=True,
             start_new_session=True,  # Ctrl-C reaches the runner, which stops the worker
         )
+        if self.proc.stdin is None or self.proc.stdout is None:  # PIPE gives both
+            raise WorkerError("worker started without its protocol pipes")
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.stop: threading.Event | None = None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self._stdout:
             self._lines.put(line)
         self._lines.put(None)
 
@@ -162,8 +165,8 @@ class Worker:
         if options is not None:
             msg["options"] = options
         try:
-            self.proc.stdin.write(json.dumps(msg) + "\n")
-            self.proc.stdin.flush()
+            self._stdin.write(json.dumps(msg) + "\n")
+            self._stdin.flush()
         except (BrokenPipeError, OSError):
             self.proc.wait(timeout=10)
             raise WorkerError(self._death_message()) from None
@@ -172,8 +175,8 @@ class Worker:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
-                self.proc.stdin.flush()
+                self._stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self._stdin.flush()
                 self.proc.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
