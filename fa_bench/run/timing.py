@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -199,9 +199,23 @@ def _measure_cuda(
         run()
         end.record()
 
-    # Two synchronized calls estimate one call's cost (to size the batches between
-    # synchronizations); the rest of the warm-up runs back to back, keeping the GPU as
-    # busy as the samples will, so its clock settles under the same load.
+    warm, est_ms = _warm_up(one_iteration, device, cfg.warmup_ms)
+    batch = int(min(100, max(1, 20.0 / est_ms)))
+    samples, clocks, reason = _sample(one_iteration, device, cfg, batch, clock)
+    method = "cuda-graph" if cfg.cuda_graph else "cuda-events"
+    return Timing(samples, method, reason, warm, flush is not None, clocks)
+
+
+def _warm_up(
+    one_iteration: Callable[[Any, Any], None], device: torch.device | str, warmup_ms: float
+) -> tuple[int, float]:
+    """Warm up for `warmup_ms`; returns (calls made, one call's estimated device ms).
+
+    Two synchronized calls estimate one call's cost (to size the batches between
+    synchronizations); the rest of the warm-up runs back to back, keeping the GPU as
+    busy as the samples will, so its clock settles under the same load."""
+    import torch
+
     torch.cuda.synchronize(device)
     t_start = time.perf_counter()
     for _ in range(2):
@@ -213,12 +227,23 @@ def _measure_cuda(
     iter_ms = (time.perf_counter() - t0) * 1e3  # the second call: flush and launch included
     est_ms = max(s.elapsed_time(e), 1e-3)
     spent_ms = (time.perf_counter() - t_start) * 1e3
-    more = math.ceil(max(0.0, cfg.warmup_ms - spent_ms) / max(iter_ms, 1e-3))
+    more = math.ceil(max(0.0, warmup_ms - spent_ms) / max(iter_ms, 1e-3))
     for _ in range(min(more, 100_000)):
         one_iteration(s, e)
         warm += 1
     torch.cuda.synchronize(device)
-    batch = int(min(100, max(1, 20.0 / est_ms)))
+    return warm, est_ms
+
+
+def _sample(
+    one_iteration: Callable[[Any, Any], None],
+    device: torch.device | str,
+    cfg: TimingConfig,
+    batch: int,
+    clock: Callable[[], float | None] | None,
+) -> tuple[list[float], list[float], str]:
+    """Timed batches of `batch` calls until `_should_stop`; (samples ms, SM clocks, why)."""
+    import torch
 
     samples: list[float] = []
     clocks: list[float] = []
@@ -241,8 +266,7 @@ def _measure_cuda(
             timed_s += ms / 1e3
         reason = _should_stop(samples, timed_s, time.perf_counter() - start, cfg)
         if reason:
-            method = "cuda-graph" if cfg.cuda_graph else "cuda-events"
-            return Timing(samples, method, reason, warm, flush is not None, clocks)
+            return samples, clocks, reason
 
 
 def _capture_graph(fn: Closure, device: torch.device | str, before: Closure | None) -> Closure:
