@@ -12,7 +12,6 @@ the same file runs the compiled kernels and the interpreter tests skip.
 
 from __future__ import annotations
 
-import math
 import os
 
 import pytest
@@ -25,6 +24,7 @@ pytest.importorskip("triton")
 
 from fa_bench.kernels.flash_attention import flash_attention
 from fa_bench.kernels.flash_config import FlashConfig, default_config
+from fa_bench.run.accuracy import reference_attention
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 cpu_only = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 (CPU runs)")
@@ -36,20 +36,13 @@ SMALL = FlashConfig(block_m=32, block_n=16, bwd_block_m=16, bwd_block_n=32)
 CPU_DTYPES = [(torch.float32, 2e-5, 2e-5), (torch.float16, 4e-3, 4e-3)]
 
 
-def reference(q, k, v, causal, scale=None, dtype=torch.float64):
-    """Plain attention in `dtype` with explicit masking; rows without keys give 0."""
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-1, -2)) * scale
-    sq, sk = q.shape[2], k.shape[2]
-    if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
-        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
-    p = torch.softmax(s, -1)
-    return p.nan_to_num(0.0) @ v
+def reference(q, k, v, causal, scale=None, dtype=torch.float64, do=None):
+    """The project's reference (fa_bench.run.accuracy.reference_attention) in `dtype`: in
+    float64 the specification, in the inputs' dtype plain PyTorch attention. Returns
+    (o, lse, dq, dk, dv); the grads are None without `do`."""
+    q, k, v = (t.detach().to(dtype) for t in (q, k, v))
+    do = None if do is None else do.to(dtype)
+    return reference_attention(q, k, v, causal=causal, scale=scale, do=do)
 
 
 def make(b, hq, hk, sq, sk, d, dtype, device="cpu", bshd=False, seed=0):
@@ -65,15 +58,18 @@ def make(b, hq, hk, sq, sk, d, dtype, device="cpu", bshd=False, seed=0):
     return one(hq, sq), one(hk, sk), one(hk, sk)
 
 
+def output_grad(o):
+    """The one dO every comparison uses."""
+    return torch.randn(o.shape, generator=torch.Generator().manual_seed(1)).to(o)
+
+
 def run_both(q, k, v, causal, config=SMALL, ref_dtype=torch.float64):
     """(ours: o, dq, dk, dv), (reference in ref_dtype: o, dq, dk, dv) for one dO."""
     o = flash_attention(q, k, v, causal=causal, config=config)
-    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(1)).to(o)
+    do = output_grad(o)
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
-    qr, kr, vr = (t.detach().to(ref_dtype).requires_grad_() for t in (q, k, v))
-    ref = reference(qr, kr, vr, causal, dtype=ref_dtype)
-    rq, rk, rv = torch.autograd.grad(ref, (qr, kr, vr), do.to(ref_dtype))
-    return (o, dq, dk, dv), (ref, rq, rk, rv)
+    ref = reference(q, k, v, causal, dtype=ref_dtype, do=do)
+    return (o, dq, dk, dv), (ref.o, ref.dq, ref.dk, ref.dv)
 
 
 def assert_close(ours, ref, atol, rtol):
@@ -138,19 +134,17 @@ def test_rows_without_keys_are_zero_with_zero_grads():
 def test_lse_natural_log(causal):
     q, k, v = make(1, 2, 2, 37, 53, 64, torch.float32)
     _, lse = flash_attention(q, k, v, causal=causal, return_lse=True, config=SMALL)
-    s = (q.double() @ k.double().transpose(-1, -2)) / 8.0
-    if causal:
-        i, j = torch.arange(37)[:, None], torch.arange(53)[None, :]
-        s = s.masked_fill(j > i + 16, float("-inf"))
     assert lse.dtype == torch.float32 and lse.shape == (1, 2, 37)
-    torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), atol=1e-5, rtol=1e-5)
+    want = reference(q, k, v, causal).lse  # natural log, scale 1/sqrt(64)
+    torch.testing.assert_close(lse.double(), want, atol=1e-5, rtol=1e-5)
 
 
 @cpu_only
 def test_scale_and_default_config():
     q, k, v = make(1, 2, 2, 20, 20, 16, torch.float32)
     o = flash_attention(q, k, v, scale=0.3)  # the default (interpreter) config
-    torch.testing.assert_close(o.double(), reference(q, k, v, False, scale=0.3), atol=2e-5, rtol=0)
+    want = reference(q, k, v, False, scale=0.3).o
+    torch.testing.assert_close(o.double(), want, atol=2e-5, rtol=0)
 
 
 @cpu_only
@@ -251,10 +245,8 @@ _FLOOR = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**
 def assert_within_pytorch_error(q, k, v, causal, config=None):
     """Our error vs float64 <= 2 × PyTorch-in-dtype's error + the dtype's rounding floor."""
     ours, exact = run_both(q, k, v, causal, config=config)
-    qt, kt, vt = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    plain = reference(qt, kt, vt, causal, dtype=q.dtype)
-    do = torch.randn(plain.shape, generator=torch.Generator().manual_seed(1)).to(plain)
-    theirs = (plain, *torch.autograd.grad(plain, (qt, kt, vt), do))
+    plain = reference(q, k, v, causal, dtype=q.dtype, do=output_grad(ours[0]))
+    theirs = (plain.o, plain.dq, plain.dk, plain.dv)
     for name, a, t, r in zip(("o", "dq", "dk", "dv"), ours, theirs, exact, strict=True):
         ours_err = (a.double() - r).abs().max().item()
         torch_err = (t.double() - r).abs().max().item()
@@ -327,4 +319,4 @@ def test_registered_impl_check_and_builder():
     assert "head_dim" in impl.unsupported_reason(Case(**{**case.to_dict(), "head_dim": 36}), cpu)
     q, k, v = make(1, 4, 2, 33, 50, 40, torch.float32)
     o = impl.prepare(case, q, k, v).fn(q, k, v)
-    torch.testing.assert_close(o.double(), reference(q, k, v, True), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(o.double(), reference(q, k, v, True).o, atol=2e-5, rtol=2e-5)
