@@ -3,9 +3,9 @@ arbitrary sequence lengths, head dims that are multiples of 8 up to 256, and any
 whose last one is 1.
 
 Reads top-down: the launchers of the `@triton.jit` kernels (which live in
-fa_bench.kernels.flash_kernels: forward, backward preprocessing, dK/dV, dQ; imported at
-the first launch, see `_kernels`), then the `torch.autograd.Function`, then
-`flash_attention`.
+fa_bench.kernels.flash_kernels, the forward, and flash_kernels_bwd, the backward
+preprocessing, dK/dV and dQ; imported at the first launch, see `_kernels`), then the
+`torch.autograd.Function`, then `flash_attention`.
 
 Conventions inside the kernels:
 - scores live in the log2 domain: s2 = (q·k) · scale · log2(e), so exp2 replaces exp;
@@ -22,15 +22,27 @@ from __future__ import annotations
 import functools
 import math
 import os
-from types import ModuleType
+from types import SimpleNamespace
 
 import torch
 
-from fa_bench.kernels.flash_config import FlashConfig, heuristic_config, pad_pow2
+from fa_bench.kernels.flash_config import (
+    HEAD_DIM_MULTIPLE,
+    MAX_HEAD_DIM,
+    FlashConfig,
+    heuristic_config,
+    pad_pow2,
+)
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Rows per program of the backward's preprocessing (delta = rowsum(dO·O)): a cheap
+# elementwise pass whose tile is not part of FlashConfig.
+_PREPROCESS_ROWS = 64
+# TMA (device-side tensor descriptors) needs sm_90+ and 16-byte aligned bases and strides.
+_TMA_MIN_MAJOR = 9
+_TMA_ALIGN_BYTES = 16
 
 
 # ---------------------------------------------------------------------------------------
@@ -43,13 +55,18 @@ def _interpreting() -> bool:
 
 
 @functools.cache
-def _kernels() -> ModuleType:
+def _kernels() -> SimpleNamespace:
     """The `@triton.jit` kernels, imported (with triton) at the first launch: whether
     triton interprets is fixed when triton and the kernels are first imported, so
     importing this module must not import them (see the package docstring)."""
-    from fa_bench.kernels import flash_kernels
+    from fa_bench.kernels import flash_kernels, flash_kernels_bwd
 
-    return flash_kernels
+    return SimpleNamespace(
+        fwd=flash_kernels._fwd_kernel,
+        preprocess=flash_kernels_bwd._bwd_preprocess_kernel,
+        dkdv=flash_kernels_bwd._bwd_dkdv_kernel,
+        dq=flash_kernels_bwd._bwd_dq_kernel,
+    )
 
 
 def _cdiv(n: int, d: int) -> int:
@@ -61,7 +78,7 @@ def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
     return f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
 
 
-def _validate(q: object, k: object, v: object, scale: float | None) -> None:
+def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
     """Raise TypeError/ValueError (with the shapes) for inputs the kernels cannot take."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -85,8 +102,11 @@ def _validate(q: object, k: object, v: object, scale: float | None) -> None:
         raise ValueError(
             f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}); {shapes}"
         )
-    if head_dim % 8 or head_dim > 256:
-        raise ValueError(f"head_dim must be a multiple of 8 and <= 256, got {head_dim}; {shapes}")
+    if head_dim % HEAD_DIM_MULTIPLE or head_dim > MAX_HEAD_DIM:
+        raise ValueError(
+            f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "
+            f"got {head_dim}; {shapes}"
+        )
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}/{k.device}/{v.device}")
     if q.device.type == "cpu" and not _interpreting():
@@ -151,11 +171,12 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
     """TMA needs sm_90+, 16-byte aligned bases and 16-byte multiple strides."""
     if _interpreting() or tensors[0].device.type != "cuda":
         return False
-    if _capability(tensors[0].device.index or 0)[0] < 9:
+    if _capability(tensors[0].device.index or 0)[0] < _TMA_MIN_MAJOR:
         return False
+    align = _TMA_ALIGN_BYTES
     for t in tensors:
         size = t.element_size()
-        if t.data_ptr() % 16 or any((s * size) % 16 for s in _strides(t)):
+        if t.data_ptr() % align or any((s * size) % align for s in _strides(t)):
             return False
     return True
 
@@ -169,13 +190,13 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
     if use_tma:
         _ensure_tma_allocator()
     grid = (_cdiv(seq_q, cfg.block_m), batch * heads_q)
-    _kernels()._fwd_kernel[grid](
+    _kernels().fwd[grid](
         q, k, v, o, lse2,
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         heads_q, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_pow2(head_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=causal, EVEN_M=seq_q % cfg.block_m == 0,
+        CAUSAL=causal, EVEN_Q=seq_q % cfg.block_m == 0,
         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize,
         DOT_PREC=_dot_precision(q.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -191,27 +212,29 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
     do = _last_dim_unit(do)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(lse2)
-    pre_block = 64
-    _kernels()._bwd_preprocess_kernel[(_cdiv(seq_q, pre_block), batch * heads_q)](
+    rows = _PREPROCESS_ROWS
+    _kernels().preprocess[(_cdiv(seq_q, rows), batch * heads_q)](
         o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=pre_block,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=rows,
     )  # fmt: skip
-    small, large = cfg.bwd_block_m, cfg.bwd_block_n
+    # dK/dV holds `held` keys and streams query rows; dQ holds `held` query rows and
+    # streams keys (see kernels/flash_config.py).
+    held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
     prec = _dot_precision(q.dtype)
-    _kernels()._bwd_dkdv_kernel[(_cdiv(seq_k, large), batch * heads_kv)](
+    _kernels().dkdv[(_cdiv(seq_k, held), batch * heads_kv)](
         q, k, v, do, dk, dv, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         heads_q, heads_kv, group, seq_q, seq_k, scale * _LOG2E, scale,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=small, BLOCK_N=large,
-        CAUSAL=causal, EVEN_M=seq_q % small == 0, EVEN_N=seq_k % large == 0, DOT_PREC=prec,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_HELD=held, BLOCK_STREAMED=streamed,
+        CAUSAL=causal, EVEN_Q=seq_q % streamed == 0, EVEN_K=seq_k % held == 0, DOT_PREC=prec,
         num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
     )  # fmt: skip
-    _kernels()._bwd_dq_kernel[(_cdiv(seq_q, large), batch * heads_q)](
+    _kernels().dq[(_cdiv(seq_q, held), batch * heads_q)](
         q, k, v, do, dq, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
         heads_q, group, seq_q, seq_k, scale * _LOG2E, scale,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=large, BLOCK_N=small,
-        CAUSAL=causal, EVEN_M=seq_q % large == 0, DOT_PREC=prec,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_HELD=held, BLOCK_STREAMED=streamed,
+        CAUSAL=causal, EVEN_Q=seq_q % held == 0, DOT_PREC=prec,
         num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
     )  # fmt: skip
     return dq, dk, dv

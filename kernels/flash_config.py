@@ -23,12 +23,19 @@ consulted by the `triton` registry adapter in kernels/triton_impl.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 _WARPS = (1, 2, 4, 8, 16)
 # Tile bounds: `tl.dot` takes no operand dimension under 16; 256 is the largest tile a
 # config may ask for (as large as the largest head_dim).
 MIN_TILE = 16
 MAX_TILE = 256
+# What the kernels take: head_dim a multiple of 8 (16-byte rows in fp16/bf16) up to 256.
+HEAD_DIM_MULTIPLE = 8
+MAX_HEAD_DIM = 256
 
 
 def _is_pow2(x: int) -> bool:
@@ -96,7 +103,7 @@ _SHORT_CAUSAL_SEQLEN = 1024
 
 def default_config(
     head_dim: int,
-    dtype: object,
+    dtype: torch.dtype,
     causal: bool,
     device_capability: tuple[int, int] | None,
     seqlen: int | None = None,
@@ -138,6 +145,9 @@ def default_config(
 
     hopper = device_capability[0] >= 9
     wide = dtype == torch.float32
+    # FlashConfig fields by name, checked by FlashConfig (Any: mypy cannot match `**` to them)
+    cfg: dict[str, Any]
+    bwd: dict[str, Any]
     if head_dim <= 64:
         cfg = dict(block_m=128, block_n=64, num_warps=4, num_stages=3)
         bwd = dict(bwd_block_m=64, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3)
@@ -164,7 +174,7 @@ def default_config(
 
 
 def heuristic_config(
-    head_dim: int, dtype: object, causal: bool, device: object, seqlen: int
+    head_dim: int, dtype: torch.dtype, causal: bool, device: torch.device, seqlen: int
 ) -> FlashConfig:
     """`default_config` for tensors on `device` (a torch.device): pads `head_dim` (the real
     one) and reads the GPU's compute capability; the CPU gets the interpreter's config."""

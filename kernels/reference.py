@@ -16,13 +16,19 @@ import math
 import re
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from fa_bench.case import Case, DType
 from fa_bench.registry import Prepared, Unsupported, register
 
+if TYPE_CHECKING:
+    from torch.nn.attention import SDPBackend
+    from torch.nn.attention.bias import CausalBias
+
 AttnFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+_R = TypeVar("_R")
 
 _HALF = (DType.FP16, DType.BF16)
 
@@ -110,7 +116,9 @@ _NO_KERNEL = ("No available kernel", "No viable backend")
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)")
 
 
-def _pinned(backend: object, call: AttnFn) -> AttnFn:
+def _pinned(
+    backend: SDPBackend, call: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], _R]
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], _R]:
     """`call` with only `backend` enabled, as `sdpa_kernel(backend)` would do.
 
     `sdpa_kernel` costs ~10 µs per entry on a slow CPU (a generator context manager and
@@ -133,13 +141,13 @@ def _pinned(backend: object, call: AttnFn) -> AttnFn:
         names = None
     if not names:
 
-        def fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> _R:
             with attention.sdpa_kernel(backend):
                 return call(q, k, v)
 
         return fallback
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> _R:
         previous = [get() for get, _, _ in flags]
         for _, set_flag, enabled in flags:
             set_flag(enabled)
@@ -153,7 +161,12 @@ def _pinned(backend: object, call: AttnFn) -> AttnFn:
 
 
 def _dispatched_backend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: object, is_causal: bool, gqa: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: CausalBias | None,
+    is_causal: bool,
+    gqa: bool,
 ) -> str:
     """The backend SDPA picks under the currently enabled flags; "unknown" if torch hides it.
 

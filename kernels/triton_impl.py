@@ -17,16 +17,24 @@ from dataclasses import replace
 
 import torch
 
-from fa_bench.case import Case, DType
-from fa_bench.kernels.flash_config import FlashConfig, heuristic_config
+from fa_bench.case import Case, DType, Mode
+from fa_bench.kernels.flash_config import (
+    HEAD_DIM_MULTIPLE,
+    MAX_HEAD_DIM,
+    FlashConfig,
+    heuristic_config,
+)
 from fa_bench.registry import Prepared, register
 from fa_bench.sweep import tuning
 
 
 def _check(case: Case, device: object) -> str | None:
     """Why `triton` cannot run this case on `device`, or None."""
-    if case.head_dim % 8 or case.head_dim > 256:
-        return f"head_dim must be a multiple of 8 and <= 256, got {case.head_dim}"
+    if case.head_dim % HEAD_DIM_MULTIPLE or case.head_dim > MAX_HEAD_DIM:
+        return (
+            f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "
+            f"got {case.head_dim}"
+        )
     if getattr(device, "type", str(device)) == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
             return "CPU runs need the Triton interpreter (TRITON_INTERPRET=1)"
@@ -35,7 +43,9 @@ def _check(case: Case, device: object) -> str | None:
     return None
 
 
-def case_config(case: Case, device: object, fields: dict | None = None) -> tuple[FlashConfig, str]:
+def case_config(
+    case: Case, device: torch.device, fields: dict | None = None
+) -> tuple[FlashConfig, str]:
     """The config `case` runs with on `device` (a torch.device), and its source:
     `fields` (a sweep's) over the heuristic ("sweep"), else the tuning cache at
     $FA_BENCH_TUNING_CACHE / the default location over the heuristic."""
@@ -61,8 +71,8 @@ def case_config(case: Case, device: object, fields: dict | None = None) -> tuple
         "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
         "exp2, TMA loads on Hopper, deterministic backward, GQA, bottom-right causal"
     ),
-    modes=("fwd", "bwd", "fwd_bwd"),
-    dtypes=("fp32", "fp16", "bf16"),
+    modes=(Mode.FWD, Mode.BWD, Mode.FWD_BWD),
+    dtypes=(DType.FP32, DType.FP16, DType.BF16),
     devices=("cuda", "cpu"),
     check=_check,
 )

@@ -1,0 +1,245 @@
+"""The backward `@triton.jit` kernels of our FlashAttention-2, in the order they run:
+preprocessing (delta = rowsum(dO·O)), dK/dV, dQ. Names, flags and the compile-time shape
+checks are those of flash_kernels.py (the forward and the tile helpers, which these
+share); launched by fa_bench.kernels.flash_attention.
+
+Triton decides when these functions are defined whether to interpret them, so
+TRITON_INTERPRET must be set before this module (or triton) is first imported.
+"""
+
+import triton
+import triton.language as tl
+
+from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
+
+
+@triton.jit
+def _bwd_preprocess_kernel(
+    # tensors: the forward's output, its gradient, and delta (B, Hq, Sq) fp32 to write
+    Out, DO, DELTA,
+    # strides in elements (batch, head, seq); the last dimension's stride is 1
+    stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
+    # sizes
+    heads_q, seq_q,
+    # constexpr: register tile shapes
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """delta[row] = sum_d dO[row, d] · O[row, d] in fp32, for BLOCK_M rows per program."""
+    # no tl.dot here, but its 64-row tile meets the same rule
+    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_M)
+    pid_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // heads_q).to(tl.int64)
+    off_h = (off_bh % heads_q).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    o_base = Out + off_b * stride_ob + off_h * stride_oh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    o = load_rows(o_base, offs_m, stride_os, offs_d, seq_q, HEAD_DIM, True, True)
+    do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, True, True)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(DELTA + off_bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
+
+
+@triton.jit
+def _bwd_dkdv_inner(
+    # the held keys' accumulators and tiles
+    dk, dv, k, v,
+    # this q head's Q, dO, lse2 and delta, streamed
+    q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
+    # the query rows [lo, hi) to stream; offsets; sizes and the log2-domain scale
+    lo, hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
+    # ON_DIAGONAL: the query blocks that straddle these keys' causal diagonal, whose scores
+    # need the causal mask; the other loop's blocks see every held key.
+    ON_DIAGONAL: tl.constexpr, EVEN_Q: tl.constexpr, MASK_D: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    for start_m in range(lo, hi, BLOCK_STREAMED):
+        offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
+        q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+        do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+        if EVEN_Q:
+            lse2 = tl.load(lse_base + offs_m)
+            delta = tl.load(delta_base + offs_m)
+        else:
+            # rows past the end get lse2 = +inf, hence p = 0
+            lse2 = tl.load(lse_base + offs_m, mask=offs_m < seq_q, other=float("inf"))
+            delta = tl.load(delta_base + offs_m, mask=offs_m < seq_q, other=0.0)
+        qk_t = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)  # (BLOCK_HELD, BLOCK_STREAMED)
+        p_t = tl.math.exp2(qk_t * qk_scale - lse2[None, :])
+        if ON_DIAGONAL:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PREC)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    # tensors: inputs, dO, the gradients to write, and the saved lse2 and delta
+    Q, K, V, DO, DK, DV, LSE, DELTA,
+    # strides in elements (batch, head, seq); the last dimension's stride is 1
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
+    stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
+    # sizes, scale · log2(e) for the scores and the plain scale for dK
+    heads_q, heads_kv, group, seq_q, seq_k, qk_scale, sm_scale,
+    # constexpr: register tile shapes (held keys, streamed query rows) and code paths
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_HELD: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One program: BLOCK_HELD keys of one (batch, kv head); streams BLOCK_STREAMED query
+    rows at a time and loops over the group's q heads."""
+    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
+    MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
+    pid_n = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // heads_kv).to(tl.int64)
+    off_hk = (off_bh % heads_kv).to(tl.int64)
+    n0 = pid_n * BLOCK_HELD
+    offs_n = n0 + tl.arange(0, BLOCK_HELD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    k_base = K + off_b * stride_kb + off_hk * stride_kh
+    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    # Keys past the end load as 0; their dK/dV rows are computed but never stored.
+    k = load_rows(k_base, offs_n, stride_ks, offs_d, seq_k, HEAD_DIM, not EVEN_K, MASK_D)
+    v = load_rows(v_base, offs_n, stride_vs, offs_d, seq_k, HEAD_DIM, not EVEN_K, MASK_D)
+    dk = tl.zeros([BLOCK_HELD, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_HELD, HEAD_DIM_PAD], dtype=tl.float32)
+
+    causal_off = seq_k - seq_q
+    m_tiles_end = tl.cdiv(seq_q, BLOCK_STREAMED) * BLOCK_STREAMED
+    if CAUSAL:
+        # rows < n0 - off see none of these keys; rows >= n0 + BLOCK_HELD - 1 - off see all
+        m_lo = (tl.maximum(n0 - causal_off, 0) // BLOCK_STREAMED) * BLOCK_STREAMED
+        m_mid = tl.cdiv(tl.maximum(n0 + BLOCK_HELD - 1 - causal_off, 0), BLOCK_STREAMED)
+        m_mid = m_mid * BLOCK_STREAMED
+        m_mid = tl.minimum(m_mid, m_tiles_end)
+    else:
+        m_lo = 0
+        m_mid = 0
+    for g in range(group):
+        off_h = off_hk * group + g
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        do_base = DO + off_b * stride_dob + off_h * stride_doh
+        row0 = (off_b * heads_q + off_h) * seq_q
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
+            m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
+        )  # fmt: skip
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
+            m_mid, seq_q, offs_n, offs_d, seq_q, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, False, EVEN_Q, MASK_D, DOT_PREC,
+        )  # fmt: skip
+    dk = dk * sm_scale
+    dk_base = DK + off_b * stride_dkb + off_hk * stride_dkh
+    dv_base = DV + off_b * stride_dvb + off_hk * stride_dvh
+    store_rows(
+        dk_base, offs_n, stride_dks, offs_d, seq_k, dk.to(DK.dtype.element_ty),
+        HEAD_DIM, not EVEN_K, MASK_D,
+    )  # fmt: skip
+    store_rows(
+        dv_base, offs_n, stride_dvs, offs_d, seq_k, dv.to(DV.dtype.element_ty),
+        HEAD_DIM, not EVEN_K, MASK_D,
+    )  # fmt: skip
+
+
+@triton.jit
+def _bwd_dq_inner(
+    # the held query rows' accumulator, tiles, lse2 and delta
+    dq, q, do, lse2, delta,
+    # K/V base pointers of this (batch, kv head), streamed
+    k_base, v_base, stride_ks, stride_vs,
+    # the keys [lo, hi) to stream; offsets; sizes and the log2-domain scale
+    lo, hi, offs_m, offs_d, seq_k, causal_off, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
+    # DIAGONAL_OR_TAIL: as in _fwd_inner (masked loads; causal mask on the scores)
+    DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_STREAMED):
+        offs_n = start_n + tl.arange(0, BLOCK_STREAMED)
+        # Keys past the end load as k = v = 0: they add ds · 0 to dQ, so no score mask.
+        k = load_rows(k_base, offs_n, stride_ks, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
+                       MASK_D)  # fmt: skip
+        v = load_rows(v_base, offs_n, stride_vs, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
+                       MASK_D)  # fmt: skip
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if DIAGONAL_OR_TAIL and CAUSAL:
+            p = tl.where(offs_n[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    # tensors: inputs, dO, the gradient to write, and the saved lse2 and delta
+    Q, K, V, DO, DQ, LSE, DELTA,
+    # strides in elements (batch, head, seq); the last dimension's stride is 1
+    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
+    stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
+    stride_dqb, stride_dqh, stride_dqs,
+    # sizes, scale · log2(e) for the scores and the plain scale for dQ
+    heads_q, group, seq_q, seq_k, qk_scale, sm_scale,
+    # constexpr: register tile shapes (held query rows, streamed keys) and code paths
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_HELD: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
+    BLOCK_STREAMED at a time."""
+    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
+    MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        pid_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // heads_q).to(tl.int64)
+    off_h = (off_bh % heads_q).to(tl.int64)
+    off_hk = off_h // group
+    m0 = pid_m * BLOCK_HELD
+    offs_m = m0 + tl.arange(0, BLOCK_HELD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_base = Q + off_b * stride_qb + off_h * stride_qh
+    do_base = DO + off_b * stride_dob + off_h * stride_doh
+    k_base = K + off_b * stride_kb + off_hk * stride_kh
+    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+    do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+    row0 = off_bh.to(tl.int64) * seq_q
+    if EVEN_Q:
+        lse2 = tl.load(LSE + row0 + offs_m)
+        delta = tl.load(DELTA + row0 + offs_m)
+    else:
+        lse2 = tl.load(LSE + row0 + offs_m, mask=offs_m < seq_q, other=float("inf"))
+        delta = tl.load(DELTA + row0 + offs_m, mask=offs_m < seq_q, other=0.0)
+    dq = tl.zeros([BLOCK_HELD, HEAD_DIM_PAD], dtype=tl.float32)
+
+    causal_off = seq_k - seq_q
+    n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_HELD, BLOCK_STREAMED, CAUSAL)
+    dq = _bwd_dq_inner(
+        dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
+        0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
+    )  # fmt: skip
+    dq = _bwd_dq_inner(
+        dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
+        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
+    )  # fmt: skip
+    dq = dq * sm_scale
+    dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
+    store_rows(
+        dq_base, offs_m, stride_dqs, offs_d, seq_q, dq.to(DQ.dtype.element_ty),
+        HEAD_DIM, not EVEN_Q, MASK_D,
+    )  # fmt: skip
