@@ -160,6 +160,7 @@ def _ensure_tma_allocator() -> None:
     if not _ALLOCATOR_SET:
         import triton
 
+        # triton's allocator protocol; torch's allocations are aligned well beyond it
         def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
             return torch.empty(size, dtype=torch.int8, device="cuda")
 

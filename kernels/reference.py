@@ -80,6 +80,7 @@ def _flex_availability() -> str | None:
     description="eager matmul + softmax + matmul, materialising the N×N scores in the case dtype",
 )
 def naive(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> AttnFn:
+    # A builder's signature (fa_bench.registry): k and v are not needed to prepare.
     group = case.heads_q // case.heads_kv
     scale = 1.0 / math.sqrt(case.head_dim)
     sq, sk = case.seqlen_q, case.seqlen_k

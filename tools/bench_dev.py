@@ -66,6 +66,7 @@ def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> to
         mask = None
         if causal:
             n = q.shape[2]
+            # a mask_mod takes (batch, head, q_idx, kv_idx)
             mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, n, n)
         _FLEX[key] = mask
     return _FLEX["fn"](q, k, v, block_mask=_FLEX[key])
