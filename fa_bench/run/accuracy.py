@@ -109,10 +109,7 @@ def reference_attention(
             s = (q_c @ kt) * scale
             empty_rows = None
             if causal:
-                last_key = torch.arange(start, end, device=q.device) + offset
-                s = s.masked_fill(cols[None, :] > last_key[:, None], float("-inf"))
-                if start + offset < 0:  # rows whose last key is < 0 see nothing
-                    empty_rows = (last_key < 0)[:, None]
+                s, empty_rows = _causal_mask(s, start, end, offset, cols)
             p = torch.softmax(s, dim=-1)
             lse[..., start:end] = torch.logsumexp(s, dim=-1)
             if empty_rows is not None:
@@ -122,22 +119,54 @@ def reference_attention(
             o[..., start:end, :] = o_c
             if dog is None:
                 continue
-            do_c = dog[..., start:end, :]
-            dv += (p.transpose(-1, -2) @ do_c).sum(dim=2, dtype=acc_dtype)
-            dp = do_c @ vg.transpose(-1, -2)
-            # rowsum(P ∘ dP) equals rowsum(dO ∘ O) exactly; it is the form eager softmax
-            # backward uses (in fp32 for 16-bit inputs, rounded once), which keeps the
-            # low-precision baseline faithful to PyTorch.
-            p_a, dp_a = p.to(acc_dtype), dp.to(acc_dtype)
-            ds = (p_a * (dp_a - (p_a * dp_a).sum(dim=-1, keepdim=True))).to(q.dtype)
-            dq[..., start:end, :] = (ds @ kt.transpose(-1, -2)) * scale
-            dk += (ds.transpose(-1, -2) @ q_c).sum(dim=2, dtype=acc_dtype) * scale
+            dq_c, dk_c, dv_c = _chunk_grads(
+                p, q_c, dog[..., start:end, :], kt, vg, scale, acc_dtype
+            )
+            dv += dv_c
+            dq[..., start:end, :] = dq_c
+            dk += dk_c
 
     o = o.reshape(batch, heads_q, seqlen_q, -1)
     lse = lse.reshape(batch, heads_q, seqlen_q)
     if dog is None:
         return RefResult(o, lse, None, None, None)
     return RefResult(o, lse, dq.reshape(q.shape), dk.to(k.dtype), dv.to(v.dtype))
+
+
+def _causal_mask(
+    s: torch.Tensor, start: int, end: int, offset: int, cols: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores of query rows start..end with keys past each row's last one at -inf, and
+    the rows that see no key at all (None when every row sees one)."""
+    import torch
+
+    last_key = torch.arange(start, end, device=s.device) + offset
+    s = s.masked_fill(cols[None, :] > last_key[:, None], float("-inf"))
+    empty_rows = (last_key < 0)[:, None] if start + offset < 0 else None
+    return s, empty_rows
+
+
+def _chunk_grads(
+    p: torch.Tensor,
+    q_c: torch.Tensor,
+    do_c: torch.Tensor,
+    kt: torch.Tensor,
+    vg: torch.Tensor,
+    scale: float,
+    acc_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One query chunk's dq, and its parts of dk and dv (summed over the group, in
+    `acc_dtype`)."""
+    dv_c = (p.transpose(-1, -2) @ do_c).sum(dim=2, dtype=acc_dtype)
+    dp = do_c @ vg.transpose(-1, -2)
+    # rowsum(P ∘ dP) equals rowsum(dO ∘ O) exactly; it is the form eager softmax
+    # backward uses (in fp32 for 16-bit inputs, rounded once), which keeps the
+    # low-precision baseline faithful to PyTorch.
+    p_a, dp_a = p.to(acc_dtype), dp.to(acc_dtype)
+    ds = (p_a * (dp_a - (p_a * dp_a).sum(dim=-1, keepdim=True))).to(p.dtype)
+    dq_c = (ds @ kt.transpose(-1, -2)) * scale
+    dk_c = (ds.transpose(-1, -2) @ q_c).sum(dim=2, dtype=acc_dtype) * scale
+    return dq_c, dk_c, dv_c
 
 
 def _floor(ref: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
