@@ -16,6 +16,7 @@
 #   bash tools/gpu/h200_session.sh telemetry   # issue 4 figures at 16k
 #   bash tools/gpu/h200_session.sh multigpu    # issue 8 on one GPU: --gpus all, merged
 #   bash tools/gpu/h200_session.sh memory      # issue 3: fwd+bwd peak memory at 16k
+#   BASE=DIR bash tools/gpu/h200_session.sh refactor-ab  # issue 14: standard bf16 grid, DIR vs this tree
 #   bash tools/gpu/h200_session.sh first       # checks, memory, multigpu, then standard
 #   bash tools/gpu/h200_session.sh gate        # issue 6: A/A and a slowed run, compared
 #   bash tools/gpu/h200_session.sh warmup      # issue 6: --warmup 20 vs 500 on cuDNN A/A
@@ -240,6 +241,26 @@ sweep-ab)
   tail -n 3 "$OUT/sweep-grid.txt" "$OUT/sweep-bf16.txt"
   tar czf "$OUT/tri-runs.tgz" "$RUNS/tri-before/results.json" "$RUNS/tri-after/results.json" \
     "$OUT"/tri-*.log "$OUT"/sweep-*.txt 2>/dev/null
+  ;;
+refactor-ab)
+  # A change meant to alter no behaviour (issue 14): the standard bf16 grid of triton and
+  # cuDNN, first with the tree in BASE=DIR (a checkout of the older commit, installed
+  # editable over this one for the run), then with this tree, back to back, compared.
+  base=${BASE:?BASE=DIR: a checkout of the commit to compare against}
+  grid=(--suite standard --dtype bf16 --impl triton --impl sdpa-cudnn --tuning-cache off
+    --no-telemetry --no-report)
+  (cd "$base" && python3 -m pip install -q --no-deps --no-build-isolation -e .) || exit 1
+  timeout -s INT 270 fa-bench run "${grid[@]}" --out "$RUNS/ab-before" > "$OUT/ab-before.log" 2>&1
+  echo "before: exit $? at ${SECONDS}s"
+  python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+  timeout -s INT 270 fa-bench run "${grid[@]}" --out "$RUNS/ab-after" > "$OUT/ab-after.log" 2>&1
+  echo "after: exit $? at ${SECONDS}s"
+  fa-bench compare "$RUNS/ab-before" "$RUNS/ab-after" --markdown "$OUT/ab.md" \
+    > "$OUT/ab.txt" 2>&1
+  echo "compare exit $?"
+  tail -5 "$OUT/ab.txt"
+  cp "$RUNS/ab-before/results.json" "$OUT/ab-before.json"
+  cp "$RUNS/ab-after/results.json" "$OUT/ab-after.json"
   ;;
 first)
   # One 10-minute call: the checks and short runs, then the standard suite until ~570 s.
