@@ -18,14 +18,17 @@ FAULTY = str(HERE / "plugins" / "faulty_impls.py")
 FAST = ["--max-time", "0.05", "--min-samples", "3", "--target-noise", "0.05"]
 
 # pytest-timeout's per-test limit is pyproject's 300 s; an end-to-end test may wait on its own
-# subprocesses for longer (torchrun gets 600 s), so the slow tier gets more.
-SLOW_TIMEOUT_S = 900
+# subprocesses for longer (torchrun gets 600 s), and a GPU test may compile (torch.compile of
+# FlexAttention in fp32 took over 300 s on the H200 with 12 test workers compiling at once),
+# so those tiers get more.
+LONG_TIMEOUT_S = 900
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        long = item.get_closest_marker("slow") or item.get_closest_marker("gpu")
+        if long and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
 
 
 def write_suite(path: Path, impls: list[str], **axes: object) -> Path:
