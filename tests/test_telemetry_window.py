@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+from fake_clock import FakeClock
 from fake_nvml import UUID, FakeNvml
 
 from fa_bench.telemetry import window as window_module
@@ -59,24 +60,6 @@ class Ends:
 
     def close(self) -> None:
         self.closed.append(self.stream.busy())
-
-
-class FakeClock:
-    """`time` in virtual seconds: `sleep` moves it on, and so does every reading (one tick),
-    so the host's launches take almost no time, as they do on a GPU, however busy the machine
-    running the test is. A host-timed stream flapped: one slow call made the estimate."""
-
-    TICK_S = 1e-6
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += self.TICK_S
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

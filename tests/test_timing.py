@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+from fake_clock import FakeClock
 
 from fa_bench.run import timing
 from fa_bench.run.timing import (
@@ -39,24 +40,6 @@ def test_summarize_keeps_samples_and_order() -> None:
 def test_noise_is_relative_standard_error() -> None:
     assert noise([1.0]) == math.inf
     assert noise([2.0, 2.0, 2.0]) == 0.0
-
-
-class FakeClock:
-    """`time` for the timing loop: `sleep` advances a virtual clock, and every reading
-    moves it on by one tick, as a real clock does (a loop that only reads it still ends).
-    Deterministic where the real clock on a busy machine is not."""
-
-    TICK_S = 1e-6
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += self.TICK_S
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture
