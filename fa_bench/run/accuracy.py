@@ -220,7 +220,7 @@ def check_accuracy(
     The slice is batch 0, kv head 0 and the q heads of its group: self-contained for dk/dv
     too. Errors are measured on the slice; NaN/Inf is counted over the whole tensor.
     Grads are checked when `do` and the grad are given. Values are plain Python types;
-    a tensor with NaN/Inf reports max_abs_err = rel_l2_err = inf (json writes Infinity).
+    a tensor with NaN/Inf reports max_abs_err = rel_l2_err = inf (written to JSON as null).
     """
     group = case.heads_q // case.heads_kv
     for name, t in (("q", q), ("o", o), ("do", do), ("dq", dq)):

@@ -63,7 +63,12 @@ def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return True
     text = str(exc)
-    return "out of memory" in text.lower() or "CUDNN_STATUS_ALLOC_FAILED" in text
+    # CUDA's caching allocator and cuDNN say "out of memory" / ALLOC_FAILED; the CPU
+    # allocator says "DefaultCPUAllocator: can't allocate memory" (c10/core/impl/alloc_cpu).
+    return any(sign in text.lower() for sign in _OOM_SIGNS)
+
+
+_OOM_SIGNS = ("out of memory", "cudnn_status_alloc_failed", "can't allocate memory")
 
 
 def run_case(
@@ -264,7 +269,9 @@ def _peak_memory(
 
 def _mismatch_message(accuracy: dict) -> str:
     bad = [
-        f"{name}: max_abs_err {t['max_abs_err']:.3g} > tolerance {t['tolerance']:.3g}"
+        f"{name}: {t['nonfinite']} non-finite values"
+        if t.get("nonfinite")
+        else f"{name}: max_abs_err {t['max_abs_err']:.3g} > tolerance {t['tolerance']:.3g}"
         for name, t in accuracy.get("tensors", {}).items()
         if not t.get("passed", True)
     ]

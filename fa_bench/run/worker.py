@@ -13,6 +13,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fa_bench.results.record import CaseRecord
 
 
 def _protocol_stream():
@@ -61,9 +65,19 @@ def main(argv: list[str] | None = None) -> int:
             break
         case = Case.from_dict(msg["case"])
         record = run_case(case, device, opts, impl_options=msg.get("options"))
-        result = record.to_json()
-        proto.write(json.dumps({"op": "result", "result": result}, allow_nan=False) + "\n")
+        proto.write(result_line(record))
     return 0
+
+
+def result_line(record: CaseRecord) -> str:
+    """The protocol line of one record. JSON has no NaN or infinity: a non-finite float
+    (an accuracy error of a NaN output) is written as null, the rule of results.json and
+    the journal (fa_bench.results.files.sanitize); the accuracy object keeps each
+    tensor's count of non-finite values, so nothing is lost."""
+    from fa_bench.results.files import sanitize
+
+    result = sanitize(record.to_json())
+    return json.dumps({"op": "result", "result": result}, allow_nan=False) + "\n"
 
 
 if __name__ == "__main__":
