@@ -32,10 +32,9 @@ def extract_results(html: str, *, source: str = "report") -> list[ResultsDoc]:
     found = _PATTERN.search(html)
     if not found:
         raise ResultsError(f"{source}: no embedded fa-bench results (not an fa-bench report?)")
-    try:
-        docs = json.loads(found.group(1))
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{source}: embedded results are not valid JSON: {exc}") from None
+    from fa_bench.results.inputs import parse_json
+
+    docs = parse_json(found.group(1), f"{source}: embedded results")
     if not isinstance(docs, list) or not docs:
         raise ResultsError(f"{source}: embedded results must be a non-empty list of documents")
     return [ResultsDoc.from_json(doc, source=f"{source} (run {i})") for i, doc in enumerate(docs)]

@@ -45,13 +45,17 @@ def report_command(
 def _sweep_file(path: str | os.PathLike) -> Path | None:
     """The sweep.json an input names (the file, or a sweep folder), else None."""
     p = Path(path)
-    if p.is_dir():
-        p = p / "sweep.json"
-        return p if p.is_file() and not (p.parent / "results.json").exists() else None
-    if p.suffix == ".json" and p.is_file():
-        with open(p, encoding="utf-8") as f:
-            head = f.read(200)
-        return p if '"fa-bench-sweep/' in head else None
+    try:
+        if p.is_dir():
+            p = p / "sweep.json"
+            return p if p.is_file() and not (p.parent / "results.json").exists() else None
+        if p.suffix == ".json" and p.is_file():
+            # A binary or non-UTF-8 file is no sweep: load_any then says what it is.
+            with open(p, encoding="utf-8", errors="replace") as f:
+                head = f.read(200)
+            return p if '"fa-bench-sweep/' in head else None
+    except OSError:
+        return None  # unreadable: load_any names the path and the reason
     return None
 
 

@@ -19,6 +19,7 @@ error, ...), `fixed` (the reverse) and `changed` (between equally bad statuses).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -329,6 +330,27 @@ def sort_by_impact(rows: Iterable[Row]) -> list[Row]:
     return sorted(rows, key=lambda r: (_VERDICT_ORDER.index(r.verdict), -r.impact, r.key))
 
 
+_STATUS_CHANGES = (Verdict.BROKEN, Verdict.FIXED, Verdict.CHANGED)
+
+
+def _check_comparable(rows: list[Row], metric: Metric) -> None:
+    """Refuse a comparison that compared nothing: no common case has the metric on both
+    sides and none changed status (all unmeasured, or failed alike in both), so a PASS
+    would say nothing. One comparable case is enough: the rest are listed as they are."""
+    if any(r.base_value is not None and r.cur_value is not None for r in rows):
+        return
+    if any(r.verdict in _STATUS_CHANGES for r in rows):
+        return
+    why = Counter(
+        "unmeasured" if r.verdict is Verdict.UNMEASURED else f"{r.cur_status} in both" for r in rows
+    )
+    detail = ", ".join(f"{n} {what}" for what, n in sorted(why.items()))
+    raise CompareError(
+        f"nothing comparable: none of the {len(rows)} cases common to both inputs has a "
+        f"usable {metric.value} measurement on both sides ({detail})"
+    )
+
+
 def compare_docs(
     base_docs: Sequence[ResultsDoc],
     cur_docs: Sequence[ResultsDoc],
@@ -340,8 +362,8 @@ def compare_docs(
     allow_env_mismatch: bool = False,
 ) -> Comparison:
     """Match cases by id (and GPU name when both sides name one) and decide each.
-    Raises CompareError when the GPU models differ (unless allowed) or when no case is
-    common to both."""
+    Raises CompareError when the GPU models differ (unless allowed), when no case is
+    common to both, or when no common case is comparable (`_check_comparable`)."""
     th = thresholds or PRESETS["default"]
     diffs = env_diffs(base_docs, cur_docs)
     gb, gc = gpu_names(base_docs), gpu_names(cur_docs)
@@ -370,6 +392,7 @@ def compare_docs(
             "the current run): were they run with the same suite and implementations?"
         )
     rows = [compare_case(k, base[k], cur[k], metric, th) for k in common]
+    _check_comparable(rows, metric)
     rows += [Row(k, Verdict.MISSING, base[k].status.value, None, reason="not in the current run")
              for k in base.keys() - cur.keys()]  # fmt: skip
     rows += [Row(k, Verdict.NEW, None, cur[k].status.value, reason="not in the baseline")

@@ -27,14 +27,14 @@ def load_any(path: str | os.PathLike) -> list[ResultsDoc]:
     Raises ResultsError with the path in the message.
     """
     p = Path(path)
-    if p.is_dir():
-        if (p / RESULTS_NAME).is_file():
-            p = p / RESULTS_NAME
-        elif (p / REPORT_NAME).is_file():
-            p = p / REPORT_NAME
-        else:
-            raise ResultsError(f"{p}: folder holds neither {RESULTS_NAME} nor {REPORT_NAME}")
     try:
+        if p.is_dir():
+            if (p / RESULTS_NAME).is_file():
+                p = p / RESULTS_NAME
+            elif (p / REPORT_NAME).is_file():
+                p = p / REPORT_NAME
+            else:
+                raise ResultsError(f"{p}: folder holds neither {RESULTS_NAME} nor {REPORT_NAME}")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ResultsError(f"{p}: no such file or folder") from None
@@ -45,15 +45,25 @@ def load_any(path: str | os.PathLike) -> list[ResultsDoc]:
         from fa_bench.reports.embed import extract_results
 
         return extract_results(text, source=str(p))
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{p}: not valid JSON: {exc}") from None
+    data = parse_json(text, str(p))
     if isinstance(data, list):
         if not data:
             raise ResultsError(f"{p}: an empty list holds no results documents")
         return [ResultsDoc.from_json(doc, source=f"{p} (run {i})") for i, doc in enumerate(data)]
     return [ResultsDoc.from_json(data, source=str(p))]
+
+
+def parse_json(text: str, source: str) -> object:
+    """json.loads, with its other failures as ResultsError too: nesting deeper than the
+    parser's recursion limit, an integer of more digits than Python converts."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ResultsError(f"{source}: not readable: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string"
+        raise ResultsError(f"{source}: not readable: {exc}") from None
 
 
 def load_many(paths: list[str | os.PathLike]) -> list[ResultsDoc]:

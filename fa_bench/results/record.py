@@ -24,13 +24,10 @@ from typing import Any
 
 from fa_bench import models
 from fa_bench.case import Case, Status
-from fa_bench.errors import UsageError
+from fa_bench.results import schema
+from fa_bench.results.schema import ResultsError
 
-
-class ResultsError(UsageError, ValueError):
-    """A results file (or record) that is unreadable or not of this schema; the message
-    names the file, the case and the field."""
-
+__all__ = ["CaseRecord", "GpuRef", "Latency", "Placement", "ResultsDoc", "ResultsError"]
 
 LATENCY_KEYS = ("median", "mean", "min", "max", "p20", "p80", "stdev", "n", "samples")
 _CASE_KEYS = tuple(f.name for f in dataclasses.fields(Case))
@@ -56,7 +53,14 @@ class Latency:
     def from_json(cls, d: object, where: str) -> Latency:
         if not isinstance(d, dict) or any(k not in d for k in LATENCY_KEYS):
             raise ResultsError(f"{where}: latency_ms must hold {', '.join(LATENCY_KEYS)}")
-        return cls(**{k: d[k] for k in (*LATENCY_KEYS, "noise") if k in d})
+        at = f"{where}: latency_ms"
+        stats = {k: schema.number(d, k, at, null=False) for k in LATENCY_KEYS[:7]}
+        return cls(
+            **stats,
+            n=schema.integer(d, "n", at, null=False),
+            samples=schema.number_list(d, "samples", at),
+            noise=schema.number(d, "noise", at, default=None),
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -79,7 +83,12 @@ class GpuRef:
             return None
         if not isinstance(d, dict) or not isinstance(d.get("index"), int):
             raise ResultsError(f"{where}: gpu must be null or an object with an integer 'index'")
-        return cls(index=d["index"], uuid=d.get("uuid"), name=d.get("name"))
+        at = f"{where}: gpu"
+        return cls(
+            index=d["index"],
+            uuid=schema.string(d, "uuid", at, default=None),
+            name=schema.string(d, "name", at, default=None),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "uuid": self.uuid, "name": self.name}
@@ -208,14 +217,11 @@ class CaseRecord:
         missing = [k for k in REQUIRED_KEYS if k not in d]
         if missing:
             raise ResultsError(f"{where} lacks {', '.join(missing)}")
+        _check_types(d, where)
         try:
             case = Case.from_dict(d)
         except (TypeError, ValueError) as exc:
             raise ResultsError(f"{where}: {exc}") from None
-        valid_status = {s.value for s in Status}
-        if d["status"] not in valid_status:
-            valid = ", ".join(sorted(valid_status))
-            raise ResultsError(f"{where}: status {d['status']!r} is not one of {valid}")
         tel = d["telemetry"]
         if tel is not None and not (
             isinstance(tel, dict) and isinstance(tel.get("available"), bool)
@@ -251,6 +257,33 @@ class CaseRecord:
             else None,
             extra={k: v for k, v in d.items() if k not in _KNOWN_KEYS},
         )
+
+
+_STRINGS = ("id", "impl", "mode", "dtype", "device", "status")
+_NULLABLE_STRINGS = ("error", "backend", "derived", "traceback", "host")
+_NULLABLE_NUMBERS = ("flops", "bytes_model", "tflops", "gbps_model", "peak_mem_bytes",
+                     "prepare_s", "wall_s")  # fmt: skip
+_INTS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")
+
+
+def _check_types(d: dict, where: str) -> None:
+    """Every known field of a record has its JSON type (the error names the field)."""
+    for key in _STRINGS:
+        schema.string(d, key, where, null=False)
+    for key in _INTS:
+        schema.integer(d, key, where, null=False)
+    if not isinstance(d["causal"], bool):
+        raise ResultsError(f"{where}: causal must be true or false, got {schema.show(d['causal'])}")
+    valid_status = {s.value for s in Status}
+    if d["status"] not in valid_status:
+        valid = ", ".join(sorted(valid_status))
+        raise ResultsError(f"{where}: status {d['status']!r} is not one of {valid}")
+    for key in _NULLABLE_STRINGS:
+        schema.string(d, key, where, default=None)
+    for key in _NULLABLE_NUMBERS:
+        schema.number(d, key, where, default=None)
+    for key in ("timing", "accuracy"):
+        schema.obj(d, key, where, default=None)
 
 
 REQUIRED_KEYS = (
@@ -295,6 +328,8 @@ class ResultsDoc:
         for key, kind in (("run", dict), ("env", dict), ("cases", list)):
             if not isinstance(doc.get(key), kind):
                 raise ResultsError(f"{source}: '{key}' must be a JSON {kind.__name__}")
+        schema.check_run(doc["run"], source)
+        schema.check_env(doc["env"], source)
         cases = [
             CaseRecord.from_json(c, f"{source}: cases[{i}]") for i, c in enumerate(doc["cases"])
         ]

@@ -1,0 +1,129 @@
+"""Type checks for the fields of a results file, each error naming the field.
+
+`record.py` reads results.json, journals and report pages through these: a value of the
+wrong type (a latency as a string, an implementation as a number, a suite list as a
+string) is a `ResultsError` naming the file, the case and the field, never a traceback
+later in the report or in `compare`. JSON's own extremes are refused too: NaN and
+infinity (Python's json reads them; fa-bench never writes them) and integers too large
+for any counter or size (a float of them overflows).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fa_bench.errors import UsageError
+
+MAX_INT = 2**63 - 1  # the largest size or count any field can mean
+_MISSING = object()
+
+
+class ResultsError(UsageError, ValueError):
+    """A results file (or record) that is unreadable or not of this schema; the message
+    names the file, the case and the field."""
+
+
+def show(value: object) -> str:
+    """A value as an error message quotes it: its JSON type and a short repr."""
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+             list: "a list", dict: "an object", type(None): "null"}  # fmt: skip
+    kind = kinds.get(type(value), "a value")
+    text = repr(value)
+    return kind if value is None else f"{kind} ({text[:57] + '...' if len(text) > 60 else text})"
+
+
+def _fail(where: str, key: str, want: str, value: object) -> ResultsError:
+    return ResultsError(f"{where}: {key} must be {want}, got {show(value)}")
+
+
+def is_number(value: object) -> bool:
+    """A finite JSON number that fits a float (not a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= MAX_INT
+
+
+def number(d: dict, key: str, where: str, *, null: bool = True, default: Any = _MISSING) -> Any:
+    """d[key] as a finite number (None allowed when `null`); a missing key is `default`."""
+    value = d.get(key) if default is not _MISSING else d[key]
+    if value is None and null:
+        return None
+    if not is_number(value):
+        return _raise(where, key, "a finite number" + (" or null" if null else ""), value)
+    return value
+
+
+def integer(d: dict, key: str, where: str, *, null: bool = True, default: Any = _MISSING) -> Any:
+    value = d.get(key) if default is not _MISSING else d[key]
+    if value is None and null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_INT:
+        return _raise(where, key, "an integer" + (" or null" if null else ""), value)
+    return value
+
+
+def string(d: dict, key: str, where: str, *, null: bool = True, default: Any = _MISSING) -> Any:
+    value = d.get(key) if default is not _MISSING else d[key]
+    if value is None and null:
+        return None
+    if not isinstance(value, str):
+        return _raise(where, key, "a string" + (" or null" if null else ""), value)
+    return value
+
+
+def obj(d: dict, key: str, where: str, *, default: Any = _MISSING) -> dict | None:
+    """d[key] as an object or null."""
+    value = d.get(key) if default is not _MISSING else d[key]
+    if value is not None and not isinstance(value, dict):
+        return _raise(where, key, "an object or null", value)
+    return value
+
+
+def number_list(d: dict, key: str, where: str) -> list:
+    """d[key] as a list of finite numbers; the error names the first bad element."""
+    value = d[key]
+    if not isinstance(value, list):
+        return _raise(where, key, "a list of numbers", value)
+    for i, item in enumerate(value):
+        if not is_number(item):
+            return _raise(where, f"{key}[{i}]", "a finite number", item)
+    return value
+
+
+def object_list(d: dict, key: str, where: str) -> None:
+    """d[key], when present and not null, as a list of objects (run.suites, env.gpus)."""
+    value = d.get(key)
+    if value is None:
+        return
+    if not isinstance(value, list):
+        _raise(where, key, "a list of objects or null", value)
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            _raise(where, f"{key}[{i}]", "an object", item)
+
+
+def _raise(where: str, key: str, want: str, value: object) -> Any:
+    raise _fail(where, key, want, value)
+
+
+def check_run(run: dict, where: str) -> None:
+    """The run object's keys that the report and `compare` read."""
+    object_list(run, "suites", where + ": run")
+    for key in ("argv", "resumed"):
+        value = run.get(key)
+        if value is not None and not isinstance(value, list):
+            _raise(where + ": run", key, "a list or null", value)
+    obj(run, "options", where + ": run", default=None)
+    string(run, "device", where + ": run", default=None)
+
+
+def check_env(env: dict, where: str) -> None:
+    """The env object's keys that the report and `compare` read."""
+    object_list(env, "gpus", where + ": env")
+    obj(env, "telemetry", where + ": env", default=None)
+    for key in ("gpu_name", "hostname"):
+        string(env, key, where + ": env", default=None)
+    for i, gpu in enumerate(env.get("gpus") or []):
+        string(gpu, "name", f"{where}: env.gpus[{i}]", default=None)
+        number(gpu, "memory_bytes", f"{where}: env.gpus[{i}]", default=None)
