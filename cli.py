@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from fa_bench.case import DType, Mode
@@ -57,7 +57,7 @@ class _Group(TyperGroup):
                 raise
             if ctx.meta.get(_DEBUG):
                 err_console.print(traceback.format_exc(), markup=False, highlight=False)
-            what = escape(f"{type(exc).__name__}: {exc}")  # its text is not Rich markup
+            what = f"{type(exc).__name__}: {exc}"  # print_error shows it as plain text
             print_error(err_console, f"internal error (a bug in fa-bench): {what}; rerun with "
                         "`fa-bench --debug ...` for the traceback")  # fmt: skip
             raise typer.Exit(BUG_EXIT) from None
@@ -202,16 +202,16 @@ def list_(what: o.ListWhat, plugin: o.Plugins = None) -> None:
 
         t = Table("suite", "description")
         for name, desc in builtin_suites().items():
-            t.add_row(name, desc)
+            t.add_row(Text(name), Text(desc))  # data, not Rich markup
         console.print(t)
     elif what == "impls":
         from fa_bench import registry
 
         t = Table("impl", "modes", "dtypes", "devices", "description")
         for name, im in registry.load(plugin or ()).items():
-            t.add_row(name, ", ".join(m.value for m in Mode if m in im.modes),
+            t.add_row(Text(name), ", ".join(m.value for m in Mode if m in im.modes),
                       ", ".join(d.value for d in DType if d in im.dtypes),
-                      ", ".join(sorted(im.devices)), im.description)  # fmt: skip
+                      Text(", ".join(sorted(im.devices))), Text(im.description))  # fmt: skip
         console.print(t)
     else:
         raise typer.Exit(print_error(err_console, f"fa-bench list: {what!r} is not one of: "
@@ -231,9 +231,9 @@ def env(plugin: o.Plugins = None) -> None:
                 "driver"):  # fmt: skip
         value = info.get(key)
         shown = cudnn_version(value) if key == "cudnn" else str(value)
-        t.add_row(key, shown if value is not None else "–")
+        t.add_row(key, Text(shown) if value is not None else "–")
     if info.get("driver_note"):
-        t.add_row("driver note", info["driver_note"])
+        t.add_row("driver note", Text(str(info["driver_note"])))
     console.print(Panel(t, title="environment"))
     if info["gpus"]:
         g = Table(
@@ -241,8 +241,9 @@ def env(plugin: o.Plugins = None) -> None:
         )
         for d in info["gpus"]:
             mem_gib, l2_mib = d["memory_bytes"] / 2**30, (d["l2_bytes"] or 0) / 2**20
-            g.add_row(str(d["index"]), d["name"], str(d["uuid"]), f"{mem_gib:.1f}",
-                      str(d["sm_count"]), d["compute_capability"], f"{l2_mib:.0f}")  # fmt: skip
+            g.add_row(str(d["index"]), Text(str(d["name"])), Text(str(d["uuid"])), f"{mem_gib:.1f}",
+                      str(d["sm_count"]), Text(str(d["compute_capability"])),
+                      f"{l2_mib:.0f}")  # fmt: skip
         console.print(g)
     else:
         console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
@@ -251,7 +252,8 @@ def env(plugin: o.Plugins = None) -> None:
     a = Table("impl", "available here", title="implementations")
     for name, im in impls.items():
         why = im.unavailable_reason()
-        a.add_row(name, "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}")
+        no = Text.assemble(("no", "yellow"), f": {why}")
+        a.add_row(Text(name), Text("yes", "green") if why is None else no)
     console.print(a)
 
 

@@ -19,6 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from fa_bench.case import Case, Status
 from fa_bench.results.record import CaseRecord
@@ -41,7 +42,8 @@ class RunProgress:
         self.counts: Counter[str] = Counter()
         self.progress = Progress(
             SpinnerColumn(),
-            TextColumn("[progress.description]{task.description}"),
+            # the description is a case label (impl names come from plugins): not markup
+            TextColumn("{task.description}", style="progress.description", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -89,11 +91,11 @@ class RunProgress:
         if status not in (Status.OK, Status.UNSUPPORTED):
             msg = error.splitlines()[0][:160] if error else ""
             self.progress.console.print(
-                f"[{STATUS_STYLE[name]}]{name}[/] {case.label}: {msg}", highlight=False
+                Text.assemble((name, STATUS_STYLE[name]), f" {case.label}: {msg}")
             )
         if warnings:  # throttling or low clocks: this case's numbers may not be comparable
             self.progress.console.print(
-                f"[yellow]telemetry[/] {case.label}: {'; '.join(warnings)}", highlight=False
+                Text.assemble(("telemetry", "yellow"), f" {case.label}: {'; '.join(warnings)}")
             )
 
 
@@ -125,11 +127,11 @@ def _per_case_table(records: Sequence[CaseRecord]) -> Table:
     for r in records:
         lat, acc, peak, status = r.latency_ms, r.accuracy or {}, r.peak_mem_bytes, r.status.value
         t.add_row(
-            r.impl + (f" ({r.backend})" if r.backend and r.impl == "sdpa" else ""),
+            Text(r.impl + (f" ({r.backend})" if r.backend and r.impl == "sdpa" else "")),
             r.case.mode.value,
             r.case.dtype.value,
             _shape(r.case),
-            f"[{STATUS_STYLE[status]}]{status}[/]",
+            Text(status, STATUS_STYLE[status]),
             _fmt(r.median_ms, ".4g"),
             f"{lat.p20:.4g}–{lat.p80:.4g}" if lat is not None else "–",
             _fmt(r.tflops, ".4g"),
@@ -153,7 +155,8 @@ def _grouped_table(records: Sequence[CaseRecord]) -> Table:
         tf = [r.tflops for r in rs if r.status is Status.OK and r.tflops is not None]
         failed = sum(n for s, n in c.items() if Status(s).is_failure)
         t.add_row(
-            impl, mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]), str(c["unsupported"]),
+            Text(impl), mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]),
+            str(c["unsupported"]),
             f"[red]{failed}[/]" if failed else "0",
             _fmt(median(tf) if tf else None, ".4g"), _fmt(max(tf) if tf else None, ".4g"),
         )  # fmt: skip
@@ -173,5 +176,5 @@ def failures_table(records: Sequence[CaseRecord], limit: int = 25) -> Table | No
     for r in bad[:limit]:
         msg = (r.error or "").strip().splitlines()
         status = r.status.value
-        t.add_row(f"[{STATUS_STYLE[status]}]{status}[/]", r.id, msg[0][:300] if msg else "")
+        t.add_row(Text(status, STATUS_STYLE[status]), Text(r.id), Text(msg[0][:300] if msg else ""))
     return t

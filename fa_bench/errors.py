@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rich.text import Text
+
 USAGE_EXIT = 2  # the user's mistake (Typer's own usage errors exit 2 too)
 BUG_EXIT = 1
 
@@ -23,6 +25,7 @@ class _Printer(Protocol):
 
 def print_error(err_console: _Printer, message: object, code: int = USAGE_EXIT) -> int:
     """Print `error: <message>` on the error console; returns `code` for the caller to exit
-    with."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    with. The message is data (paths, keys, exception text), never Rich markup: a Text is
+    printed as is, so `[red]` or `[/x]` in it shows literally and cannot raise."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", str(message)), highlight=False)
     return code

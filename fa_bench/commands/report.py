@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from fa_bench.errors import UsageError, print_error
 
@@ -38,7 +39,8 @@ def report_command(
     except OSError as exc:
         return print_error(err_console, f"cannot write {out}: {exc}")
     size = path.stat().st_size / 2**20
-    console.print(f"report: {path} ({size:.1f} MiB, {len(docs)} run(s))", highlight=False)
+    console.print(f"report: {path} ({size:.1f} MiB, {len(docs)} run(s))", highlight=False,
+                  markup=False)  # fmt: skip
     return 0
 
 
@@ -69,13 +71,11 @@ def write_run_report(json_path: Path, *, console: Console, err_console: Console)
     try:
         path = write_report([load_results(json_path)], out)
     except Exception as exc:
-        err_console.print(
-            f"[yellow]warning:[/] report not written ({type(exc).__name__}: {exc}); "
-            f"the results are intact: fa-bench report {Path(json_path).parent}",
-            highlight=False,
-        )
+        why = (f" report not written ({type(exc).__name__}: {exc}); the results are intact: "
+               f"fa-bench report {Path(json_path).parent}")  # fmt: skip
+        err_console.print(Text.assemble(("warning:", "yellow"), why))  # data, not markup
         return None
-    console.print(f"report:  {path}", highlight=False)
+    console.print(f"report:  {path}", highlight=False, markup=False)
     return path
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.panel import Panel
+from rich.text import Text
 
 from fa_bench import registry
 from fa_bench.case import Case
@@ -196,7 +197,7 @@ def _announce(
     where = {"single": "", "gpu": f" on GPUs {', '.join(str(p.index) for p in parts)}",
              "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
     mode = f" ({'spread' if spread else 'replicate'})" if kind != "single" else ""
-    console.print(f"{total} cases ({done} already done){where}{mode} → {out}")
+    console.print(f"{total} cases ({done} already done){where}{mode} → {out}", markup=False)
     return total, done
 
 
@@ -224,7 +225,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
         json_path, csv_path = written[0]
         records = ordered_records(parts[0].plan, out)
     elif kind == "rank" and rank.rank != 0:
-        console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges")
+        console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges", markup=False)
         return exit_code(ordered_records(parts[0].plan, parts[0].out))
     else:
         indices = [p.index for p in parts] if kind == "gpu" else range(rank.world_size)
@@ -239,7 +240,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     failures = failures_table(records)
     if failures is not None:
         console.print(failures)
-    console.print(f"results: {json_path}\n         {csv_path}")
+    console.print(f"results: {json_path}\n         {csv_path}", markup=False)  # paths: not markup
     if missing:
         err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
     if req.report:
@@ -247,9 +248,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
 
         write_run_report(json_path, console=console, err_console=err_console)
     if interrupted:
-        err_console.print(
-            f"[yellow]interrupted[/]: {len(records)} of {total} cases kept; "
-            f"finish with: fa-bench run --resume {out}"
-        )
+        kept = f": {len(records)} of {total} cases kept; finish with: fa-bench run --resume {out}"
+        err_console.print(Text.assemble(("interrupted", "yellow"), kept))
         return 130
     return 1 if missing else exit_code(records)

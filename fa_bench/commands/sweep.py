@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
@@ -131,7 +132,8 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     todo = [p for p in points if not p.pruned]
     console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
                   "(plus the heuristic's and the rules of thumb's where the product lacks them): "
-                  f"{len(todo)} to measure, {len(points) - len(todo)} pruned → {out}")  # fmt: skip
+                  f"{len(todo)} to measure, {len(points) - len(todo)} pruned → {out}",
+                  markup=False)  # fmt: skip
     started = now_iso()
     budget_s = req.budget_minutes * 60 if req.budget_minutes else None
     built, compiled = _compile_phase(req, points, device, budget_s, console, err_console)
@@ -148,7 +150,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     doc = build_doc(run, env or {}, space.to_dict(), rows)
     path = write_doc(out, doc)
     console.print(best_table(doc))
-    console.print(f"sweep: {path}")
+    console.print(f"sweep: {path}", markup=False)
     _write_page(doc, out / "sweep.html", console=console, err_console=err_console)
     if stop:
         err_console.print(f"[yellow]stopped early ({stop})[/]: {run['measured']} of "
@@ -197,7 +199,7 @@ def _save_best(
         return False
     console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
                   f"{len(stay)} keys keep the heuristic (best within "
-                  f"{min_gain_pct:g}% of it, --min-gain)")  # fmt: skip
+                  f"{min_gain_pct:g}% of it, --min-gain)", markup=False)  # fmt: skip
     return True
 
 
@@ -233,9 +235,9 @@ def _compile_phase(
                   f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "
                   "failed and are left to the timing worker")  # fmt: skip
     if summary["stopped"]:
-        err_console.print(f"[yellow]warning:[/] compile phase stopped early "
-                          f"({summary['stopped']}); the timing worker builds the rest",
-                          highlight=False)  # fmt: skip
+        err_console.print(Text.assemble(("warning:", "yellow"), " compile phase stopped early "
+                                        f"({summary['stopped']}); the timing worker builds "
+                                        "the rest"))  # fmt: skip
     return built, summary
 
 
@@ -253,9 +255,9 @@ def _write_page(doc: dict, out: Path, *, console: Console, err_console: Console)
     from fa_bench.reports.build import write_report
 
     try:
-        console.print(f"report: {write_report([], out, sweeps=[doc])}")
+        console.print(f"report: {write_report([], out, sweeps=[doc])}", markup=False)
     except Exception as exc:  # the measurements are safe in sweep.json whatever happens here
-        err_console.print(f"[yellow]warning:[/] sweep page not written: {exc}", highlight=False)
+        err_console.print(Text.assemble(("warning:", "yellow"), f" sweep page not written: {exc}"))
 
 
 def best_table(doc: dict) -> Table:
@@ -267,7 +269,8 @@ def best_table(doc: dict) -> Table:
         failed = sum(v for k, v in n.items() if k not in ("ok", "pruned"))
         gain = c["gain_over_default"]
         t.add_row(
-            c["case_id"], c["best"] or "–", _f(c["best_tflops"]), c["default"] or "–",
+            Text(c["case_id"]), Text(c["best"] or "–"), _f(c["best_tflops"]),
+            Text(c["default"] or "–"),
             _f(c["default_tflops"]), "–" if gain is None else f"{gain:+.1%}",
             f"{n.get('ok', 0)}/{failed}/{n.get('pruned', 0)}",
         )  # fmt: skip

@@ -62,8 +62,8 @@ def env_panel(cmp: Comparison) -> Panel | None:
     if not cmp.env_diffs:
         return None
     t = Table("", "baseline", "current", box=None)
-    for d in cmp.env_diffs:
-        t.add_row(d.key, d.base, d.current)
+    for d in cmp.env_diffs:  # versions and GPU names are data, not Rich markup
+        t.add_row(Text(d.key), Text(d.base), Text(d.current))
     note = (
         "GPU models differ: compared anyway (--allow-env-mismatch); timings may not be comparable."
         if cmp.gpu_mismatch
@@ -95,8 +95,8 @@ def verdict_table(cmp: Comparison) -> Table:
                      overflow="fold")  # fmt: skip
     for r in rows:
         style = VERDICT_STYLE[r.verdict]
-        t.add_row(f"[{style}]{r.verdict.value}[/]", r.key, _status(r), _fmt(r.base_value),
-                  _fmt(r.cur_value), _change(r), r.reason)  # fmt: skip
+        t.add_row(Text(r.verdict.value, style), Text(r.key), Text(_status(r)),
+                  _fmt(r.base_value), _fmt(r.cur_value), _change(r), Text(r.reason))  # fmt: skip
     return t
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from rich.table import Table
+from rich.text import Text
 
 from fa_bench.telemetry.nvml import NvmlUnavailable, load_library
 from fa_bench.telemetry.session import TelemetrySession
@@ -39,20 +40,24 @@ def support_table(report: list[dict]) -> Table:
     for entry in report:
         gpu = "–" if entry.get("index") is None else str(entry["index"])
         if not entry["available"]:
-            t.add_row(gpu, "[yellow]unavailable[/]", entry["reason"])
+            t.add_row(gpu, "[yellow]unavailable[/]", Text(str(entry["reason"])))  # NVML's words
             continue
         gpm = entry["gpm"]
         t.add_row(
             gpu,
             "[green]yes[/]",
-            "GPM (DRAM GB/s, SM, tensor): " + ("[green]ok[/]" if gpm == "ok" else gpm),
+            Text.assemble(
+                "GPM (DRAM GB/s, SM, tensor): ", ("ok", "green") if gpm == "ok" else str(gpm)
+            ),
         )
         for name, state in entry["readings"].items():
-            t.add_row("", "", f"{name}: " + ("[green]ok[/]" if state == "ok" else state))
+            t.add_row(
+                "", "", Text.assemble(f"{name}: ", ("ok", "green") if state == "ok" else str(state))
+            )
         peak = entry["gbps_peak_theoretical"]
         t.add_row(
             "",
             "",
-            f"theoretical HBM: {peak:.0f} GB/s" if isinstance(peak, float) else str(peak),
+            f"theoretical HBM: {peak:.0f} GB/s" if isinstance(peak, float) else Text(str(peak)),
         )
     return t
