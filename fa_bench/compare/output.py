@@ -4,6 +4,7 @@ pull-request comment or $GITHUB_STEP_SUMMARY, and JSON for machines."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from rich.console import Group
@@ -112,8 +113,37 @@ def terminal(cmp: Comparison) -> Group:
     return Group(*parts)
 
 
+# A cell is data (error messages, versions, case ids) inside a pull-request comment: HTML
+# there would render (an <img onerror=...>, a </details> closing ours), Markdown would link,
+# embed images or math, and a pipe would split the cell. Entities for HTML, a backslash for
+# Markdown's punctuation; one line per cell.
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_PUNCTUATION = frozenset("\\`*_[]()!~|$#")
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """`text` as the literal content of a Markdown table cell."""
+    out = []
+    for ch in " ".join(str(text).splitlines()):
+        if ch in _MD_ENTITIES:
+            out.append(_MD_ENTITIES[ch])
+        elif ch in _MD_PUNCTUATION:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _md_code(text: str, *, cell: bool = True) -> str:
+    """`text` as a code span: HTML and Markdown inside one are shown as written, so only the
+    fence (longer than any backtick run in it) and, in a table cell, pipes need care."""
+    text = " ".join(str(text).splitlines())
+    if cell:  # GFM splits the row at a pipe even inside a code span; `\|` is one
+        text = text.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_rows(title: str, rows: Sequence[Row], metric: Metric) -> list[str]:
@@ -125,7 +155,8 @@ def _md_rows(title: str, rows: Sequence[Row], metric: Metric) -> list[str]:
            "|---|---|--:|--:|--:|---|"]  # fmt: skip
     for r in rows[:MARKDOWN_ROWS]:
         out.append(
-            f"| `{r.key}` | {_status(r)} | {_fmt(r.base_value)} | {_fmt(r.cur_value)} "
+            f"| {_md_code(r.key)} | {_md_escape(_status(r))} | {_fmt(r.base_value)} "
+            f"| {_fmt(r.cur_value)} "
             f"| {_change(r)} | {_md_escape(r.reason)} |"
         )
     if len(rows) > MARKDOWN_ROWS:
@@ -141,7 +172,8 @@ def markdown(cmp: Comparison, *, baseline: str, current: str) -> str:
     lines = [
         f"### {mark} fa-bench compare: {headline(cmp)}",
         "",
-        f"Baseline `{baseline}` → current `{current}`; metric **{cmp.metric.value}**, "
+        f"Baseline {_md_code(baseline, cell=False)} → current {_md_code(current, cell=False)}; "
+        f"metric **{cmp.metric.value}**, "
         f"threshold {th.of(cmp.metric):.1%}, alpha {th.alpha:g}; gate fails on: "
         + ", ".join(sorted(f.value for f in cmp.fail_on))
         + ".",
@@ -151,7 +183,7 @@ def markdown(cmp: Comparison, *, baseline: str, current: str) -> str:
     ]
     if cmp.env_diffs:
         lines += ["#### ⚠️ Environment differs", "", "| | baseline | current |", "|---|---|---|"]
-        lines += [f"| {d.key} | {_md_escape(d.base)} | {_md_escape(d.current)} |"
+        lines += [f"| {_md_escape(d.key)} | {_md_escape(d.base)} | {_md_escape(d.current)} |"
                   for d in cmp.env_diffs]  # fmt: skip
         lines.append("")
     failing = cmp.failing
