@@ -219,11 +219,20 @@ def write_report(
     plotlyjs: str = "inline",
     sweeps: list[dict] | None = None,
 ) -> Path:
-    """Render and write atomically (temp file, then rename); returns the page's path."""
-    page = render(docs, title=title, baseline=baseline, plotlyjs=plotlyjs, sweeps=sweeps)
+    """Render and write atomically (temp file, then rename); returns the page's path. The
+    temp file never outlives the call: a failed write or rename removes it."""
     out = Path(out)
+    if out.is_dir():  # before rendering: the page could never replace a folder
+        raise ReportError(f"-o {out}: is a folder; name the page, e.g. -o {out / 'report.html'}")
+    page = render(docs, title=title, baseline=baseline, plotlyjs=plotlyjs, sweeps=sweeps)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    # Hidden and per process, beside the page (a rename stays on one file system); not
+    # mkstemp, whose 0600 mode the page would keep.
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
+    except BaseException:  # a full disk, a folder created meanwhile, Ctrl-C: no leftovers
+        tmp.unlink(missing_ok=True)
+        raise
     return out

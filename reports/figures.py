@@ -1,8 +1,8 @@
 """The report's plotly figures, built from merged cases.
 
 Every string that came from the data (implementation names, GPU names, error messages) is
-HTML-escaped before it goes into a trace name or hover text: plotly.js renders those as
-(restricted) markup, and the page must show data, never run or style it.
+escaped (`esc`) before it goes into a trace name, hover text or title: plotly.js renders
+those as (restricted) markup, and the page must show data, never run or style it.
 """
 
 from __future__ import annotations
@@ -69,7 +69,13 @@ class Figure:
 
 
 def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """`value` as literal text in plotly's markup (legend, hover, titles, tick labels).
+
+    Only `&`, `<` and `>`: with no `<` left, the text holds no tag, so a quote means nothing
+    there; and plotly.js decodes `&amp;`, `&lt;`, `&gt;` and numeric entities but not
+    `&quot;`, which the legend would show as typed. Escaped once, for plotly only: the page's
+    own text is escaped by the template, and the figures' JSON by `figures_json`."""
+    return html.escape(str(value), quote=False)
 
 
 def seqlen(c: MergedCase) -> int:

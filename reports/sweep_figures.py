@@ -30,6 +30,8 @@ def heatmap_cells(rows: list[dict]) -> dict[tuple[int, int], dict]:
 def heatmap_figure(doc: dict, case_id: str) -> object:
     import plotly.graph_objects as go
 
+    from fa_bench.reports.figures import esc  # the case id is data: plotly reads markup
+
     rows = case_rows(doc, case_id)
     cells = heatmap_cells(rows)
     ms = sorted({r["config"]["block_m"] for r in rows})
@@ -53,7 +55,7 @@ def heatmap_figure(doc: dict, case_id: str) -> object:
         )
     )  # fmt: skip
     fig.update_layout(
-        title=f"{case_id}: best TFLOP/s over warps × stages (– = pruned, failed or not run)",
+        title=f"{esc(case_id)}: best TFLOP/s over warps × stages (– = pruned, failed or not run)",
         xaxis_title="BLOCK_N",
         yaxis_title="BLOCK_M",
     )
