@@ -15,8 +15,17 @@ from fa_bench.case import Case
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.console import RunProgress, failures_table, summary_table
 from fa_bench.errors import UsageError, print_error
-from fa_bench.results.files import read_journal, write_results
+from fa_bench.results.files import (
+    JOURNAL,
+    WRITE_ERROR_EXIT,
+    JournalWriteError,
+    read_journal,
+    scan_journal,
+    write_results,
+)
 from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
+from fa_bench.run.folder_lock import FolderLock
+from fa_bench.run.interrupts import InterruptGuard
 from fa_bench.run.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
 from fa_bench.run.plan import (
     Plan,
@@ -210,12 +219,41 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
         else:
             plan, out = _plan_new(req, console)
             kind, spread, parts = _split_new(req, plan, out, rank)
+        # One writer per folder: a rank owns its part folder, the others the whole one.
+        lock = FolderLock(parts[0].out if kind == "rank" else out,
+                          "--resume" if req.resume else "--out")  # fmt: skip
+        with lock, InterruptGuard() as guard:
+            return _execute(req, kind, spread, parts, rank, out, guard,
+                            console=console, err_console=err_console)  # fmt: skip
     except UsageError as exc:
         return print_error(err_console, exc)
+    except JournalWriteError as exc:
+        print_error(err_console, f"{exc.strerror}; every case journaled before it is kept; "
+                    f"fix that, then finish with: fa-bench run --resume {out}")  # fmt: skip
+        return WRITE_ERROR_EXIT
 
+
+def _execute(
+    req: RunRequest,
+    kind: str,
+    spread: bool,
+    parts: list[Part],
+    rank: Rank,
+    out: Path,
+    guard: InterruptGuard,
+    *,
+    console: Console,
+    err_console: Console,
+) -> int:
+    """Run the parts, write the results (Ctrl-C held meanwhile) and the report."""
+    for p in parts:
+        warning = scan_journal(p.out).warning(p.out / JOURNAL)
+        if warning:
+            err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     total, done = _announce(parts, kind, spread, rank, out, console)
     with RunProgress(console, total=total, already_done=done) as progress:
         outcomes = run_parts(parts, progress)
+    guard.hold()  # from here a Ctrl-C cannot cut results.json or results.csv short
     written = [
         finish(p.plan, p.out, env, intr) for p, (env, intr) in zip(parts, outcomes, strict=True)
     ]
@@ -243,12 +281,33 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     console.print(f"results: {json_path}\n         {csv_path}", markup=False)  # paths: not markup
     if missing:
         err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
+    # A Ctrl-C beyond the one that stopped the cases came while the results were written.
+    extra = guard.count - (1 if interrupted else 0) > 0
+    interrupted = interrupted or extra
     if req.report:
-        from fa_bench.commands.report import write_run_report
-
-        write_run_report(json_path, console=console, err_console=err_console)
+        _report(json_path, guard, extra, console=console, err_console=err_console)
     if interrupted:
         kept = f": {len(records)} of {total} cases kept; finish with: fa-bench run --resume {out}"
         err_console.print(Text.assemble(("interrupted", "yellow"), kept))
         return 130
     return 1 if missing else exit_code(records)
+
+
+def _report(json_path: Path, guard: InterruptGuard, skip: bool, *, console: Console,
+            err_console: Console) -> None:  # fmt: skip
+    """report.html, unless Ctrl-C was pressed again meanwhile: the results are written,
+    so the page is what gives way (`fa-bench report` writes it later)."""
+    from fa_bench.commands.report import write_run_report
+
+    skipped = Text(f"report skipped (Ctrl-C); write it with: fa-bench report {json_path}",
+                   style="yellow")  # fmt: skip
+    if skip:
+        err_console.print(skipped)
+        return
+    guard.allow()
+    try:
+        write_run_report(json_path, console=console, err_console=err_console)
+    except KeyboardInterrupt:
+        err_console.print(skipped)
+    finally:
+        guard.hold()

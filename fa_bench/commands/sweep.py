@@ -15,6 +15,7 @@ from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.console import RunProgress
 from fa_bench.errors import UsageError, print_error
+from fa_bench.run.folder_lock import FolderLock
 from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
 
@@ -129,6 +130,10 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
     if (out / "sweep.json").exists():
         return print_error(err_console, f"--out {out}: already holds a sweep.json")
+    try:  # one writer per folder; released when `lock` is dropped (this returns) or we exit
+        lock = FolderLock(out, "--out").acquire()
+    except UsageError as exc:
+        return print_error(err_console, exc)
     todo = [p for p in points if not p.pruned]
     console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
                   "(plus the heuristic's and the rules of thumb's where the product lacks them): "
@@ -160,6 +165,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         gpu = gpus[0]["name"] if device == "cuda" and gpus else "cpu"
         if not _save_best(doc, gpu, path, cache_path, req.min_gain_pct, console, err_console):
             return 2
+    lock.release()
     return 130 if stop == "interrupted" else 0
 
 

@@ -3,15 +3,19 @@
 results.json = {"schema": "fa-bench/1", "run": {...}, "env": {...}, "cases": [...]}, a
 `ResultsDoc` of `CaseRecord`s (fa_bench.results.record owns the format and its checks).
 The journal (journal.jsonl) gets one line per finished case as it finishes, so an
-interrupted run loses nothing; results.json/csv are written from it. Never pickled.
+interrupted run loses nothing; results.json/csv are written from it. Reading it never
+fails on a bad line (torn by a crash, a full disk, an edit): the line is skipped and
+reported and its case runs again. Never pickled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +39,36 @@ def sanitize(obj: Any) -> Any:
     return obj
 
 
+class JournalWriteError(OSError):
+    """A journal or results file could not be written (a full disk, no permission). Not a
+    usage error: what was journaled before it is intact, and `--resume` finishes the run
+    once the cause is fixed (the CLI exits with WRITE_ERROR_EXIT)."""
+
+
+# EX_IOERR of sysexits.h: neither a failed case (1) nor bad input (2).
+WRITE_ERROR_EXIT = 74
+
+
 def append_json_line(path: Path, obj: dict) -> None:
-    """Append one JSON line and fsync, so a crash right after it keeps it."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(sanitize(obj), allow_nan=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one JSON line and fsync, so a crash right after it keeps it.
+
+    The line always starts on a line boundary: a torn tail (a crash or a full disk in the
+    middle of an earlier write) is ended with a newline first, so it stays one bad line
+    that readers skip and report, and the new record is never glued to it. Its bytes are
+    kept, not cut: they are the evidence of what happened.
+    """
+    line = json.dumps(sanitize(obj), allow_nan=False) + "\n"
+    try:
+        with open(path, "a+b") as f:
+            if f.tell() > 0:
+                f.seek(f.tell() - 1)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise JournalWriteError(exc.errno, f"cannot write {path}: {exc.strerror}") from exc
 
 
 def append_journal(out_dir: Path, record: CaseRecord) -> None:
@@ -48,24 +76,54 @@ def append_journal(out_dir: Path, record: CaseRecord) -> None:
     append_json_line(Path(out_dir) / JOURNAL, record.to_json())
 
 
-def read_journal(out_dir: Path) -> list[CaseRecord]:
-    """Records in the journal; a torn last line (a crash mid-write) is ignored."""
+@dataclass
+class JournalScan:
+    """What a journal holds: its valid records, in order, and the lines that are not one
+    (line number, why), which are skipped, so the cases they held run again."""
+
+    records: list[CaseRecord] = field(default_factory=list)
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+    def warning(self, path: Path) -> str | None:
+        """One line for the terminal naming the skipped lines, or None when there are none."""
+        if not self.bad:
+            return None
+        numbers = [n for n, _ in self.bad]
+        shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
+        return (
+            f"{path}: skipped {len(self.bad)} unreadable line(s) (line {shown}; first: "
+            f"{self.bad[0][1]}); the cases they held run again"
+        )
+
+
+def scan_journal(out_dir: Path) -> JournalScan:
+    """Every valid record of the journal; a line that is not one (torn, not JSON, not an
+    object, or a record `CaseRecord.from_json` rejects) is skipped and listed."""
     path = Path(out_dir) / JOURNAL
-    if not path.exists():
-        return []
-    records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
+    scan = JournalScan()
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return scan
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if n == len(lines):
-                break
-            raise ResultsError(f"{path}:{n}: corrupt journal line: {exc}") from None
-        records.append(CaseRecord.from_json(obj, f"{path}:{n}"))
-    return records
+            obj = json.loads(raw.decode("utf-8"))
+            scan.records.append(CaseRecord.from_json(obj, f"line {n}"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            scan.bad.append((n, f"line {n}: not JSON ({exc})"))
+        except (ResultsError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            # Not only ResultsError: a hand-edited record can break any field's check.
+            scan.bad.append((n, str(exc) if isinstance(exc, ResultsError) else f"line {n}: {exc}"))
+        except RecursionError:
+            scan.bad.append((n, f"line {n}: nested too deeply"))
+    return scan
+
+
+def read_journal(out_dir: Path) -> list[CaseRecord]:
+    """The valid records in the journal (see `scan_journal` for the lines skipped)."""
+    return scan_journal(out_dir).records
 
 
 def build_document(run: dict, env: dict, cases: Iterable[CaseRecord]) -> ResultsDoc:
@@ -80,13 +138,18 @@ def write_results(out_dir: Path, doc: ResultsDoc) -> tuple[Path, Path]:
     ResultsDoc.from_json(data, source=str(out_dir))
     out_dir = Path(out_dir)
     json_path, csv_path = out_dir / "results.json", out_dir / "results.csv"
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, json_path)
     frame = to_frame(doc)
-    tmp = csv_path.with_suffix(".csv.tmp")
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, csv_path)
+    text = json.dumps(data, indent=1, allow_nan=False)
+    for path, write in ((json_path, lambda t: t.write_text(text, encoding="utf-8")),
+                        (csv_path, lambda t: frame.to_csv(t, index=False))):  # fmt: skip
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # a half-written temp file only takes space
+                tmp.unlink(missing_ok=True)
+            raise JournalWriteError(exc.errno, f"cannot write {path}: {exc.strerror}") from exc
     return json_path, csv_path
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fa_bench.results.files import JournalWriteError
 from fa_bench.run.distributed import part_dir, shard
 from fa_bench.run.plan import Plan, PlanError, load_plan, run_plan
 from fa_bench.run.runner import ProgressFn
@@ -78,8 +79,10 @@ def load_layout(out: Path) -> tuple[str, bool, list[Part]] | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         kind, indices = doc["kind"], doc["parts"]
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise PlanError(f"{path}: unreadable layout: {exc}") from None
+    if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
+        raise PlanError(f"{path}: unreadable layout: 'parts' must be a list of integers")
     parts = [Part(i, load_plan(part_dir(out, kind, i)), part_dir(out, kind, i)) for i in indices]
     return kind, doc.get("mode") == "spread", parts
 
@@ -94,9 +97,14 @@ def run_parts(parts: Sequence[Part], on_event: ProgressFn | None) -> list[tuple[
         return [run_plan(parts[0].plan, parts[0].out, on_event)]
     stop = threading.Event()
     outcomes: list[tuple[dict | None, bool]] = [(None, True)] * len(parts)
+    write_errors: list[JournalWriteError] = []
 
     def work(n: int) -> None:
-        outcomes[n] = run_plan(parts[n].plan, parts[n].out, on_event, stop=stop)
+        try:
+            outcomes[n] = run_plan(parts[n].plan, parts[n].out, on_event, stop=stop)
+        except JournalWriteError as exc:  # a full disk stops every part, then is reported
+            write_errors.append(exc)
+            stop.set()
 
     threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(len(parts))]
     for t in threads:
@@ -109,4 +117,6 @@ def run_parts(parts: Sequence[Part], on_event: ProgressFn | None) -> list[tuple[
         stop.set()
         for t in threads:
             t.join()
+    if write_errors:
+        raise write_errors[0]
     return outcomes

@@ -7,6 +7,7 @@ interrupted run with exactly the same cases and options.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from collections.abc import Sequence
@@ -18,7 +19,13 @@ from fa_bench import __version__
 from fa_bench.case import Case
 from fa_bench.env import git_sha
 from fa_bench.errors import UsageError
-from fa_bench.results.files import PLAN, build_document, read_journal, write_results
+from fa_bench.results.files import (
+    PLAN,
+    JournalWriteError,
+    build_document,
+    read_journal,
+    write_results,
+)
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
@@ -79,7 +86,12 @@ def save_plan(out_dir: Path, plan: Plan) -> None:
         "gpu": plan.options.gpu,
         "cases": [c.to_dict() for c in plan.cases],
     }
-    (out_dir / PLAN).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    path, tmp = out_dir / PLAN, out_dir / (PLAN + ".tmp")
+    try:  # temp file, then rename: a full disk never leaves a truncated plan behind
+        tmp.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise JournalWriteError(exc.errno, f"cannot write {path}: {exc.strerror}") from exc
 
 
 def load_plan(out_dir: Path) -> Plan:
@@ -90,19 +102,29 @@ def load_plan(out_dir: Path) -> Plan:
         raise PlanError(
             f"--resume {out_dir}: no {PLAN} there (not an fa-bench run folder)"
         ) from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PlanError(f"--resume {out_dir}: cannot read {PLAN}: {exc}") from None
+    except RecursionError:
+        raise PlanError(f"--resume {out_dir}: cannot read {PLAN}: nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{path}: invalid plan: not a JSON object")
     if doc.get("schema") not in (PLAN_SCHEMA, *_OLD_PLAN_SCHEMAS):
         raise PlanError(f"{path}: schema {doc.get('schema')!r} is not {PLAN_SCHEMA!r}")
+    run = doc.get("run")
+    if not isinstance(run, dict) or not isinstance(doc.get("cases"), list):
+        raise PlanError(f"{path}: invalid plan: 'run' must be an object and 'cases' a list")
+    if not isinstance(run.setdefault("resumed", []), list):
+        raise PlanError(f"{path}: invalid plan: 'run.resumed' must be a list")
     try:
         cases = [Case.from_dict(c) for c in doc["cases"]]
         if doc["schema"] == PLAN_SCHEMA:
-            options = RunOptions.from_dict({**doc["run"]["options"], "gpu": doc["gpu"]})
+            options = RunOptions.from_dict({**run["options"], "gpu": doc["gpu"]})
         else:
             options = RunOptions.from_dict(doc["options"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PlanError(f"{path}: invalid plan: {exc}") from None
-    return Plan(run=doc["run"], options=options, cases=cases)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # AttributeError: a case or an options object that is not a JSON object.
+        raise PlanError(f"{path}: invalid plan: {type(exc).__name__}: {exc}") from None
+    return Plan(run=run, options=options, cases=cases)
 
 
 def ordered_records(plan: Plan, out_dir: Path) -> list[CaseRecord]:

@@ -30,6 +30,8 @@ from fa_bench.run.timing import TimingConfig
 from fa_bench.sweep import tuning
 
 WORKER_LOG = "worker.log"
+WORKER_LOG_MAX = 16 << 20  # worker.log is cut back to its tail past this, at a worker start
+WORKER_LOG_KEEP = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,24 @@ class RunOptions:
         return "cpu" if self.device == "cpu" else "cuda:0"
 
 
+def trim_log(path: Path, limit: int = WORKER_LOG_MAX, keep: int = WORKER_LOG_KEEP) -> None:
+    """Past `limit` bytes, cut the log to its last `keep` bytes (from a line start), so a
+    worker that floods stderr cannot fill the disk over many restarts; the tail is what
+    explains the latest failure. Checked when a worker starts."""
+    try:
+        if path.stat().st_size <= limit:
+            return
+        with open(path, "rb") as f:
+            f.seek(-keep, os.SEEK_END)
+            tail = f.read()
+        tail = tail[tail.find(b"\n") + 1 :] if b"\n" in tail else tail
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(b"[fa-bench: worker.log cut to its last %d bytes]\n" % len(tail) + tail)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a log that cannot be trimmed is no reason to stop the run
+
+
 class WorkerError(RuntimeError):
     pass
 
@@ -93,6 +113,7 @@ class Worker:
         # bare module name is found there), since the worker runs in the output folder.
         args = {"options": opts.to_dict(), "plugin_path": os.getcwd()}
         self.log_path = Path(workdir) / WORKER_LOG
+        trim_log(self.log_path)
         self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()
         # cwd is the output folder, so a source checkout's fa_bench/ in the caller's
