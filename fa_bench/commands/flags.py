@@ -8,11 +8,13 @@ commands/options.py; their defaults are the ones here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
 from fa_bench.errors import UsageError
+from fa_bench.run.limits import DEFAULT_MAX_CASES
 from fa_bench.run.timing import TimingConfig, default_warmup_ms
 
 
@@ -29,6 +31,8 @@ class CaseFlags:
     heads: tuple[int, ...] = ()
     kv_heads: tuple[int, ...] = ()
     causal: bool | None = None
+    # Not an axis: how many cases the axes may make before the plan is refused.
+    max_cases: int = DEFAULT_MAX_CASES
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ class MeasureFlags:
 
     def timing(self, on_cpu: bool, *, gpu_max_time_s: float, **extra: object) -> TimingConfig:
         """The TimingConfig these flags ask for; `extra` sets the run-only fields."""
+        self.check_values()
         try:
-            return TimingConfig(
+            config = TimingConfig(
                 target_noise=self.target_noise,
                 min_samples=self.min_samples,
                 min_time_s=0.02 if on_cpu else 0.05,
@@ -65,3 +70,33 @@ class MeasureFlags:
             )
         except ValueError as exc:  # the flags' values, rejected by TimingConfig's checks
             raise UsageError(str(exc)) from None
+        spent_s = config.warmup_ms / 1000 + config.max_time_s
+        if spent_s >= self.case_timeout_s:
+            # Warm-up and timing alone would reach the time-out: every case would be killed.
+            raise UsageError(
+                f"--warmup {config.warmup_ms:g} ms + --max-time {config.max_time_s:g} s "
+                f"reach --timeout {self.case_timeout_s:g} s: every case would time out; "
+                "lower them or raise --timeout"
+            )
+        return config
+
+    def check_values(self) -> None:
+        """Refuse NaN and infinity in any float flag: the CLI's ranges refuse them first;
+        this holds for any caller of the command cores."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UsageError(
+                    f"{_FLAG_NAMES.get(f.name, f.name)}: {value} is not a finite number"
+                )
+
+
+_FLAG_NAMES = {
+    "timeout_s": "--timeout",
+    "target_noise": "--target-noise",
+    "max_time_s": "--max-time",
+    "warmup_ms": "--warmup",
+    "merge_timeout_s": "--merge-timeout",
+    "budget_minutes": "--budget-minutes",
+    "min_gain_pct": "--min-gain",
+}

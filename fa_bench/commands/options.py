@@ -99,7 +99,23 @@ Causal = Annotated[
     ),
 ]
 
+MaxCases = Annotated[
+    int,
+    _opt(
+        "--max-cases",
+        panel=CASES,
+        min=1,
+        help="Refuse a plan of more cases than this (sweep: cases × configs) before it "
+        "starts; raise it to run a larger one.",
+    ),
+]
+
 # --- shared by run and sweep: where, and how timed -------------------------------------
+
+# Ceilings for the time flags, far past any sensible value: a range without a max accepts
+# inf (and NaN); with one, Click refuses both. MeasureFlags.check_values backs it up.
+DAY_S = 86_400.0
+WEEK_S = 7 * DAY_S
 
 Device = Annotated[
     DeviceChoice,
@@ -124,6 +140,7 @@ Timeout = Annotated[
         "--timeout",
         panel=MEASURE,
         min=1,
+        max=WEEK_S,
         help="Seconds one case may take (compilation included) before it is killed. Default: "
         "600 for run; 300 for sweep, whose configs are each one build and one kernel.",
     ),
@@ -148,6 +165,7 @@ MaxTime = Annotated[
         "--max-time",
         panel=MEASURE,
         min=0.01,
+        max=DAY_S,
         help="Seconds of timing per case at most (default 3 on GPU, 2 per sweep config; 1 on CPU).",
     ),
 ]
@@ -157,6 +175,7 @@ Warmup = Annotated[
         "--warmup",
         panel=MEASURE,
         min=0.0,
+        max=DAY_S * 1000,
         help="Milliseconds of back-to-back untimed calls before a case's samples "
         "(default 500 on GPU, so a power-capped clock has settled; 20 on CPU). "
         "See docs/measurement.md.",
@@ -230,6 +249,7 @@ MergeTimeout = Annotated[
         "--merge-timeout",
         panel=GPUS,
         min=0,
+        max=WEEK_S,
         help="Under torchrun/srun: seconds rank 0 waits for the other ranks' results.",
     ),
 ]
@@ -266,7 +286,12 @@ Rules = Annotated[
 ]
 BudgetMinutes = Annotated[
     float | None,
-    _opt("--budget-minutes", min=0.01, help="Stop cleanly after this long, keeping the results."),
+    _opt(
+        "--budget-minutes",
+        min=0.01,
+        max=WEEK_S / 60,
+        help="Stop cleanly after this long, keeping the results.",
+    ),
 ]
 SaveBest = Annotated[
     bool,
@@ -280,6 +305,7 @@ MinGain = Annotated[
     _opt(
         "--min-gain",
         min=0.0,
+        max=1000.0,
         help="With --save-best: save a case's best only if it beats the heuristic by this many "
         "percent; below it the heuristic stays (its older entry is removed). "
         "Smaller gains were within run-to-run noise on the H200.",

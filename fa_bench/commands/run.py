@@ -26,6 +26,7 @@ from fa_bench.results.files import (
 from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
 from fa_bench.run.folder_lock import FolderLock
 from fa_bench.run.interrupts import InterruptGuard
+from fa_bench.run.limits import check_case_sizes, check_out_dir, estimate_s, human_duration
 from fa_bench.run.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
 from fa_bench.run.plan import (
     Plan,
@@ -117,8 +118,10 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
             f"No --suite given: running [bold]{suite_names[0]}[/], the default on {where}."
         )
     overrides = Overrides.from_flags(req)
-    suites = load_suites(suite_names, overrides=overrides, known_impls=list(impls))
+    suites = load_suites(suite_names, overrides=overrides, known_impls=list(impls),
+                         max_cases=req.max_cases)  # fmt: skip
     cases = interleave_impls(c for s in suites for c in s.cases)
+    check_case_sizes(cases, device, req.gpu)
     on_cpu = device == "cpu"
     timing = req.timing(on_cpu, gpu_max_time_s=3.0, flush_l2=req.l2_flush,
                         cuda_graph=req.cuda_graph)  # fmt: skip
@@ -136,6 +139,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     out = req.out or default_out_dir(suite_names)
     if (out / "plan.json").exists() or (out / "layout.json").exists():
         raise PlanError(f"--out {out}: already holds a run; use --resume {out} or another folder")
+    check_out_dir(out)
     return plan, out
 
 
@@ -207,6 +211,11 @@ def _announce(
              "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
     mode = f" ({'spread' if spread else 'replicate'})" if kind != "single" else ""
     console.print(f"{total} cases ({done} already done){where}{mode} → {out}", markup=False)
+    opts, longest = parts[0].plan.options, max(len(p.plan.cases) for p in parts)  # in parallel
+    guess = estimate_s(
+        min(longest, total - done), opts.timing, opts.telemetry and opts.device == "cuda"
+    )
+    console.print(f"estimate: at most about {human_duration(guess)} (docs/suites.md)", markup=False)
     return total, done
 
 

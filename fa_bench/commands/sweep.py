@@ -16,6 +16,7 @@ from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.console import RunProgress
 from fa_bench.errors import UsageError, print_error
 from fa_bench.run.folder_lock import FolderLock
+from fa_bench.run.limits import check_case_count, check_case_sizes, check_out_dir
 from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
 
@@ -91,8 +92,11 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
     registry.load()
     overrides = Overrides.from_flags(req, impls=("triton",))
     names = list(req.suites) or ["standard" if device == "cuda" else "smoke"]
-    suites = load_suites(names, overrides=overrides, known_impls=registry.names())
+    suites = load_suites(
+        names, overrides=overrides, known_impls=registry.names(), max_cases=req.max_cases
+    )
     cases = list({c.id: sweep_case(c) for s in suites for c in s.cases}.values())
+    check_case_sizes(cases, device, req.gpu)
     capability = None
     if device == "cuda":
         import torch
@@ -102,6 +106,7 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
     points = sweep_points(
         cases, space, capability=capability, smem_limit_bytes=smem, with_rules=req.rules
     )
+    check_case_count(len(points), req.max_cases, "the cases × configs", "points")
     return points, space, smem
 
 
@@ -130,6 +135,10 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
     if (out / "sweep.json").exists():
         return print_error(err_console, f"--out {out}: already holds a sweep.json")
+    try:  # a file, an unwritable place: refused before any config is built
+        check_out_dir(out)
+    except UsageError as exc:
+        return print_error(err_console, exc)
     try:  # one writer per folder; released when `lock` is dropped (this returns) or we exit
         lock = FolderLock(out, "--out").acquire()
     except UsageError as exc:

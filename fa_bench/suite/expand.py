@@ -98,31 +98,43 @@ def builtin_suites() -> dict[str, str]:
     return out
 
 
+class TooManyCases(SuiteError):
+    """A suite past the case limit (`--max-cases`), refused before its cases are built."""
+
+
 def load_suite(
     name_or_path: str | os.PathLike[str],
     overrides: Overrides | None = None,
     known_impls: Collection[str] | None = None,
+    max_cases: int | None = None,
+    *,
+    earlier: Collection[str] = (),
 ) -> Suite:
     """Load a built-in suite by name or a suite file by path, apply overrides, expand cases.
 
     `known_impls`, when given, is the set of valid implementation names (the registry's).
+    `max_cases`, when given, refuses (`TooManyCases`) more distinct cases than that,
+    counted from the axes before any case is built; `earlier` (the ids of earlier
+    suites' cases) count towards it.
     """
     impl_choices = tuple(sorted(known_impls)) if known_impls is not None else None
     ov = _checked_overrides(overrides, impl_choices)
     source, text = read_suite(name_or_path)
-    return _build(parse_toml(text, source), source, ov, impl_choices)
+    return _build(parse_toml(text, source), source, ov, impl_choices, max_cases, earlier)
 
 
 def load_suites(
     names: Sequence[str | os.PathLike[str]],
     overrides: Overrides | None = None,
     known_impls: Collection[str] | None = None,
+    max_cases: int | None = None,
 ) -> list[Suite]:
-    """Load several suites; a case already in an earlier suite is dropped from later ones."""
+    """Load several suites; a case already in an earlier suite is dropped from later ones.
+    `max_cases` limits them all together."""
     seen: set[str] = set()
     suites = []
     for name in names:
-        suite = load_suite(name, overrides, known_impls)
+        suite = load_suite(name, overrides, known_impls, max_cases, earlier=seen)
         cases = tuple(c for c in suite.cases if c.id not in seen)
         seen.update(c.id for c in cases)
         suites.append(replace(suite, cases=cases))
@@ -273,8 +285,56 @@ def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
                         raise where.error(str(exc)) from None
 
 
+def _count(axes: Axes, where: Where) -> int:
+    """The number of cases `_expand` yields for these axes (duplicates included), without
+    building them."""
+    _require(axes, where)
+    if "seqlens" in axes:
+        seqs = len(axes["seqlens"])
+    else:
+        seqs = len(axes["seqlens_q"]) * len(axes["seqlens_k"])
+    sizes = axes["batch"] if "batch" in axes else axes["tokens"]
+    heads = axes["hidden"] if "hidden" in axes else axes["heads_q"]
+    kv = len(axes["heads_kv"]) if "heads_kv" in axes else 1
+    n = len(axes["impls"]) * len(axes["modes"]) * len(axes["dtypes"]) * len(axes["head_dims"])
+    return n * len(heads) * kv * len(sizes) * len(axes["causal"]) * seqs
+
+
+def _check_size(
+    grid: list[tuple[Where, Axes]],
+    source: str,
+    ov: Overrides,
+    max_cases: int,
+    earlier: Collection[str],
+) -> None:
+    """Refuse more than `max_cases` distinct cases with the `earlier` ones, fast: the
+    product of the axes decides at once; only a product past the limit, which duplicates
+    might bring under it, is expanded, and then only until the limit is passed."""
+    product = sum(_count(axes, where) for where, axes in grid)
+    if len(earlier) + product <= max_cases:
+        return
+    seen: set[str] = set()
+    for where, axes in grid:
+        for case in _expand(axes, where, ov):
+            if case.id not in earlier:
+                seen.add(case.id)
+            if len(earlier) + len(seen) > max_cases:
+                before = f" (after {len(earlier):,} of earlier suites)" if earlier else ""
+                raise TooManyCases(
+                    f"{source}: its axes make {product:,} cases{before}, more than the "
+                    f"limit of {max_cases:,}: "
+                    "narrow the axes (--impl, --seqlen, ...), "
+                    f"or raise the limit with --max-cases"
+                )
+
+
 def _build(
-    doc: dict[str, Any], source: str, ov: Overrides, impl_choices: tuple[str, ...] | None
+    doc: dict[str, Any],
+    source: str,
+    ov: Overrides,
+    impl_choices: tuple[str, ...] | None,
+    max_cases: int | None = None,
+    earlier: Collection[str] = (),
 ) -> Suite:
     where = Where(source)
     name = text_key(doc, "name", where, required=True)
@@ -296,9 +356,12 @@ def _build(
             gwhere = Where(source, label)
             groups.append((gwhere, _merge(top, axes_table(raw, GROUP_KEYS, gwhere, impl_choices))))
 
+    grid = [(gwhere, _apply(axes, ov)) for gwhere, axes in groups]
+    if max_cases is not None:
+        _check_size(grid, source, ov, max_cases, earlier)
     cases: dict[str, Case] = {}
-    for gwhere, axes in groups:
-        for case in _expand(_apply(axes, ov), gwhere, ov):
+    for gwhere, axes in grid:
+        for case in _expand(axes, gwhere, ov):
             cases.setdefault(case.id, case)
     if not cases:  # unreachable while every axis is non-empty; kept as the contract's guard
         raise where.error("the suite has no cases")
