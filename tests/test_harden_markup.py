@@ -251,3 +251,37 @@ def test_a_failed_page_write_removes_its_temp_file(
     with pytest.raises(OSError):
         write_report([_doc("sdpa", "x")], tmp_path / "r.html", plotlyjs="cdn")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- end to end: a plugin whose name and exception text hold tags ---------------------------
+
+PLUGIN = """
+from fa_bench import registry
+
+
+@registry.register("tag[/t]er", description="[u]d[/u]", devices=("cpu",))
+def build(case, q, k, v):
+    def fn(q, k, v):
+        raise ValueError("kernel [/k] [magenta]m [[pair]] \\\\")
+
+    return fn
+"""
+
+
+@pytest.mark.slow
+def test_a_plugin_raising_tagged_text_is_a_recorded_error(tmp_path: Path) -> None:
+    plugin = tmp_path / "markup_e2e_plugin.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "o[" / "o]ut"  # a path holding `[/o]`
+    args = ["run", "--device", "cpu", "--plugin", str(plugin), "-i", "tag[/t]er", "-m", "fwd",
+            "--dtype", "fp32", "--seqlen", "16", "--head-dim", "16", "--batch", "1",
+            "--heads", "1", "--no-causal", "--out", str(out), "--max-time", "0.05",
+            "--min-samples", "3", "--no-report"]  # fmt: skip
+    r = runner.invoke(cli.app, args)
+    assert r.exit_code == 1, r.output  # a failed case, not a crash
+    assert "internal error" not in r.output and "MarkupError" not in r.output
+    assert _flat("kernel [/k] [magenta]m [[pair]] \\") in _flat(r.output)  # progress, table
+    cases = json.loads((out / "results.json").read_text())["cases"]
+    assert cases and {c["impl"] for c in cases} == {"tag[/t]er"}
+    assert all(c["status"] == "error" for c in cases)
+    assert all("kernel [/k] [magenta]m [[pair]] \\" in c["error"] for c in cases)
