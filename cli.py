@@ -229,6 +229,8 @@ def env(plugin: o.Plugins = None) -> None:
     from fa_bench.env import collect_env, cudnn_version
     from fa_bench.telemetry.env import support_report, support_table
 
+    # Plugins first: one that cannot be imported is an error before anything is shown.
+    impls = registry.load(plugin or ())  # a PluginError is the user's: exit 2 (_Group)
     info = collect_env()
     t = Table("", "", show_header=False, box=None)
     for key in ("hostname", "platform", "python", "fa_bench", "torch", "triton", "cuda", "cudnn",
@@ -252,7 +254,6 @@ def env(plugin: o.Plugins = None) -> None:
     else:
         console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
     console.print(support_table(support_report()))
-    impls = registry.load(plugin or ())  # a PluginError is the user's: exit 2 (_Group)
     a = Table("impl", "available here", title="implementations")
     for name, im in impls.items():
         why = im.unavailable_reason()

@@ -10,10 +10,13 @@ Builders raise `Unsupported` for cases they cannot run.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +33,14 @@ class Unsupported(Exception):
 
 class PluginError(UsageError, ValueError):
     """A plugin module that cannot be imported."""
+
+
+class RegistrationError(ValueError):
+    """A `register(...)` call that cannot be accepted; the message names its file."""
+
+
+class BuilderError(TypeError):
+    """A builder returned something other than `fn(q, k, v)` or a `Prepared`."""
 
 
 class UnknownImpl(UsageError, ValueError):
@@ -59,6 +70,7 @@ class Impl:
     backward_reruns: bool = True
     check: Callable[[Case, object], str | None] | None = None
     availability: Callable[[], str | None] | None = field(default=None, compare=False)
+    origin: str | None = field(default=None, compare=False)  # the file that registered it
 
     def unsupported_reason(self, case: Case, device: object) -> str | None:
         """Why this case cannot run here, or None. `device` is a torch.device."""
@@ -83,7 +95,28 @@ class Impl:
         take an `options` keyword; without it every builder is called as before."""
         extra = {} if options is None else {"options": options}
         built = self.builder(case, q, k, v, **extra)
+        fn = built.fn if isinstance(built, Prepared) else built
+        # Checked here, not at the first call, where None or a tensor fails far from the
+        # builder (in the accuracy check or timing) with a message that names neither.
+        if not callable(fn):
+            what = "a Prepared whose fn is " if isinstance(built, Prepared) else ""
+            raise BuilderError(
+                f"implementation {self.name!r}: its builder{_at(self.origin)} returned "
+                f"{what}{_describe(fn)}, not a function fn(q, k, v) -> o or a registry.Prepared"
+            )
         return built if isinstance(built, Prepared) else Prepared(fn=built)
+
+
+def _at(origin: str | None) -> str:
+    return f" ({origin})" if origin else ""
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "None"
+    shape = getattr(value, "shape", None)
+    kind = type(value).__name__
+    return f"a {kind} of shape {tuple(shape)}" if shape is not None else f"a {kind}"
 
 
 _REGISTRY: dict[str, Impl] = {}
@@ -103,22 +136,50 @@ def register(
     """Decorator that registers a builder under `name` and returns it unchanged."""
 
     def decorate(builder: Callable) -> Callable:
+        origin = _origin(builder)
         if name in _REGISTRY:
-            raise ValueError(f"implementation {name!r} is registered twice")
+            raise RegistrationError(
+                f"implementation {name!r} is registered twice: by {origin} and before "
+                f"that by {_REGISTRY[name].origin or 'an unknown file'}"
+            )
         _REGISTRY[name] = Impl(
             name=name,
             builder=builder,
             description=description,
-            modes=frozenset(Mode(m) for m in modes),
-            dtypes=frozenset(DType(d) for d in dtypes),
+            modes=_members(Mode, modes, "modes", name, origin),
+            dtypes=_members(DType, dtypes, "dtypes", name, origin),
             devices=frozenset(devices),
             backward_reruns=backward_reruns,
             check=check,
             availability=availability,
+            origin=origin,
         )
         return builder
 
     return decorate
+
+
+def _origin(builder: Callable) -> str:
+    """The file (and line) that defines `builder`: where a message sends the reader."""
+    code = getattr(builder, "__code__", None)
+    if code is not None:
+        return f"{code.co_filename}:{code.co_firstlineno}"
+    module = sys.modules.get(getattr(builder, "__module__", "") or "")
+    return str(getattr(module, "__file__", None) or getattr(builder, "__module__", "?"))
+
+
+def _members(enum: type[Mode] | type[DType], values: Iterable, key: str, name: str,
+             origin: str) -> frozenset:  # fmt: skip
+    out = set()
+    for v in values:
+        try:
+            out.add(enum(v))
+        except ValueError:
+            valid = ", ".join(m.value for m in enum)
+            raise RegistrationError(
+                f"implementation {name!r} ({origin}): {key}: {v!r} is not one of {valid}"
+            ) from None
+    return frozenset(out)
 
 
 # The adapters of the built-in implementations; importing one registers it. They live
@@ -139,25 +200,95 @@ def load(plugins: Iterable[str] = ()) -> dict[str, Impl]:
     return dict(_REGISTRY)
 
 
+def is_file_plugin(plugin: str) -> bool:
+    """A plugin given as a .py file (else it is a module name)."""
+    return plugin.endswith(".py") or os.sep in plugin
+
+
+def plugin_source(plugin: str) -> Path | None:
+    """The resolved file a plugin's code comes from, found without running any of it (a
+    module's parent packages are searched, not imported); None when there is none."""
+    if is_file_plugin(plugin):
+        path = Path(plugin)
+        return path.resolve() if path.is_file() else None
+    loaded = sys.modules.get(plugin)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+    else:
+        # The worker appends the caller's folder to sys.path for module plugins: so here.
+        search: list[str] | None = [*sys.path, os.getcwd()]
+        spec = None
+        parts = plugin.split(".")
+        for i in range(len(parts)):
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), search)
+            if spec is None:
+                return None
+            search = list(spec.submodule_search_locations or [])
+        origin = spec.origin if spec is not None else None
+    return Path(origin).resolve() if origin and os.path.isfile(origin) else None
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _import_plugin(plugin: str) -> None:
-    path = Path(plugin)
-    if plugin.endswith(".py") or os.sep in plugin:
-        if not path.is_file():
-            raise PluginError(f"--plugin {plugin}: no such file")
-        name = f"fa_bench_plugin_{path.stem}"
-        if name in sys.modules:
-            return
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:  # a .py path always has a source loader
-            raise PluginError(f"--plugin {plugin}: cannot load it as a module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return
+    before = set(_REGISTRY)
     try:
+        _exec_plugin(plugin)
+    except (Exception, SystemExit) as exc:
+        # A half-imported plugin leaves nothing registered, so a retry is not a duplicate.
+        for name in set(_REGISTRY) - before:
+            del _REGISTRY[name]
+        if isinstance(exc, PluginError):
+            raise
+        raise PluginError(f"--plugin {plugin}: {_import_failure(exc, plugin)}") from None
+
+
+def _exec_plugin(plugin: str) -> None:
+    if not is_file_plugin(plugin):
         importlib.import_module(plugin)
-    except ModuleNotFoundError as exc:
-        raise PluginError(f"--plugin {plugin}: cannot import it ({exc})") from None
+        return
+    path = Path(plugin)
+    if not path.is_file():
+        raise PluginError(f"--plugin {plugin}: no such file")
+    # Named after the resolved path, so two plugin files with one name are both imported.
+    resolved = str(path.resolve())
+    name = f"fa_bench_plugin_{path.stem}_{hashlib.sha1(resolved.encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # a .py path always has a source loader
+        raise PluginError(f"--plugin {plugin}: cannot load it as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+
+
+def _import_failure(exc: BaseException, plugin: str) -> str:
+    """What went wrong, in one line: the error's type and message and where it was."""
+    kind = type(exc).__name__
+    if isinstance(exc, SyntaxError):
+        return f"{exc.filename}:{exc.lineno}: {kind}: {exc.msg}"
+    if isinstance(exc, RegistrationError):
+        return str(exc)
+    if isinstance(exc, ModuleNotFoundError) and exc.name and plugin.startswith(exc.name):
+        if plugin == exc.name or plugin.startswith(exc.name + "."):
+            return f"no module named {exc.name!r} (not a .py file either; searched sys.path)"
+    frames = [f"{f.filename}:{f.lineno}" for f in traceback.extract_tb(exc.__traceback__)]
+    source = plugin_source(plugin)
+    # The plugin's own line first (the reader's to fix), then where it was raised.
+    own = [f for f in frames if source is not None and f.startswith(f"{source}:")]
+    shown = [*own[-1:], *[f for f in frames[-1:] if f not in own[-1:]]]
+    where = f" (at {', raised in '.join(shown)})" if shown else ""
+    missing = (
+        " (a module it needs is not installed)" if isinstance(exc, ModuleNotFoundError) else ""
+    )
+    return f"importing it failed: {kind}: {exc}{where}{missing}"
 
 
 def get(name: str) -> Impl:

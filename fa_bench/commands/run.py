@@ -23,6 +23,7 @@ from fa_bench.results.files import (
     scan_journal,
     write_results,
 )
+from fa_bench.run import plugin_files
 from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
 from fa_bench.run.folder_lock import FolderLock
 from fa_bench.run.interrupts import InterruptGuard
@@ -109,6 +110,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     from fa_bench.suite.expand import Overrides, load_suites
 
     impls = registry.load(req.plugins)
+    plugins = plugin_files.absolute(req.plugins)  # the worker runs in the output folder
     device = resolve_device(req.device, req.gpu)
     suite_names = list(req.suites)
     if not suite_names:
@@ -130,12 +132,13 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         raise PlanError(f"{missing} (a file `fa-bench sweep --save-best` wrote, or 'off')")
     options = RunOptions(
         device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
-        timeout_s=req.case_timeout_s, seed=req.seed, plugins=req.plugins,
+        timeout_s=req.case_timeout_s, seed=req.seed, plugins=plugins,
         # Pinned absolute: the plan records the cache it ran with, for --resume too.
         tuning_cache=tuning.pin(req.tuning_cache), telemetry=req.telemetry,
     )  # fmt: skip
     described = [{"name": s.name, "description": s.description, "source": s.source} for s in suites]
     plan = new_plan(cases, options, described, list(req.argv))
+    plan.run[plugin_files.KEY] = plugin_files.record(plugins)  # checked by --resume
     out = req.out or default_out_dir(suite_names)
     if (out / "plan.json").exists() or (out / "layout.json").exists():
         raise PlanError(f"--out {out}: already holds a run; use --resume {out} or another folder")
@@ -174,7 +177,9 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
     return "single", False, [Part(0, plan, out)]
 
 
-def _resume(req: RunRequest, rank: Rank, out: Path) -> tuple[str, bool, list[Part], Path]:
+def _resume(
+    req: RunRequest, rank: Rank, out: Path, console: Console
+) -> tuple[str, bool, list[Part], Path]:
     if req.selects_cases or req.out or req.gpus:
         raise PlanError(
             "--resume takes the cases and options of the interrupted run; "
@@ -189,8 +194,15 @@ def _resume(req: RunRequest, rank: Rank, out: Path) -> tuple[str, bool, list[Par
         spread = parts[0].plan.run.get("part", {}).get("mode") == "spread"
     else:
         kind, spread, parts = "single", False, [Part(0, load_plan(out), out)]
-    for part in parts:
+    for i, part in enumerate(parts):
+        # Said and checked before any plugin code runs (the parts share their plugins).
+        say = (lambda line: console.print(line, markup=False, highlight=False)) if i == 0 else (
+            lambda line: None)  # fmt: skip
+        plugin_files.check_resume(part.plan.run, part.plan.options.plugins, req.plugins, say)
         registry.load(part.plan.options.plugins)
+        # An older plan may hold a relative file plugin: the worker runs in the run folder.
+        absolute = plugin_files.absolute(part.plan.options.plugins)
+        part.plan.options = replace(part.plan.options, plugins=absolute)
         part.plan.run["resumed"].append(now_iso())
     return kind, spread, parts, out
 
@@ -224,7 +236,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
     try:
         rank = detect()
         if req.resume:
-            kind, spread, parts, out = _resume(req, rank, req.resume)
+            kind, spread, parts, out = _resume(req, rank, req.resume, console)
         else:
             plan, out = _plan_new(req, console)
             kind, spread, parts = _split_new(req, plan, out, rank)

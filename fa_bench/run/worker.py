@@ -43,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     options = RunOptions.from_dict(args["options"])
     if args.get("plugin_path"):
         sys.path.append(args["plugin_path"])  # after fa_bench is imported: no shadowing
-    registry.load(options.plugins)
+    try:
+        registry.load(options.plugins)
+    except registry.PluginError as exc:
+        # One line for the runner's message (it quotes the tail of stderr), not a traceback.
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
     device = torch.device(options.worker_device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
