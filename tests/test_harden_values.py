@@ -318,3 +318,31 @@ def test_the_estimate_adds_warmup_max_time_and_overheads() -> None:
     assert estimate_s(40, timing, telemetry=False) == pytest.approx(5 + 40 * 2.75)
     assert estimate_s(40, timing, telemetry=True) == pytest.approx(5 + 40 * 3.75)
     assert human_duration(5 + 40 * 3.75) == "3 min" and human_duration(1e6) == "11.6 days"
+
+
+_REAL_OOM = """
+import resource, sys, torch
+from fa_bench import registry
+from fa_bench.case import Case
+from fa_bench.run.execute import ExecOptions, run_case
+from fa_bench.run.timing import TimingConfig
+registry.load()
+vm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize")][0]
+resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))
+case = Case(impl="naive", mode="fwd", dtype="fp32", batch=1, heads_q=3, heads_kv=3,
+            seqlen_q=24000, seqlen_k=24000, head_dim=8, causal=False)  # scores: 6.9 GB
+timing = TimingConfig(target_noise=0.2, min_samples=2, min_time_s=0, max_time_s=0.01,
+                      warmup_ms=0)
+record = run_case(case, torch.device("cpu"), ExecOptions(timing=timing))
+print(record.status.value, record.error)
+"""
+
+
+@pytest.mark.slow
+def test_a_real_cpu_allocation_failure_is_oom() -> None:
+    """The CPU allocator's own message, under an address-space limit (ulimit -v)."""
+    proc = subprocess.run([sys.executable, "-c", _REAL_OOM], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("oom "), proc.stdout
+    assert "can't allocate memory" in proc.stdout
