@@ -1,0 +1,100 @@
+"""Every command's flags with bad values (inf, nan, negative, huge, empty, markup text):
+each must be refused with exit 2 before any case runs."""
+
+from __future__ import annotations
+
+from core import BAD_INPUT, Attack, Step
+
+BAD_NUMBERS = ["inf", "-inf", "nan", "-1", "0", "1e308", "", "[/x]", "99999999999999999999999"]
+MARKUP = ["[/x]", "[red]r", "[[group]]", "<img src=x onerror=alert(1)>"]
+
+# A tiny valid run; each attack replaces one of its flags.
+RUN_BASE = {"-s": "smoke", "-i": "naive", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05",
+            "--min-samples": "3", "--warmup": "0", "-o": "{d}/out"}  # fmt: skip
+SWEEP_BASE = {"-s": "smoke", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05",
+              "--min-samples": "3", "--warmup": "0", "-o": "{d}/out"}  # fmt: skip
+
+RUN_FLAGS: dict[str, list[str]] = {
+    "--warmup": [*BAD_NUMBERS[:3], "-1", "1e308", "", "[/x]"],
+    "--timeout": ["inf", "nan", "0", "-1", "1e308", ""],
+    "--max-time": ["inf", "nan", "0", "-1", "1e308"],
+    "--min-samples": ["-1", "0", "1", "99999999999999999999999", "nan", ""],
+    "--target-noise": ["nan", "inf", "0", "-0.1", "1"],
+    "--seqlen": ["0", "-1", "100000000000000000", "nan", "", "[/x]"],
+    "--batch": ["0", "-3", "9223372036854775807", "18446744073709551616"],
+    "--heads": ["0", "-2", "4294967296"],
+    "--head-dim": ["0", "-32", "1000000000"],
+    "--kv-heads": ["0", "3", "-1"],
+    "--seed": ["-1", "nan", "99999999999999999999999"],
+    "--gpu": ["-1", "nan", "99999"],
+    "--gpus": ["[/x]", "nan", "-1", "", "0,0", "99"],
+    "--merge-timeout": ["inf", "nan", "-1"],
+    "--impl": ["[/x]", "[red]nope", "", "<script>"],
+    "-s": ["[/x]", "[red]nope[/red]", "", "no-such-suite"],
+    "-m": ["sideways", "[/x]", ""],
+    "--dtype": ["fp8", "[/x]"],
+    "--device": ["tpu", "[/x]"],
+    "--tuning-cache": ["{d}/[/x]/none/c.json", "/proc/x/c.json"],
+    "--plugin": ["{d}/[/x]none.py", "no_such_module_[red]", ""],
+    "--resume": ["{d}/none", "{d}/[/x]", "/proc/self"],
+}
+SWEEP_FLAGS: dict[str, list[str]] = {
+    "--block-m": ["0", "-16", "17", "99999999999"],
+    "--block-n": ["0", "-16", "[/x]"],
+    "--warps": ["0", "-4", "3"],
+    "--stages": ["0", "-1"],
+    "--budget-minutes": ["inf", "nan", "-1", "0"],
+    "--min-gain": ["nan", "inf", "-5"],
+    "--compile-jobs": ["0", "-1", "99999999999"],
+    "--warmup": ["inf", "nan"],
+    "--timeout": ["inf", "nan"],
+    "--max-time": ["inf", "nan"],
+}
+COMPARE_FLAGS: dict[str, list[str]] = {
+    "--threshold": ["nan", "inf", "-5%", "[/x]", "latency=", "foo=5%", "5%%", "", "1e309%"],
+    "--filter": ["[/x]", "impl=[red]x", "|||", "=", "mode=[", ",,,", "nokey=x"],
+    "--fail-on": ["bogus", "[/x]"],
+    "--metric": ["bogus", "[/x]"],
+    "--preset": ["bogus"],
+    "--markdown": ["/proc/x/m.md", "{d}", "{d}/file.txt/m.md"],
+    "--json": ["/proc/x/m.json", "{d}", "{d}/file.txt/m.json"],
+}
+REPORT_FLAGS: dict[str, list[str]] = {
+    "--baseline": ["[/x]", "<script>", ""],
+    "--plotlyjs": ["bogus", "[/x]"],
+    "-o": ["/proc/x/r.html", "{d}", "{d}/file.txt/r.html"],
+}
+
+
+def _argv(command: str, base: dict[str, str], flag: str, value: str) -> list[str]:
+    rest = [x for k, v in base.items() if k != flag for x in (k, v)]
+    tail = ["--no-report", "--no-telemetry"] if command == "run" else []
+    return [command, *rest, *tail, flag, value]
+
+
+def _touch_file(work) -> None:  # a file where a folder is needed
+    (work / "file.txt").write_text("not a folder\n")
+
+
+def flag_attacks(quick: bool, results: str) -> list[Attack]:
+    """`results` is a good results.json for report and compare."""
+    a: list[Attack] = []
+    for command, base, flags in (("run", RUN_BASE, RUN_FLAGS), ("sweep", SWEEP_BASE, SWEEP_FLAGS)):
+        for flag, values in flags.items():
+            for v in values[:1] if quick else values:
+                a.append(Attack("flags", f"{command} {flag} {v!r}",
+                                [Step(_argv(command, base, flag, v), BAD_INPUT)],
+                                _touch_file, timeout_s=40))  # fmt: skip
+    for flag, values in COMPARE_FLAGS.items():
+        for v in values[:1] if quick else values:
+            argv = ["compare", results, results, flag, v]
+            a.append(Attack("flags", f"compare {flag} {v!r}", [Step(argv, BAD_INPUT)],
+                            _touch_file))  # fmt: skip
+    for flag, values in REPORT_FLAGS.items():
+        for v in values[:1] if quick else values:
+            argv = ["report", results, flag, v]
+            a.append(Attack("flags", f"report {flag} {v!r}", [Step(argv, BAD_INPUT)],
+                            _touch_file))  # fmt: skip
+    for what in ["[/x]", "[red]impls", "", "impl"]:
+        a.append(Attack("flags", f"list {what!r}", [Step(["list", what], BAD_INPUT)]))
+    return a
