@@ -133,6 +133,7 @@ def _invoke(*args: str) -> tuple[int, str]:
         ("sweep", "--budget-minutes", "inf"),
         ("sweep", "--min-gain", "nan"),
         ("sweep", "--warmup", "-inf"),
+        ("sweep", "--compile-jobs", "1000000"),  # a process each
     ],
 )
 def test_non_finite_and_absurd_flag_values_exit_2_naming_the_flag(

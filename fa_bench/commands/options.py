@@ -316,6 +316,7 @@ CompileJobs = Annotated[
     _opt(
         "--compile-jobs",
         min=0,
+        max=1024,
         help="Processes that build every config before timing starts (default: up to 8 "
         "on GPU, 0 on CPU; 0 = build each config as it is timed).",
     ),
