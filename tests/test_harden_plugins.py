@@ -307,3 +307,23 @@ def test_a_relative_plugin_file_reaches_the_worker(
     assert result.exit_code == 0, result.output
     (record,) = json.loads((tmp_path / "o" / "results.json").read_text())["cases"]
     assert record["status"] == "ok"
+
+
+def test_resume_refuses_a_plugin_added_to_plan_json(tmp_path: Path) -> None:
+    plugin = _plugin(tmp_path, "hp-kept")
+    out = _finished_run(tmp_path, str(plugin), "hp-kept")
+    marker = tmp_path / "planted-ran"
+    planted = _write(tmp_path, "planted", f"open({str(marker)!r}, 'w').close()\n")
+    doc = json.loads((out / PLAN).read_text())
+    doc["run"]["options"]["plugins"].append(str(planted))  # not recorded at the start
+    (out / PLAN).write_text(json.dumps(doc))
+    result = runner.invoke(cli.app, ["run", "--resume", str(out), "--no-report"])
+    assert result.exit_code == 2, result.output
+    text = result.output.replace("\n", " ")
+    assert f"{plugin} (unchanged since the run began)" in text
+    assert f"plugin {planted} is in plan.json's options but not among" in text
+    assert not marker.exists()  # never imported, in this process or a worker
+    lines: list[str] = []
+    check_resume(doc["run"], doc["run"]["options"]["plugins"], [str(planted)], lines.append)
+    assert "named by --plugin: importing it" in lines[-1]
+    assert doc["run"][KEY][-1]["sha256"] == registry.file_sha256(planted)

@@ -194,11 +194,15 @@ def _resume(
         spread = parts[0].plan.run.get("part", {}).get("mode") == "spread"
     else:
         kind, spread, parts = "single", False, [Part(0, load_plan(out), out)]
+
+    def say(line: str) -> None:  # soft wrap: a path is not folded mid-name
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
     for i, part in enumerate(parts):
-        # Said and checked before any plugin code runs (the parts share their plugins).
-        say = (lambda line: console.print(line, markup=False, highlight=False)) if i == 0 else (
-            lambda line: None)  # fmt: skip
-        plugin_files.check_resume(part.plan.run, part.plan.options.plugins, req.plugins, say)
+        # Said and checked before any plugin code runs; the parts share their plugins.
+        plugin_files.check_resume(part.plan.run, part.plan.options.plugins, req.plugins,
+                                  say if i == 0 else lambda line: None)  # fmt: skip
+    for part in parts:
         registry.load(part.plan.options.plugins)
         # An older plan may hold a relative file plugin: the worker runs in the run folder.
         absolute = plugin_files.absolute(part.plan.options.plugins)

@@ -10,9 +10,11 @@ older fa-bench has no hashes: its plugins are listed and imported as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from fa_bench import registry
 from fa_bench.errors import UsageError
+from fa_bench.results.files import PLAN
 
 KEY = "plugin_files"
 
@@ -48,8 +50,6 @@ def check_resume(
     refuse a changed one that `named` (the resume's --plugin) does not name again. A file
     named again is used as it is now; its record takes the new hash (the old one is kept
     under "previous_sha256")."""
-    recorded = {r.get("plugin"): r for r in run.get(KEY) or [] if isinstance(r, dict)}
-    named_files = {registry.plugin_source(p) for p in named} - {None}
     sources = {p: registry.plugin_source(p) for p in plugins}
     for p in named:
         if p not in plugins and registry.plugin_source(p) not in sources.values():
@@ -60,29 +60,48 @@ def check_resume(
             )
     if not plugins:
         return
+    named_files = {registry.plugin_source(p) for p in named} - {None}
     say("plugins to import for this resume:")
-    changed = []
+    refused = []
     for plugin in plugins:
-        path, rec = sources[plugin], recorded.get(plugin)
-        shown = str(path or plugin)
-        if path is None:
-            say(f"  {shown} (module without a file, or missing)")
-        elif rec is None or not rec.get("sha256"):
-            say(f"  {shown} (no hash recorded: a run from an older fa-bench)")
-        elif (now := registry.file_sha256(path)) == rec["sha256"]:
-            say(f"  {shown} (unchanged since the run began)")
-        elif path in named_files or plugin in named:
-            say(f"  {shown} (changed since the run began; named by --plugin: using it as it is)")
-            rec.setdefault("previous_sha256", []).append(rec["sha256"])
-            rec["sha256"] = now
-        else:
-            say(f"  {shown} (changed since the run began: not imported)")
-            changed.append((plugin, path, rec["sha256"], now))
-    if changed:
-        plugin, path, old, now = changed[0]
-        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise PluginResumeError(
-            f"plugin file {path} changed since the run began{more} (sha256 {old[:12]}... "
-            f"then, {now[:12]}... now); restore it, or name it again to use it as it is: "
+        path = sources[plugin]
+        again = plugin in named or (path is not None and path in named_files)
+        note, problem = _verdict(run, plugin, path, again)
+        say(f"  {path or plugin} ({note})")
+        if problem:
+            refused.append(problem)
+    if refused:
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise PluginResumeError(refused[0] + more)
+
+
+def _verdict(run: dict, plugin: str, path: Path | None, again: bool) -> tuple[str, str | None]:
+    """(what the list says of this plugin, why it is refused or None)."""
+    records = run.get(KEY)
+    rec = next((r for r in records or [] if isinstance(r, dict) and r.get("plugin") == plugin),
+               None)  # fmt: skip
+    if path is None:
+        return "module without a file, or missing", None
+    if records is None or (rec is not None and not rec.get("sha256")):
+        return "no hash recorded: a run from an older fa-bench", None
+    if rec is None:  # in the options but not recorded: plan.json was edited
+        if again:
+            records.append(record([plugin])[0])
+            return "not recorded when the run began; named by --plugin: importing it", None
+        return "not recorded when the run began: not imported", (
+            f"plugin {plugin} is in {PLAN}'s options but not among the plugin files the run "
+            f"recorded when it began; check the run folder, or name it to import it: "
             f"--plugin {plugin}"
         )
+    now = registry.file_sha256(path)
+    if now == rec["sha256"]:
+        return "unchanged since the run began", None
+    if again:
+        rec.setdefault("previous_sha256", []).append(rec["sha256"])
+        rec["sha256"] = now
+        return "changed since the run began; named by --plugin: using it as it is", None
+    return "changed since the run began: not imported", (
+        f"plugin file {path} changed since the run began (sha256 {rec['sha256'][:12]}... "
+        f"then, {now[:12]}... now); restore it, or name it again to use it as it is: "
+        f"--plugin {plugin}"
+    )
