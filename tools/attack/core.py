@@ -77,6 +77,16 @@ class Outcome:
         return not (self.tracebacks or self.lost or self.unexpected or self.findings)
 
 
+def shows(text: str) -> Callable[[Path, str], list[str]]:
+    """A check: the output holds `text` as written (markup in data is not eaten)."""
+
+    def check(work: Path, output: str) -> list[str]:
+        want = text.replace("{d}", str(work))
+        return [] if want in output else [f"output lacks {text!r} as written (markup eaten?)"]
+
+    return check
+
+
 def _fill(argv: list[str], work: Path) -> list[str]:
     return [a.replace("{d}", str(work)) for a in argv]
 

@@ -260,7 +260,7 @@ def interrupt_attacks(quick: bool, base: Path) -> list[Attack]:
             "interrupts",
             "file size limit mid-run, then --resume",
             [
-                Step(RUN12, frozenset({1, 2}), limits={fsize: 12_000}),
+                Step(RUN12, frozenset({1, 2, 74}), limits={fsize: 12_000}),
                 Step(["run", "--resume", "{d}/out"], frozenset({0})),
             ],
             keeps="out",

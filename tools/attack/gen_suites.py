@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from core import BAD_INPUT, FAST, RAN, Attack, Step
+from core import BAD_INPUT, FAST, RAN, Attack, Step, shows
 
 MARKUP = ["[/x]", "[red]r[/red]", "[[group]]", "[bold", "<script>alert(1)</script>", "a|b"]
 
@@ -90,16 +90,23 @@ def suite_attacks(quick: bool) -> list[Attack]:
                                                                           "seqlens_q = 32")),
     ]  # fmt: skip
     for m in MARKUP[:2] if quick else MARKUP:
-        a.append(_suite(f"markup key {m!r}", GOOD + f'"{m}" = 1\n'))
-        a.append(_suite(f"markup group key {m!r}", GOOD + f'[[group]]\n"{m}" = 1\n'))
-        a.append(_suite(f"markup impl {m!r}", _with("impls", f'"{m}"')))
+        folder = f"{m.replace('/', '_')}dir"
+        marked = [
+            (_suite(f"markup key {m!r}", GOOD + f'"{m}" = 1\n'), m),
+            (_suite(f"markup group key {m!r}", GOOD + f'[[group]]\n"{m}" = 1\n'), m),
+            (_suite(f"markup impl {m!r}", _with("impls", f'"{m}"')), m),
+            (_suite(f"markup group name + bad key {m!r}",
+                    GOOD + f'[[group]]\nname = "{m}"\nbatch = -1\n'), m),
+            (_suite(f"markup folder {m!r}", "x = ", file=f"{folder}/s.toml"), folder),
+        ]  # fmt: skip
+        for attack, text in marked:
+            attack.checks.append(shows(text))  # the message quotes the data as written
+            a.append(attack)
         a.append(_suite(f"markup name {m!r} (valid)", _with("name", f'"{m}"'), RAN))
-        a.append(_suite(f"markup group name + bad key {m!r}",
-                        GOOD + f'[[group]]\nname = "{m}"\nbatch = -1\n'))  # fmt: skip
-        a.append(_suite(f"markup folder {m!r}", "x = ", file=f"{m.replace('/', '_')}dir/s.toml"))
     a += [
         Attack("suite files", "missing file with markup in its name",
-               [Step(["run", "--suite", "{d}/none/[/x].toml", *FAST, "-o", "{d}/out"])]),
+               [Step(["run", "--suite", "{d}/none/[/x].toml", *FAST, "-o", "{d}/out"])],
+               checks=[shows("[/x].toml")]),
         Attack("suite files", "a folder as suite",
                [Step(["run", "--suite", "{d}/dir.toml", *FAST, "-o", "{d}/out"])],
                _writer("", "dir.toml/inner")),
