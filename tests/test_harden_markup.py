@@ -230,6 +230,20 @@ def test_report_legends_show_quotes_and_ampersands_once() -> None:
     assert once in head and str(markupsafe.escape(once)) not in page
 
 
+def test_the_speedup_hover_cannot_read_a_baseline_name_as_a_template() -> None:
+    base = 'ref %{y} "v2" & co'
+    cases = [make_case(impl, n, median=m) for impl, m in ((base, 2.0), ("fast", 1.0))
+             for n in (1024, 2048)]  # fmt: skip
+    doc = document(_run("r"), _env("GPU", "host", 80), cases)
+    page = render([doc], baseline=base, plotlyjs="cdn")
+    found = re.search(r'id="fa-bench-figures">(.*?)</script>', page, re.S)
+    assert found
+    (trace,) = [t for t in json.loads(found.group(1))["speedup"]["data"] if "hovertemplate" in t]
+    assert "ref" not in trace["hovertemplate"] and "%{meta}" in trace["hovertemplate"]
+    assert _as_plotly_shows(trace["meta"]) == base
+    assert trace["colorbar"]["title"]["text"] == "× %{meta}" and "ref" not in trace["name"]
+
+
 def test_report_to_a_folder_leaves_no_temp_file(tmp_path: Path) -> None:
     results = tmp_path / "run.json"
     results.write_text(json.dumps(_doc("sdpa", "x").to_json()))
