@@ -27,6 +27,7 @@ from fa_bench.commands.report import report_command
 from fa_bench.commands.run import RunRequest, run_command
 from fa_bench.commands.sweep import SweepRequest, sweep_command
 from fa_bench.errors import BUG_EXIT, USAGE_EXIT, UsageError, print_error
+from fa_bench.results.files import WRITE_ERROR_EXIT, JournalWriteError
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -50,6 +51,9 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except UsageError as exc:
             raise typer.Exit(print_error(err_console, exc)) from None
+        except JournalWriteError as exc:  # `run` says more itself; here `sweep` and the rest
+            print_error(err_console, f"{exc.strerror}; what was written before it is kept")
+            raise typer.Exit(WRITE_ERROR_EXIT) from None
         except Exception as exc:
             # Exit, Abort and usage errors are click's own flow (typer may vendor click as
             # typer._click, so match them by module, not by class).

@@ -340,3 +340,50 @@ def test_a_mangled_layout_is_exit_2(tmp_path: Path) -> None:
     (out / "layout.json").write_text(json.dumps([{"kind": "gpu", "parts": [0]}]))
     code, _, err = _resume(out)
     assert code == 2 and "layout.json" in err
+
+
+# --- end to end, with the real worker ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_with_a_torn_and_a_foreign_line_resumes_to_each_case_once(tmp_path: Path) -> None:
+    from conftest import FAST
+    from typer.testing import CliRunner
+
+    from fa_bench.cli import app
+
+    out = tmp_path / "e2e"
+    args = ["run", "--impl", "naive", "--impl", "sdpa-math", "--mode", "fwd", "--dtype", "fp32",
+            "--seqlen", "32", "--seqlen", "48", "--head-dim", "16", "--heads", "2", "--batch",
+            "1", "--no-report", "--out", str(out), *FAST]  # fmt: skip
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    planned = json.loads((out / PLAN).read_text())["cases"]
+    path = out / JOURNAL
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    # The third record loses its last 29 bytes mid-file; a foreign object joins at the top.
+    lines[2] = lines[2][:-30] + b"\n"
+    path.write_bytes(b'{"id": "x", "status": "fine"}\n' + b"".join(lines)[:-11])
+    for _ in range(2):
+        again = CliRunner().invoke(app, ["run", "--resume", str(out), "--no-report"])
+        assert again.exit_code == 0, again.output
+        assert "unreadable line(s)" in again.output
+    ids = [r.id for r in load_results(out).cases]
+    assert len(ids) == len(set(ids)) == len(planned)
+    journaled = [r.id for r in scan_journal(out).records]  # the torn case ran once more, once
+    assert sorted(journaled) == sorted(ids)
+
+
+def test_a_write_error_in_another_command_is_exit_74(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import fa_bench.cli as cli
+
+    def full_disk(*args: object, **kw: object) -> int:
+        raise files.JournalWriteError(errno.EDQUOT, "cannot write S/journal.jsonl: quota gone")
+
+    monkeypatch.setattr(cli, "sweep_command", full_disk)
+    result = CliRunner().invoke(cli.app, ["sweep", "--device", "cpu"])
+    assert result.exit_code == WRITE_ERROR_EXIT
+    assert "S/journal.jsonl: quota gone" in result.output and "internal error" not in result.output
