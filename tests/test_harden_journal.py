@@ -387,3 +387,22 @@ def test_a_write_error_in_another_command_is_exit_74(monkeypatch: pytest.MonkeyP
     result = CliRunner().invoke(cli.app, ["sweep", "--device", "cpu"])
     assert result.exit_code == WRITE_ERROR_EXIT
     assert "S/journal.jsonl: quota gone" in result.output and "internal error" not in result.output
+
+
+def test_sweep_refuses_a_folder_another_process_writes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fa_bench.cli import app
+
+    out = tmp_path / "sweep-here"
+    out.mkdir()
+    holder = _holder(out)
+    try:
+        result = CliRunner().invoke(app, ["sweep", "--device", "cpu", "--out", str(out),
+                                          "--seqlen", "64", "--head-dim", "16"])  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert f"PID {holder.pid}" in result.output.replace("\n", "")
+        assert not (out / JOURNAL).exists()
+    finally:
+        holder.kill()
+        holder.wait()
