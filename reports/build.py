@@ -148,6 +148,7 @@ def render(
     suite_names = [str(s.get("name")) for s in _suites(docs)]
     title = title or f"fa-bench: {', '.join(suite_names) or 'results'} on {', '.join(merged.gpus)}"
     figs = build_all(merged, base)
+    case_rows = tables.case_rows(merged)
     return _template(plotlyjs).render(
         sweeps=sweep_sections,
         title=title,
@@ -160,7 +161,8 @@ def render(
         replaced=merged.replaced,
         figures=figs,  # the sweep heatmaps are drawn inside their own sections
         figures_json=jinja2.utils.markupsafe.Markup(figures.figures_json(figs + sweep_figs)),
-        table=tables.case_rows(merged),
+        table=case_rows,
+        table_html=tables.case_rows_html(case_rows),  # escaped there, cell by cell
         columns=tables.CASE_COLUMNS,
         telemetry_note=tables.telemetry_note(merged),
         failures=tables.failure_rows(merged),
@@ -201,7 +203,7 @@ def _render_page(*, env_title: str, generated: str | None, plotlyjs: str, figs: 
     return _template(plotlyjs).render(
         title=env_title,
         generated=generated or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        runs=[], suites=[], gpus=[], baseline=None, replaced=0, table=[], columns=[],
+        runs=[], suites=[], gpus=[], baseline=None, replaced=0, table=[], table_html="", columns=[],
         summary="Block-size sweep of our Triton kernel: every config timed with the run "
         "engine and checked for accuracy; a fast wrong config is a failure, not a winner.",
         figures=[], figures_json=jinja2.utils.markupsafe.Markup(figures.figures_json(figs)),

@@ -24,7 +24,7 @@ from fa_bench.reports.axes import (
     panel_grid,
     pow2_ticks,
 )
-from fa_bench.reports.merge import Merged, MergedCase
+from fa_bench.reports.merge import Merged, MergedCase, group_by
 
 PALETTE = (
     "#1f77b4",
@@ -165,8 +165,9 @@ def _series_lines(
     """One line per implementation (and GPU) in each facet, over its ok cases."""
     style = _styles(merged)
     shown: set[str] = set()
+    by_facet = group_by((c for c in merged.cases if c.record.status == Status.OK), facet_key)
     for i, key in enumerate(facets):
-        cases = [c for c in merged.cases if facet_key(c) == key and c.record.status == Status.OK]
+        cases = by_facet.get(key, [])
         gqa = len({c.record.case.heads_q // c.record.case.heads_kv for c in cases}) > 1
         groups: dict[str, list[MergedCase]] = {}
         for c in cases:
@@ -207,8 +208,9 @@ def _status_markers(
 ) -> None:
     """Cases that did not produce a number are marked where they would be, not dropped."""
     shown = False
+    by_facet = group_by((c for c in merged.cases if c.record.status in statuses), facet_key)
     for i, key in enumerate(facets):
-        marked = [c for c in merged.cases if facet_key(c) == key and c.record.status in statuses]
+        marked = by_facet.get(key, [])
         if not marked:
             continue
         row, col = panel_cell(i, len(facets))

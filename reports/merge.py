@@ -12,11 +12,14 @@ nothing here imports them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from fa_bench.errors import UsageError
 from fa_bench.results.record import CaseRecord, ResultsDoc
 
+K = TypeVar("K")
 _DEFAULT_BASELINES = ("sdpa", "sdpa-cudnn", "sdpa-flash", "naive")
 
 
@@ -48,6 +51,17 @@ class Merged:
     def labelled_docs(self) -> list[tuple[ResultsDoc, str]]:
         """(results document, GPU label) for every GPU label, in order."""
         return [(self.docs[self.label_doc[label]], label) for label in self.gpus]
+
+
+def group_by(
+    cases: Iterable[MergedCase], key: Callable[[MergedCase], K]
+) -> dict[K, list[MergedCase]]:
+    """Cases by key, each list in the cases' order, the keys in order of first appearance:
+    one pass, where a scan of all cases per key would make a figure quadratic."""
+    out: dict[K, list[MergedCase]] = {}
+    for c in cases:
+        out.setdefault(key(c), []).append(c)
+    return out
 
 
 def gpu_label(doc: ResultsDoc) -> str:

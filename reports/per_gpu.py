@@ -59,8 +59,11 @@ def per_gpu_figure(merged: Merged) -> Figure | None:
         return None
     order = {cid: n for n, cid in enumerate(dict.fromkeys(r["id"] for r in rows))}
     fig = go.Figure()
+    rows_of: dict[str, list[dict]] = defaultdict(list)  # one pass, not one per GPU
+    for r in rows:
+        rows_of[r["gpu"]].append(r)
     for gpu in merged.gpus:
-        mine = [r for r in rows if r["gpu"] == gpu]
+        mine = rows_of.get(gpu, [])
         if not mine:
             continue
         fig.add_trace(go.Scatter(

@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from fa_bench.case import Status
 from fa_bench.reports.axes import log_ticks, pow2_ticks
 from fa_bench.reports.figures import Figure, _styles, esc, hover, impl_gpu_name, seqlen
-from fa_bench.reports.merge import Merged, MergedCase
+from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.results.record import ResultsDoc
 
 # Keys a calibration may use for its ceilings, most specific first.
@@ -50,9 +50,10 @@ def _first_number(d: dict, keys: tuple[str, ...]) -> tuple[str, float] | None:
 def ceilings(merged: Merged) -> dict[str, dict]:
     """Per GPU label: tflops, gbps, and where each came from (measured or best in data)."""
     out: dict[str, dict] = {}
+    by_gpu = group_by(filter(_ok, merged.cases), lambda c: c.gpu)
     for doc, label in merged.labelled_docs():
         cal = _calibration(doc)
-        cases = [c for c in merged.cases if c.gpu == label and _ok(c)]
+        cases = by_gpu.get(label, [])
         entry = out.setdefault(label, {})
         achieved = {
             # the model's bandwidth, and NVML's where telemetry measured it

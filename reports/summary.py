@@ -10,7 +10,7 @@ from collections import Counter
 
 from fa_bench.case import Status
 from fa_bench.reports.figures import FAILED
-from fa_bench.reports.merge import Merged, MergedCase
+from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.reports.speedup import shape_key, speedups
 
 _MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
@@ -80,12 +80,10 @@ def _leaders(merged: Merged) -> str | None:
 
 def _oom_sentences(merged: Merged) -> list[str]:
     out = []
+    by_impl = group_by((c for c in merged.cases if c.record.status == Status.OOM),
+                       lambda c: c.record.impl)  # fmt: skip
     for impl in merged.impls:
-        ooms = [
-            c.record.case
-            for c in merged.cases
-            if c.record.impl == impl and c.record.status == Status.OOM
-        ]
+        ooms = [c.record.case for c in by_impl.get(impl, [])]
         if ooms:
             n_min = min(k.seqlen_k for k in ooms)
             word = "case" if len(ooms) == 1 else "cases"

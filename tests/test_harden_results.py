@@ -207,3 +207,68 @@ def test_compare_cli_exits_2_with_nothing_comparable(tmp_path: Path) -> None:
     got = runner.invoke(app, ["compare", str(a), str(a)])
     assert got.exit_code == 2, got.output
     assert "nothing comparable" in got.output and "PASS" not in got.output
+
+
+# --- report: one pass over the cases per step -------------------------------------------
+
+
+class _CountingList(list):
+    """A list that counts the passes made over it."""
+
+    passes = 0
+
+    def __iter__(self):
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def _wide_merge():
+    """Many facets (head dims × masks), GPUs and implementations, few cases of each:
+    a step that scans every case once per facet, GPU or implementation shows up as
+    dozens of passes."""
+    from fa_bench.reports.merge import merge
+
+    impls = [f"impl{i}" for i in range(9)]
+    docs = []
+    for g in range(12):
+        cases = []
+        for i in range(24):
+            case = make_case(impls[(i + g) % 9], 256 * (1 + i % 3), median=1.0 + i / 10)
+            case["head_dim"] = 16 * (1 + i % 6)
+            case["causal"] = bool(i % 2)
+            case["id"] = f"{case['id']}-{i}"
+            if i % 7 == 0:
+                case.update(status="oom", latency_ms=None, tflops=None, gbps_model=None,
+                            peak_mem_bytes=None)  # fmt: skip
+            cases.append(case)
+        doc = _doc(cases)
+        doc["env"].update(gpu_name=f"GPU {g}", hostname=f"n{g}")
+        docs.append(ResultsDoc.from_json(doc))
+    merged = merge(docs)
+    merged.cases = _CountingList(merged.cases)
+    return merged
+
+
+def test_report_steps_pass_over_the_cases_a_bounded_number_of_times() -> None:
+    from fa_bench.reports import figures, per_gpu, roofline, speedup, summary, tables
+
+    merged = _wide_merge()
+    assert len(merged.gpus) == 12 and len(merged.impls) == 9
+    steps = {
+        "tflops_figure": lambda: figures.tflops_figure(merged),
+        "memory_figure": lambda: figures.memory_figure(merged),
+        "speedup_figure": lambda: speedup.speedup_figure(merged, "impl0"),
+        "roofline_figure": lambda: roofline.roofline_figure(merged),
+        "ceilings": lambda: roofline.ceilings(merged),
+        "per_gpu_figure": lambda: per_gpu.per_gpu_figure(merged),
+        "summary": lambda: summary.paragraph(merged, "impl0"),
+        "case_rows": lambda: tables.case_rows(merged),
+        "telemetry_note": lambda: tables.telemetry_note(merged),
+    }
+    passes = {}
+    for name, step in steps.items():
+        _CountingList.passes = 0
+        step()
+        passes[name] = _CountingList.passes
+    # 12 facets, 12 GPUs, 9 implementations: a scan per any of them is > 10 passes.
+    assert max(passes.values()) <= 10, passes
