@@ -88,7 +88,7 @@ def test_run_records_non_finite_cases_in_valid_json(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "fa_bench.cli", "run", "--plugin", VALUES, "-i", "value-nan-out",
          "-i", "value-inf-grad", "-m", "fwd_bwd", "--dtype", "fp32", "--seqlen", "40",
-         "--head-dim", "8", "--heads", "1", "--batch", "1", "--device", "cpu", "--no-report",
+         "--head-dim", "8", "--heads", "1", "--batch", "1", "--device", "cpu",
          "--out", str(out), *FAST],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -99,6 +99,7 @@ def test_run_records_non_finite_cases_in_valid_json(tmp_path: Path) -> None:
     assert statuses == {"value-nan-out": "mismatch", "value-inf-grad": "mismatch"}
     for line in (out / "journal.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in the journal"))
+    assert "value-nan-out" in (out / "report.html").read_text()  # the report reads the nulls
 
 
 # --- oom on the CPU too ----------------------------------------------------------------
