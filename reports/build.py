@@ -228,9 +228,9 @@ def write_report(
         raise ReportError(f"-o {out}: is a folder; name the page, e.g. -o {out / 'report.html'}")
     page = render(docs, title=title, baseline=baseline, plotlyjs=plotlyjs, sweeps=sweeps)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Hidden and per process, beside the page (a rename stays on one file system); not
-    # mkstemp, whose 0600 mode the page would keep.
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    # Per process, beside the page (a rename stays on one file system); not mkstemp, whose
+    # 0600 mode the page would keep.
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, out)
