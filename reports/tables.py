@@ -150,7 +150,7 @@ def telemetry_note(merged: Merged) -> str | None:
     with_tel = group_by((c for c in merged.cases if isinstance(c.record.telemetry, dict)),
                         lambda c: c.gpu)  # fmt: skip
     for doc, label in merged.labelled_docs():
-        tels = [c.record.telemetry for c in with_tel.get(label, [])]
+        tels = [t for c in with_tel.get(label, []) if isinstance(t := c.record.telemetry, dict)]
         if not tels or any(t.get("available") is not False for t in tels):
             continue
         options = doc.run.get("options") or {}
