@@ -406,3 +406,25 @@ def test_sweep_refuses_a_folder_another_process_writes(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_write_error_on_one_gpu_stops_the_parts_and_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fa_bench.run import multi
+
+    stopped = []
+
+    def run_plan(plan: object, out: Path, on_event: object, stop: object = None) -> tuple:
+        if out.name == "gpu1":
+            raise files.JournalWriteError(errno.ENOSPC, f"cannot write {out}/journal.jsonl")
+        while not stop.is_set():  # type: ignore[attr-defined]
+            time.sleep(0.01)
+        stopped.append(out.name)
+        return None, True
+
+    monkeypatch.setattr(multi, "run_plan", run_plan)
+    parts = [multi.Part(i, None, tmp_path / f"gpu{i}") for i in (0, 1, 2)]  # type: ignore[arg-type]
+    with pytest.raises(files.JournalWriteError, match=r"gpu1/journal\.jsonl"):
+        multi.run_parts(parts, None)
+    assert sorted(stopped) == ["gpu0", "gpu2"]
