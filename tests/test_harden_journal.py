@@ -316,12 +316,16 @@ def _mangle(doc: dict, how: str) -> object:
         return {**doc, "cases": [3]}
     if how == "options a list":
         return {**doc, "run": {**doc["run"], "options": [1]}}
+    if how == "suites a string":  # would fail only when results.json is written, after the run
+        return {**doc, "run": {**doc["run"], "suites": "smoke"}}
+    if how == "env a number":
+        return {**doc, "run": {**doc["run"], "env": 12}}
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize("how", ["top-level list", "run null, old schema", "run a string",
                                  "run without resumed", "cases a dict", "a case a number",
-                                 "options a list"])  # fmt: skip
+                                 "options a list", "suites a string", "env a number"])  # fmt: skip
 def test_a_mangled_plan_is_exit_2_naming_plan_json(
     tmp_path: Path, how: str, no_worker: list[str]
 ) -> None:

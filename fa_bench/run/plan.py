@@ -19,6 +19,7 @@ from fa_bench import __version__
 from fa_bench.case import Case
 from fa_bench.env import git_sha
 from fa_bench.errors import UsageError
+from fa_bench.results import schema
 from fa_bench.results.files import (
     PLAN,
     JournalWriteError,
@@ -26,7 +27,7 @@ from fa_bench.results.files import (
     read_journal,
     write_results,
 )
-from fa_bench.results.record import CaseRecord
+from fa_bench.results.record import CaseRecord, ResultsError
 from fa_bench.run.runner import ProgressFn, RunOptions, execute
 
 # /2 keeps the options once, in run["options"] (as results.json records them), plus the
@@ -115,6 +116,14 @@ def load_plan(out_dir: Path) -> Plan:
         raise PlanError(f"{path}: invalid plan: 'run' must be an object and 'cases' a list")
     if not isinstance(run.setdefault("resumed", []), list):
         raise PlanError(f"{path}: invalid plan: 'run.resumed' must be a list")
+    try:  # what results.json will be checked for at the end, checked before any case runs
+        schema.check_run(run, f"{path}: invalid plan")
+        if run.get("env") is not None:
+            if not isinstance(run["env"], dict):
+                raise ResultsError(f"{path}: invalid plan: 'run.env' must be an object")
+            schema.check_env(run["env"], f"{path}: invalid plan: run")
+    except ResultsError as exc:
+        raise PlanError(str(exc)) from None
     try:
         cases = [Case.from_dict(c) for c in doc["cases"]]
         if doc["schema"] == PLAN_SCHEMA:
