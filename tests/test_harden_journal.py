@@ -432,3 +432,25 @@ def test_a_write_error_on_one_gpu_stops_the_parts_and_is_raised(
     with pytest.raises(files.JournalWriteError, match=r"gpu1/journal\.jsonl"):
         multi.run_parts(parts, None)
     assert sorted(stopped) == ["gpu0", "gpu2"]
+
+
+def test_ctrl_c_may_end_the_wait_for_other_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fa_bench.commands.run as run_cmd
+    from fa_bench.run.distributed import Rank
+    from fa_bench.run.interrupts import InterruptGuard
+
+    raising = []
+
+    def waiting(*args: object, **kw: object) -> None:
+        raising.append(guard.raising)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_cmd, "wait_and_merge", waiting)
+    guard = InterruptGuard()
+    guard.hold()
+    rank = Rank(rank=0, world_size=2, local_rank=0, launcher="torchrun")
+    req = RunRequest(merge_timeout_s=5.0)
+    assert run_cmd._merge(req, "rank", False, [], rank, tmp_path, guard) is None
+    assert raising == [True] and guard.raising is False  # held again for the writing

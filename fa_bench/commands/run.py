@@ -24,7 +24,7 @@ from fa_bench.results.files import (
     write_results,
 )
 from fa_bench.run import plugin_files
-from fa_bench.run.distributed import Rank, detect, part_dir, wait_and_merge
+from fa_bench.run.distributed import Merged, Rank, detect, part_dir, wait_and_merge
 from fa_bench.run.folder_lock import FolderLock
 from fa_bench.run.interrupts import InterruptGuard
 from fa_bench.run.limits import check_case_sizes, check_out_dir, estimate_s, human_duration
@@ -291,11 +291,11 @@ def _execute(
         console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges", markup=False)
         return exit_code(ordered_records(parts[0].plan, parts[0].out))
     else:
-        indices = [p.index for p in parts] if kind == "gpu" else range(rank.world_size)
-        folders = [(i, part_dir(out, kind, i)) for i in indices]
-        timeout = req.merge_timeout_s if kind == "rank" else 0.0
-        merged = wait_and_merge(out, folders, mode="spread" if spread else "replicate",
-                                timeout_s=timeout)  # fmt: skip
+        merged = _merge(req, kind, spread, parts, rank, out, guard)
+        if merged is None:
+            err_console.print(Text(f"interrupted while merging; this part's results are in "
+                                   f"{parts[0].out}", style="yellow"))  # fmt: skip
+            return 130
         missing = merged.missing
         json_path, csv_path = write_results(out, merged.doc)
         records = merged.doc.cases
@@ -316,6 +316,25 @@ def _execute(
         err_console.print(Text.assemble(("interrupted", "yellow"), kept))
         return 130
     return 1 if missing else exit_code(records)
+
+
+def _merge(
+    req: RunRequest, kind: str, spread: bool, parts: list[Part], rank: Rank, out: Path,
+    guard: InterruptGuard,
+) -> Merged | None:  # fmt: skip
+    """The parts merged, or None when Ctrl-C ended the wait for the other ranks (which
+    can be long: unlike the writing of results, it may be interrupted)."""
+    indices = [p.index for p in parts] if kind == "gpu" else range(rank.world_size)
+    folders = [(i, part_dir(out, kind, i)) for i in indices]
+    timeout = req.merge_timeout_s if kind == "rank" else 0.0
+    guard.allow()
+    try:
+        return wait_and_merge(out, folders, mode="spread" if spread else "replicate",
+                              timeout_s=timeout)  # fmt: skip
+    except KeyboardInterrupt:
+        return None
+    finally:
+        guard.hold()
 
 
 def _report(json_path: Path, guard: InterruptGuard, skip: bool, *, console: Console,
