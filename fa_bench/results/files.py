@@ -91,8 +91,9 @@ class JournalScan:
         numbers = [n for n, _ in self.bad]
         shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
         return (
-            f"{path}: skipped {len(self.bad)} unreadable line(s) (line {shown}; first: "
-            f"{self.bad[0][1]}); the cases they held run again"
+            f"{path}: skipped {len(self.bad)} unreadable line(s) (line{'s' * (len(numbers) > 1)} "
+            f"{shown}; line "
+            f"{self.bad[0][0]}: {self.bad[0][1]}); the cases they held run again"
         )
 
 
@@ -110,14 +111,14 @@ def scan_journal(out_dir: Path) -> JournalScan:
             continue
         try:
             obj = json.loads(raw.decode("utf-8"))
-            scan.records.append(CaseRecord.from_json(obj, f"line {n}"))
+            scan.records.append(CaseRecord.from_json(obj, "the record"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            scan.bad.append((n, f"line {n}: not JSON ({exc})"))
+            scan.bad.append((n, f"not JSON ({exc})"))
         except (ResultsError, TypeError, ValueError, KeyError, AttributeError) as exc:
             # Not only ResultsError: a hand-edited record can break any field's check.
-            scan.bad.append((n, str(exc) if isinstance(exc, ResultsError) else f"line {n}: {exc}"))
+            scan.bad.append((n, str(exc)))
         except RecursionError:
-            scan.bad.append((n, f"line {n}: nested too deeply"))
+            scan.bad.append((n, "nested too deeply"))
     return scan
 
 
