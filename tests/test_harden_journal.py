@@ -454,3 +454,10 @@ def test_ctrl_c_may_end_the_wait_for_other_ranks(
     req = RunRequest(merge_timeout_s=5.0)
     assert run_cmd._merge(req, "rank", False, [], rank, tmp_path, guard) is None
     assert raising == [True] and guard.raising is False  # held again for the writing
+
+
+def test_a_journal_that_cannot_be_read_is_exit_2(tmp_path: Path, no_worker: list[str]) -> None:
+    out, _ = _folder(tmp_path, 2)
+    (out / JOURNAL).mkdir()  # a folder where the journal should be
+    code, _, err = _resume(out)
+    assert code == 2 and "journal.jsonl" in err and no_worker == []

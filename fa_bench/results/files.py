@@ -106,6 +106,8 @@ def scan_journal(out_dir: Path) -> JournalScan:
         data = path.read_bytes()
     except FileNotFoundError:
         return scan
+    except OSError as exc:  # a folder or an unreadable file in its place: the user's to fix
+        raise ResultsError(f"{path}: cannot read the journal: {exc.strerror}") from None
     for n, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():
             continue
