@@ -85,10 +85,21 @@ def number_list(d: dict, key: str, where: str) -> list:
     value = d[key]
     if not isinstance(value, list):
         return _raise(where, key, "a list of numbers", value)
+    if _all_finite_floats(value):  # the common case, without a call per sample
+        return value
     for i, item in enumerate(value):
         if not is_number(item):
             return _raise(where, f"{key}[{i}]", "a finite number", item)
     return value
+
+
+def _all_finite_floats(values: list) -> bool:
+    if not all(type(v) is float for v in values):
+        return False
+    try:
+        return math.isfinite(math.fsum(values))  # NaN or infinity anywhere: not finite
+    except OverflowError:  # finite values whose sum overflows: check one by one
+        return False
 
 
 def object_list(d: dict, key: str, where: str) -> None:
