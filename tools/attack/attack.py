@@ -49,7 +49,7 @@ def make_base(root: Path, exe: list[str]) -> Path:
 
 
 # Inputs per category: the default keeps a run to minutes on 2 cores; --all runs every one.
-DEFAULT = {"suite files": 60, "flags": 70, "results files": 60}
+DEFAULT = {"suite files": 45, "flags": 55, "results files": 45}
 QUICK = dict.fromkeys(CATEGORIES, 3)
 
 

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from core import BAD_INPUT, FAST, RAN, Attack, Step
+from core import BAD_INPUT, FAST, RAN, Attack, Step, shows
 
 HOSTILE = "[/x] [red]r[/red] [[group]] <img src=x onerror=alert(1)> </script> a|b"
 HTML_BAD = ("<img src=x onerror", "</script><script")
@@ -175,10 +175,11 @@ def _insert(line: bytes, where: str) -> Callable[[bytes], bytes]:
 
 
 def _resume_twice(name: str, base: Path, edit: Callable[[Path], None],
-                  expect: frozenset[int] = frozenset({0})) -> Attack:  # fmt: skip
+                  expect: frozenset[int] = frozenset({0}), keeps: str | None = "out"
+                  ) -> Attack:  # fmt: skip
     steps = [Step(["run", "--resume", "{d}/out"], expect), Step(["run", "--resume", "{d}/out"],
                                                                 expect)]  # fmt: skip
-    return Attack("journals", name, steps, _interrupted_copy(base, edit), keeps="out")
+    return Attack("journals", name, steps, _interrupted_copy(base, edit), keeps=keeps)
 
 
 def journal_attacks(quick: bool, base: Path) -> list[Attack]:
@@ -220,7 +221,7 @@ def journal_attacks(quick: bool, base: Path) -> list[Attack]:
     if not quick:
         a.append(_resume_twice("journal is a folder", base, lambda o: (
             (o / "journal.jsonl").unlink(), (o / "journal.jsonl").mkdir())[-1],
-            frozenset({2})))  # fmt: skip
+            frozenset({2}), keeps=None))  # fmt: skip
 
     # plan.json broken: the resume must refuse it (exit 2), not crash.
     def plan_edit(fn: Callable[[dict], object]) -> Callable[[Path], None]:
@@ -260,6 +261,8 @@ def _paths_setup(work: Path) -> None:
     (work / "dir").mkdir()
     (work / "dir" / "x").write_text("not empty")
     os.mkfifo(work / "fifo")
+    (work / "[" / "x]").mkdir(parents=True)  # "[/x]" as a path: a folder "[" and "x]"
+    (work / "[" / "x]" / "file.txt").write_text("a file whose folder is markup\n")
 
 
 def path_attacks(quick: bool, base_json: str) -> list[Attack]:
@@ -271,8 +274,10 @@ def path_attacks(quick: bool, base_json: str) -> list[Attack]:
            "{d}/fifo"]  # fmt: skip
     a: list[Attack] = []
     for p in bad[:2] if quick else bad:
-        a.append(Attack("output paths", f"run -o {p}", [Step([*run, "-o", p])], _paths_setup))
-        a.append(Attack("output paths", f"sweep -o {p}", [Step([*sweep, "-o", p])], _paths_setup))
+        marked = [shows("[/x]")] if "[/x]" in p else []
+        for argv in (run, sweep):
+            a.append(Attack("output paths", f"{argv[0]} -o {p}", [Step([*argv, "-o", p])],
+                            _paths_setup, checks=list(marked)))  # fmt: skip
     a.append(
         Attack(
             "output paths",
@@ -291,8 +296,9 @@ def path_attacks(quick: bool, base_json: str) -> list[Attack]:
     )
     a.append(Attack("output paths", "default ./fa-bench-out is a file", [Step(run)],
                     lambda w: (w / "fa-bench-out").write_text("a file")))  # fmt: skip
-    for p in ["{d}/dir", "/proc/x/r.html", "{d}/file.txt/r.html", "{d}/[/x]/r.html"]:
+    for p in ["{d}/dir", "/proc/x/r.html", "{d}/file.txt/r.html", "{d}/[/x]/file.txt/r.html"]:
         a.append(Attack("output paths", f"report -o {p}",
                         [Step(["report", base_json, "-o", p, "--plotlyjs", "cdn"])],
-                        _paths_setup, checks=[_no_tmp("dir")]))  # fmt: skip
+                        _paths_setup, checks=[_no_tmp("dir"), *([shows("[/x]")] if "[" in p
+                                                                 else [])]))  # fmt: skip
     return a

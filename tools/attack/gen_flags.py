@@ -75,7 +75,9 @@ def _argv(command: str, base: dict[str, str], flag: str, value: str) -> list[str
 # Values that may be fine (exit 0, or compare's 1): any exit but a traceback is accepted.
 MAYBE_FINE = {("run", "--seed", "-1"), ("run", "--merge-timeout", "inf"),
               ("compare", "--filter", ",,,"), ("compare", "--filter", "|||"),
-              ("run", "--gpus", "0,0")}  # fmt: skip
+              ("run", "--gpus", "0,0"), ("run", "--seed", "99999999999999999999999"),
+              ("sweep", "--block-m", "17"), ("sweep", "--warps", "3"),
+              ("sweep", "--compile-jobs", "0")}  # fmt: skip
 
 
 def _attack(command: str, flag: str, value: str, argv: list[str], timeout_s: float) -> Attack:
