@@ -47,14 +47,21 @@ BAD_FIELDS = [
     (("device",), ["cuda"], "device must be a string"),
     (("error",), {"msg": "x"}, "error must be a string or null"),
     (("status",), ["ok"], "status must be a string"),
-    (("tflops",), "12.5", "tflops must be a finite number or null"),
-    (("gbps_model",), True, "gbps_model must be a finite number or null"),
-    (("peak_mem_bytes",), 10**40, "peak_mem_bytes must be a finite number or null"),
-    (("flops",), float("inf"), "flops must be a finite number or null"),
+    (("tflops",), "12.5", "tflops must be a finite number ≥ 0 or null"),
+    (("gbps_model",), True, "gbps_model must be a finite number ≥ 0 or null"),
+    (("peak_mem_bytes",), 10**40, "peak_mem_bytes must be a finite number ≥ 0 or null"),
+    (("flops",), float("inf"), "flops must be a finite number ≥ 0 or null"),
     (("seqlen_q",), 2**70, "seqlen_q must be an integer"),
     (("causal",), "yes", "causal must be true or false"),
     (("accuracy",), [1e-3], "accuracy must be an object or null"),
     (("timing",), "fast", "timing must be an object or null"),
+    (("latency_ms", "median"), -0.5, "latency_ms: median must be a finite number ≥ 0"),
+    (("wall_s",), -3, "wall_s must be a finite number ≥ 0 or null"),
+    (("telemetry", "power_w_mean"), "310 W", "telemetry: power_w_mean must be a finite number"),
+    (("telemetry", "gbps_nvml"), [3000.0], "telemetry: gbps_nvml must be a finite number"),
+    (("telemetry", "warnings"), [["hw_slowdown"]], "telemetry: warnings must be a list of strings"),
+    (("timing", "sm_clock_mhz"), [1755.0], "timing: sm_clock_mhz must be an object or null"),
+    (("timing", "sm_clock_mhz", "mean"), "1.7 GHz", "timing.sm_clock_mhz: mean must be a finite"),
 ]
 
 
@@ -63,6 +70,8 @@ def test_a_field_of_the_wrong_type_names_file_case_and_field(
     tmp_path: Path, path: tuple, value: object, words: str
 ) -> None:
     cases = _good()
+    cases[1].update(telemetry={"available": True, "power_w_mean": 400.0},
+                    timing={"sm_clock_mhz": {"mean": 1800.0}})  # fmt: skip
     target = cases[1]
     for key in path[:-1]:
         target = target[key]
@@ -82,6 +91,7 @@ def test_a_field_of_the_wrong_type_names_file_case_and_field(
         ("suites", [{"name": "a"}, "b"], r"run: suites\[1\] must be an object"),
         ("argv", "fa-bench run", "run: argv must be a list or null"),
         ("options", [1], "run: options must be an object or null"),
+        ("suites", [{"description": "unnamed"}], r"run.suites\[0\]: name must be a string"),
     ],
 )
 def test_run_fields_of_the_wrong_type(tmp_path: Path, key: str, value: object, words: str) -> None:
@@ -272,3 +282,11 @@ def test_report_steps_pass_over_the_cases_a_bounded_number_of_times() -> None:
         passes[name] = _CountingList.passes
     # 12 facets, 12 GPUs, 9 implementations: a scan per any of them is > 10 passes.
     assert max(passes.values()) <= 10, passes
+
+
+def test_a_zero_baseline_median_is_no_speedup_and_no_crash(tmp_path: Path) -> None:
+    cases = [make_case("sdpa", 1536, median=2.0), make_case("flex", 1536, median=3.0)]
+    cases[0]["latency_ms"].update(median=0.0, min=0.0, p20=0.0)
+    file = _write(tmp_path, "zero.json", _doc(cases))
+    got = runner.invoke(app, ["report", str(file), "-o", str(tmp_path / "page.html")])
+    assert got.exit_code == 0, got.output

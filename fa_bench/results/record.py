@@ -54,7 +54,7 @@ class Latency:
         if not isinstance(d, dict) or any(k not in d for k in LATENCY_KEYS):
             raise ResultsError(f"{where}: latency_ms must hold {', '.join(LATENCY_KEYS)}")
         at = f"{where}: latency_ms"
-        stats = {k: schema.number(d, k, at, null=False) for k in LATENCY_KEYS[:7]}
+        stats = {k: schema.number(d, k, at, null=False, nonneg=True) for k in LATENCY_KEYS[:7]}
         return cls(
             **stats,
             n=schema.integer(d, "n", at, null=False),
@@ -282,9 +282,13 @@ def _check_types(d: dict, where: str) -> None:
     for key in _NULLABLE_STRINGS:
         schema.string(d, key, where, default=None)
     for key in _NULLABLE_NUMBERS:
-        schema.number(d, key, where, default=None)
+        schema.number(d, key, where, default=None, nonneg=True)
     for key in ("timing", "accuracy"):
         schema.obj(d, key, where, default=None)
+    if d.get("timing") is not None:
+        schema.check_timing(d["timing"], where)
+    if isinstance(d["telemetry"], dict):
+        schema.check_telemetry(d["telemetry"], where)
 
 
 REQUIRED_KEYS = (

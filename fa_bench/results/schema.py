@@ -44,13 +44,18 @@ def is_number(value: object) -> bool:
     return math.isfinite(value) if isinstance(value, float) else abs(value) <= MAX_INT
 
 
-def number(d: dict, key: str, where: str, *, null: bool = True, default: Any = _MISSING) -> Any:
-    """d[key] as a finite number (None allowed when `null`); a missing key is `default`."""
+def number(
+    d: dict, key: str, where: str, *, null: bool = True, default: Any = _MISSING,
+    nonneg: bool = False,
+) -> Any:  # fmt: skip
+    """d[key] as a finite number (not below 0 when `nonneg`: a time, a size, a rate; None
+    allowed when `null`); a missing key is `default`."""
     value = d.get(key) if default is not _MISSING else d[key]
     if value is None and null:
         return None
-    if not is_number(value):
-        return _raise(where, key, "a finite number" + (" or null" if null else ""), value)
+    if not is_number(value) or (nonneg and value < 0):
+        want = "a finite number" + (" ≥ 0" if nonneg else "") + (" or null" if null else "")
+        return _raise(where, key, want, value)
     return value
 
 
@@ -118,9 +123,37 @@ def _raise(where: str, key: str, want: str, value: object) -> Any:
     raise _fail(where, key, want, value)
 
 
+# Telemetry figures the report draws and formats as numbers, and its lists of warnings.
+TELEMETRY_NUMBERS = ("gbps_nvml", "dram_bw_util_pct", "sm_clock_mhz_mean", "sm_clock_mhz_max",
+                     "power_w_mean", "energy_j_per_call")  # fmt: skip
+
+
+def check_telemetry(tel: dict, where: str) -> None:
+    """A case's telemetry object: its figures numbers, its warnings a list of strings."""
+    at = where + ": telemetry"
+    for key in TELEMETRY_NUMBERS:
+        number(tel, key, at, default=None)
+    for key in ("warnings", "throttle_reasons"):
+        value = tel.get(key)
+        if value is None or isinstance(value, str):
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            _raise(at, key, "a list of strings or null", value)
+
+
+def check_timing(timing: dict, where: str) -> None:
+    """The SM clock `compare` reads from how a case was timed."""
+    clock = obj(timing, "sm_clock_mhz", where + ": timing", default=None)
+    if clock is not None:
+        number(clock, "mean", where + ": timing.sm_clock_mhz", default=None, nonneg=True)
+
+
 def check_run(run: dict, where: str) -> None:
     """The run object's keys that the report and `compare` read."""
     object_list(run, "suites", where + ": run")
+    for i, suite in enumerate(run.get("suites") or []):
+        string(suite, "name", f"{where}: run.suites[{i}]", null=False, default=None)
+        string(suite, "description", f"{where}: run.suites[{i}]", default=None)
     for key in ("argv", "resumed"):
         value = run.get(key)
         if value is not None and not isinstance(value, list):
