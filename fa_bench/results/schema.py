@@ -53,7 +53,7 @@ def number(
     value = d.get(key) if default is not _MISSING else d[key]
     if value is None and null:
         return None
-    if not is_number(value) or (nonneg and value < 0):
+    if not is_number(value) or (nonneg and isinstance(value, (int, float)) and value < 0):
         want = "a finite number" + (" ≥ 0" if nonneg else "") + (" or null" if null else "")
         return _raise(where, key, want, value)
     return value
