@@ -33,6 +33,8 @@ def peer_ratios(merged: Merged) -> list[dict]:
         tflops = {g: o.record.tflops or 0.0 for g, o in per_gpu.items()}  # all set: see above
         for gpu, c in per_gpu.items():
             peers = statistics.median(t for g, t in tflops.items() if g != gpu)
+            if peers <= 0:  # (derived) negative figures: no ratio to draw
+                continue
             tel = c.record.telemetry if isinstance(c.record.telemetry, dict) else {}
             rows.append({
                 "id": case_id,

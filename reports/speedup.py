@@ -52,7 +52,7 @@ def speedups(merged: Merged, baseline: str) -> dict[str, list[tuple[tuple, float
         if c.record.impl == baseline or m is None:
             continue
         b = base.get((shape_key(c), c.gpu))
-        if not b or not m:  # a zero median (a coarse timer) has no ratio, or log of one
+        if b is None or b <= 0 or m <= 0:  # a zero or (derived) negative median: no ratio
             continue
         row = c.record.impl + (f" · {c.gpu}" if len(merged.gpus) > 1 else "")
         out.setdefault(row, []).append((shape_key(c), b / m))

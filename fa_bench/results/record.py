@@ -54,7 +54,9 @@ class Latency:
         if not isinstance(d, dict) or any(k not in d for k in LATENCY_KEYS):
             raise ResultsError(f"{where}: latency_ms must hold {', '.join(LATENCY_KEYS)}")
         at = f"{where}: latency_ms"
-        stats = {k: schema.number(d, k, at, null=False, nonneg=True) for k in LATENCY_KEYS[:7]}
+        # Not checked for sign: a backward derived by subtracting the forward's median
+        # (`derived`) can come out below 0 in the noise, and that is data.
+        stats = {k: schema.number(d, k, at, null=False) for k in LATENCY_KEYS[:7]}
         return cls(
             **stats,
             n=schema.integer(d, "n", at, null=False),
@@ -264,6 +266,8 @@ _STRINGS = ("id", "impl", "mode", "dtype", "device", "status")
 _NULLABLE_STRINGS = ("error", "backend", "derived", "traceback", "host")
 _NULLABLE_NUMBERS = ("flops", "bytes_model", "tflops", "gbps_model", "peak_mem_bytes",
                      "prepare_s", "wall_s")  # fmt: skip
+# Counts, sizes and durations; tflops and gbps_model follow a (derived) latency's sign.
+_NOT_NEGATIVE = ("flops", "bytes_model", "peak_mem_bytes", "prepare_s", "wall_s")
 _INTS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")
 
 
@@ -282,7 +286,7 @@ def _check_types(d: dict, where: str) -> None:
     for key in _NULLABLE_STRINGS:
         schema.string(d, key, where, default=None)
     for key in _NULLABLE_NUMBERS:
-        schema.number(d, key, where, default=None, nonneg=True)
+        schema.number(d, key, where, default=None, nonneg=key in _NOT_NEGATIVE)
     for key in ("timing", "accuracy"):
         schema.obj(d, key, where, default=None)
     if d.get("timing") is not None:
