@@ -28,6 +28,8 @@ def harness():
         yield core, attack
     finally:
         sys.path.remove(str(TOOL))
+        for name in ("attack", "core", "gen_faults", "gen_files", "gen_flags", "gen_suites"):
+            sys.modules.pop(name, None)  # top-level names of a tool: not for other tests
 
 
 def _write_run(folder: Path, planned: list[int], recorded: list[int]) -> None:
@@ -68,6 +70,17 @@ def test_lost_cases_counts_missing_and_duplicated_cases(harness, tmp_path: Path)
     (tmp_path / "c" / "results.json").unlink()  # a run that never wrote its results
     assert core.lost_cases(tmp_path / "c")[0] == 2
     assert core.lost_cases(tmp_path / "never-planned") == (0, "")
+
+
+def test_shows_tells_eaten_markup_from_text_not_quoted(harness) -> None:
+    core, _ = harness
+    check = core.shows("{d}/q1[/y]q2/out")
+    assert check(Path("/w"), "error: --out /w/q1[/y]q2/out is a file") == []
+    assert check(Path("/w"), "error: no such value") == []  # not quoted: nothing to judge
+    assert check(Path("/w"), "error: --out /w/q1q2/out is a file") == [
+        "markup eaten: output shows '/w/q1q2/out' for '/w/q1[/y]q2/out'"
+    ]
+    assert core.shows("m[[set]]n")(Path("/w"), "key 'm[]n'") != []
 
 
 def test_summary_rows_add_up(harness) -> None:

@@ -274,7 +274,7 @@ def path_attacks(quick: bool, base_json: str) -> list[Attack]:
            "{d}/fifo"]  # fmt: skip
     a: list[Attack] = []
     for p in bad[:2] if quick else bad:
-        marked = [shows("[/x]")] if "[/x]" in p else []
+        marked = [shows(p)] if "[/x]" in p else []
         for argv in (run, sweep):
             a.append(Attack("output paths", f"{argv[0]} -o {p}", [Step([*argv, "-o", p])],
                             _paths_setup, checks=list(marked)))  # fmt: skip
@@ -299,6 +299,6 @@ def path_attacks(quick: bool, base_json: str) -> list[Attack]:
     for p in ["{d}/dir", "/proc/x/r.html", "{d}/file.txt/r.html", "{d}/[/x]/file.txt/r.html"]:
         a.append(Attack("output paths", f"report -o {p}",
                         [Step(["report", base_json, "-o", p, "--plotlyjs", "cdn"])],
-                        _paths_setup, checks=[_no_tmp("dir"), *([shows("[/x]")] if "[" in p
+                        _paths_setup, checks=[_no_tmp("dir"), *([shows(p)] if "[" in p
                                                                  else [])]))  # fmt: skip
     return a

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from core import BAD_INPUT, Attack, Step, shows
 
-BAD_NUMBERS = ["inf", "-inf", "nan", "-1", "0", "1e308", "", "[/x]", "99999999999999999999999"]
-MARKUP = ["[/x]", "[red]r", "[[group]]", "<img src=x onerror=alert(1)>"]
+X = "v1[/x]v2"  # a closing tag between letters: a message that lost it shows "v1v2"
+BAD_NUMBERS = ["inf", "-inf", "nan", "-1", "0", "1e308", "", X, "99999999999999999999999"]
+MARKUP = [X, "v3[red]v4", "v5[[group]]v6", "<img src=x onerror=alert(1)>"]
 
 # A tiny valid run; each attack replaces one of its flags.
 RUN_BASE = {"-s": "smoke", "-i": "naive", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05",
@@ -15,32 +16,32 @@ SWEEP_BASE = {"-s": "smoke", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05"
               "--min-samples": "3", "--warmup": "0", "-o": "{d}/out"}  # fmt: skip
 
 RUN_FLAGS: dict[str, list[str]] = {
-    "--warmup": [*BAD_NUMBERS[:3], "-1", "1e308", "", "[/x]"],
+    "--warmup": [*BAD_NUMBERS[:3], "-1", "1e308", "", X],
     "--timeout": ["inf", "nan", "0", "-1", "1e308", ""],
     "--max-time": ["inf", "nan", "0", "-1", "1e308"],
     "--min-samples": ["-1", "0", "1", "99999999999999999999999", "nan", ""],
     "--target-noise": ["nan", "inf", "0", "-0.1", "1"],
-    "--seqlen": ["0", "-1", "100000000000000000", "nan", "", "[/x]"],
+    "--seqlen": ["0", "-1", "100000000000000000", "nan", "", X],
     "--batch": ["0", "-3", "9223372036854775807", "18446744073709551616"],
     "--heads": ["0", "-2", "4294967296"],
     "--head-dim": ["0", "-32", "1000000000"],
     "--kv-heads": ["0", "3", "-1"],
     "--seed": ["-1", "nan", "99999999999999999999999"],
     "--gpu": ["-1", "nan", "99999"],
-    "--gpus": ["[/x]", "nan", "-1", "", "0,0", "99"],
+    "--gpus": [X, "nan", "-1", "", "0,0", "99"],
     "--merge-timeout": ["inf", "nan", "-1"],
-    "--impl": ["[/x]", "[red]nope", "", "<script>"],
-    "-s": ["[/x]", "[red]nope[/red]", "", "no-such-suite"],
-    "-m": ["sideways", "[/x]", ""],
-    "--dtype": ["fp8", "[/x]"],
-    "--device": ["tpu", "[/x]"],
-    "--tuning-cache": ["{d}/[/x]/none/c.json", "/proc/x/c.json"],
-    "--plugin": ["{d}/[/x]none.py", "no_such_module_[red]", ""],
-    "--resume": ["{d}/none", "{d}/[/x]", "/proc/self"],
+    "--impl": [X, "v7[red]nope", "", "<script>"],
+    "-s": [X, "v8[red]nope[/red]v9", "", "no-such-suite"],
+    "-m": ["sideways", X, ""],
+    "--dtype": ["fp8", X],
+    "--device": ["tpu", X],
+    "--tuning-cache": ["{d}/t1[/x]t2/none/c.json", "/proc/x/c.json"],
+    "--plugin": ["{d}/p1[/x]none.py", "no_such_module_[red]x", ""],
+    "--resume": ["{d}/none", "{d}/r1[/x]r2", "/proc/self"],
 }
 SWEEP_FLAGS: dict[str, list[str]] = {
     "--block-m": ["0", "-16", "17", "99999999999"],
-    "--block-n": ["0", "-16", "[/x]"],
+    "--block-n": ["0", "-16", X],
     "--warps": ["0", "-4", "3"],
     "--stages": ["0", "-1"],
     "--budget-minutes": ["inf", "nan", "-1", "0"],
@@ -51,17 +52,17 @@ SWEEP_FLAGS: dict[str, list[str]] = {
     "--max-time": ["inf", "nan"],
 }
 COMPARE_FLAGS: dict[str, list[str]] = {
-    "--threshold": ["nan", "inf", "-5%", "[/x]", "latency=", "foo=5%", "5%%", "", "1e309%"],
-    "--filter": ["[/x]", "impl=[red]x", "|||", "=", "mode=[", ",,,", "nokey=x"],
-    "--fail-on": ["bogus", "[/x]"],
-    "--metric": ["bogus", "[/x]"],
+    "--threshold": ["nan", "inf", "-5%", X, "latency=", "foo=5%", "5%%", "", "1e309%"],
+    "--filter": [X, "impl=w1[red]x", "|||", "=", "mode=[", ",,,", "nokey=x"],
+    "--fail-on": ["bogus", X],
+    "--metric": ["bogus", X],
     "--preset": ["bogus"],
     "--markdown": ["/proc/x/m.md", "{d}", "{d}/file.txt/m.md"],
     "--json": ["/proc/x/m.json", "{d}", "{d}/file.txt/m.json"],
 }
 REPORT_FLAGS: dict[str, list[str]] = {
-    "--baseline": ["[/x]", "<script>", ""],
-    "--plotlyjs": ["bogus", "[/x]"],
+    "--baseline": [X, "<script>", ""],
+    "--plotlyjs": ["bogus", X],
     "-o": ["/proc/x/r.html", "{d}", "{d}/file.txt/r.html"],
 }
 
@@ -105,6 +106,6 @@ def flag_attacks(quick: bool, results: str) -> list[Attack]:
     for flag, values in REPORT_FLAGS.items():
         for v in values[:1] if quick else values:
             a.append(_attack("report", flag, v, ["report", results, flag, v], 60))
-    for what in ["[/x]", "[red]impls", "", "impl"]:
+    for what in [X, "[red]impls", "", "impl"]:
         a.append(Attack("flags", f"list {what!r}", [Step(["list", what], BAD_INPUT)]))
     return a
