@@ -13,6 +13,7 @@ import json
 import re
 
 from fa_bench.results.record import ResultsDoc, ResultsError
+from fa_bench.results.schema import parse_json
 
 SCRIPT_ID = "fa-bench-results"
 _PATTERN = re.compile(
@@ -32,8 +33,6 @@ def extract_results(html: str, *, source: str = "report") -> list[ResultsDoc]:
     found = _PATTERN.search(html)
     if not found:
         raise ResultsError(f"{source}: no embedded fa-bench results (not an fa-bench report?)")
-    from fa_bench.results.inputs import parse_json
-
     docs = parse_json(found.group(1), f"{source}: embedded results")
     if not isinstance(docs, list) or not docs:
         raise ResultsError(f"{source}: embedded results must be a non-empty list of documents")

@@ -7,11 +7,11 @@ read back as data. Every path yields a list of checked fa-bench/1 documents, `Re
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from fa_bench.results.record import ResultsDoc, ResultsError
+from fa_bench.results.schema import parse_json
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.html"
@@ -51,19 +51,6 @@ def load_any(path: str | os.PathLike) -> list[ResultsDoc]:
             raise ResultsError(f"{p}: an empty list holds no results documents")
         return [ResultsDoc.from_json(doc, source=f"{p} (run {i})") for i, doc in enumerate(data)]
     return [ResultsDoc.from_json(data, source=str(p))]
-
-
-def parse_json(text: str, source: str) -> object:
-    """json.loads, with its other failures as ResultsError too: nesting deeper than the
-    parser's recursion limit, an integer of more digits than Python converts."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{source}: not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ResultsError(f"{source}: not readable: JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string"
-        raise ResultsError(f"{source}: not readable: {exc}") from None
 
 
 def load_many(paths: list[str | os.PathLike]) -> list[ResultsDoc]:

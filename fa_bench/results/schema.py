@@ -10,6 +10,7 @@ for any counter or size (a float of them overflows).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -171,3 +172,16 @@ def check_env(env: dict, where: str) -> None:
     for i, gpu in enumerate(env.get("gpus") or []):
         string(gpu, "name", f"{where}: env.gpus[{i}]", default=None)
         number(gpu, "memory_bytes", f"{where}: env.gpus[{i}]", default=None)
+
+
+def parse_json(text: str, source: str) -> object:
+    """json.loads, with its other failures as ResultsError too: nesting deeper than the
+    parser's recursion limit, an integer of more digits than Python converts."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{source}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ResultsError(f"{source}: not readable: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string"
+        raise ResultsError(f"{source}: not readable: {exc}") from None
