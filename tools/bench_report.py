@@ -113,18 +113,18 @@ def time_report(n_cases: int, folder: Path, profile: bool, quiet: bool = False) 
         path.write_text(json.dumps(doc), encoding="utf-8")
         paths.append(path)
     out = folder / f"report-{n_cases}.html"
-    quiet = Console(file=io.StringIO())
+    sink = Console(file=io.StringIO())  # report's own lines, kept for an error
     prof = cProfile.Profile() if profile else None
     start, cpu = time.perf_counter(), time.process_time()
     if prof is not None:
         prof.enable()
     code = report_command(inputs=list(paths), out=out, baseline=None, title=None,
-                          plotlyjs="cdn", console=quiet, err_console=quiet)  # fmt: skip
+                          plotlyjs="cdn", console=sink, err_console=sink)  # fmt: skip
     if prof is not None:
         prof.disable()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if code != 0:
-        raise SystemExit(f"report exited {code}: {quiet.file.getvalue()}")  # type: ignore[attr-defined]
+        raise SystemExit(f"report exited {code}: {sink.file.getvalue()}")  # type: ignore[attr-defined]
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     size = out.stat().st_size / 2**20
