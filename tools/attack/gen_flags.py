@@ -68,6 +68,8 @@ REPORT_FLAGS: dict[str, list[str]] = {
 
 
 def _argv(command: str, base: dict[str, str], flag: str, value: str) -> list[str]:
+    if flag == "--resume":  # a resume takes its cases and options from the folder
+        return [command, flag, value]
     rest = [x for k, v in base.items() if k != flag for x in (k, v)]
     tail = ["--no-report", "--no-telemetry"] if command == "run" else []
     return [command, *rest, *tail, flag, value]
