@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(
         json.dumps(
             {
+                "command": ["python", *sys.argv],
                 "summary": rows,
                 "seconds": round(seconds, 1),
                 "outcomes": [asdict(o) for o in outcomes],
