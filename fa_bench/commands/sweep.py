@@ -110,6 +110,16 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
     return points, space, smem
 
 
+def _claim_out(out: Path) -> tuple[Path, FolderLock]:
+    """The output folder, checked before any config is built (not a finished sweep, not a
+    file or an unwritable place) and locked: one writer per folder, released when the lock
+    is dropped (the command returns) or the process exits."""
+    if (out / "sweep.json").exists():
+        raise SweepInputError(f"--out {out}: already holds a sweep.json")
+    check_out_dir(out)
+    return out, FolderLock(out, "--out").acquire()
+
+
 def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) -> int:
     """Plan, measure with a progress bar, write sweep.json, optionally save the best."""
     from fa_bench.commands.run import resolve_device
@@ -125,6 +135,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
         if req.save_best and cache_path is None:
             raise SweepInputError("--save-best needs a tuning cache, but it is 'off'")
         timing = req.timing(device == "cpu", gpu_max_time_s=2.0)
+        out, lock = _claim_out(req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep")
     except UsageError as exc:
         return print_error(err_console, exc)
     # No telemetry window: configs are ranked by latency alone, and the window would
@@ -132,17 +143,6 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     opts = RunOptions(device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
                       timeout_s=req.case_timeout_s, tuning_cache="off",
                       telemetry=False)  # fmt: skip
-    out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
-    if (out / "sweep.json").exists():
-        return print_error(err_console, f"--out {out}: already holds a sweep.json")
-    try:  # a file, an unwritable place: refused before any config is built
-        check_out_dir(out)
-    except UsageError as exc:
-        return print_error(err_console, exc)
-    try:  # one writer per folder; released when `lock` is dropped (this returns) or we exit
-        lock = FolderLock(out, "--out").acquire()
-    except UsageError as exc:
-        return print_error(err_console, exc)
     todo = [p for p in points if not p.pruned]
     console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
                   "(plus the heuristic's and the rules of thumb's where the product lacks them): "
