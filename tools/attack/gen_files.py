@@ -296,7 +296,9 @@ def path_attacks(quick: bool, base_json: str) -> list[Attack]:
     )
     a.append(Attack("output paths", "default ./fa-bench-out is a file", [Step(run)],
                     lambda w: (w / "fa-bench-out").write_text("a file")))  # fmt: skip
-    for p in ["{d}/dir", "/proc/x/r.html", "{d}/file.txt/r.html", "{d}/[/x]/file.txt/r.html"]:
+    # {d}/fifo stands for a device file (as root, a page renamed over /dev/full replaced it).
+    for p in ["{d}/dir", "/proc/x/r.html", "{d}/file.txt/r.html", "{d}/[/x]/file.txt/r.html",
+              "{d}/fifo"]:  # fmt: skip
         a.append(Attack("output paths", f"report -o {p}",
                         [Step(["report", base_json, "-o", p, "--plotlyjs", "cdn"])],
                         _paths_setup, checks=[_no_tmp("dir"), *([shows(p)] if "[" in p
