@@ -226,6 +226,8 @@ def write_report(
     out = Path(out)
     if out.is_dir():  # before rendering: the page could never replace a folder
         raise ReportError(f"-o {out}: is a folder; name the page, e.g. -o {out / 'report.html'}")
+    if out.exists() and not out.is_file():  # a FIFO, a device: the rename would replace it
+        raise ReportError(f"-o {out}: not a regular file (a device, FIFO or socket); name a page")
     page = render(docs, title=title, baseline=baseline, plotlyjs=plotlyjs, sweeps=sweeps)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Per process, beside the page (a rename stays on one file system); not mkstemp, whose

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -299,3 +300,13 @@ def test_a_plugin_raising_tagged_text_is_a_recorded_error(tmp_path: Path) -> Non
     assert cases and {c["impl"] for c in cases} == {"tag[/t]er"}
     assert all(c["status"] == "error" for c in cases)
     assert all("kernel [/k] [magenta]m [[pair]] \\" in c["error"] for c in cases)
+
+
+def test_report_onto_a_fifo_is_refused_and_the_fifo_kept(tmp_path: Path) -> None:
+    results = tmp_path / "run.json"
+    results.write_text(json.dumps(_doc("sdpa", "x").to_json()))
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    r = runner.invoke(cli.app, ["report", str(results), "-o", str(pipe)])
+    assert r.exit_code == 2 and "not a regular file" in r.output, r.output
+    assert pipe.is_fifo()

@@ -348,3 +348,14 @@ def test_a_real_cpu_allocation_failure_is_oom() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("oom "), proc.stdout
     assert "can't allocate memory" in proc.stdout
+
+
+def test_min_samples_past_a_million_and_an_empty_gpus_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(cli.app, ["run", "--min-samples", "1000001", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 2 and "--min-samples" in r.output, r.output
+    r = runner.invoke(
+        cli.app, ["run", "--device", "cpu", "--gpus", "", "--out", str(tmp_path / "b")]
+    )
+    assert r.exit_code == 2 and "--gpus" in r.output, r.output
+    assert not (tmp_path / "b" / "journal.jsonl").exists()

@@ -156,8 +156,10 @@ TargetNoise = Annotated[
         "is at most this.",
     ),
 ]
+# At most a million: past that, --max-time ends the timing first on any device.
 MinSamples = Annotated[
-    int, _opt("--min-samples", panel=MEASURE, min=2, help="Samples to take at least.")
+    int,
+    _opt("--min-samples", panel=MEASURE, min=2, max=1_000_000, help="Samples to take at least."),
 ]
 MaxTime = Annotated[
     float | None,

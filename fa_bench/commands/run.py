@@ -150,10 +150,10 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
     """(kind, spread, parts) for a new run: one part, one per --gpus GPU, or this rank's."""
     import torch
 
-    several = rank.distributed or bool(req.gpus)
+    several = rank.distributed or req.gpus is not None
     spread = bool(req.spread) if several else False
     if rank.distributed:
-        if req.gpus:
+        if req.gpus is not None:
             raise PlanError("--gpus: under torchrun/srun each rank runs on its own local GPU")
         if req.out is None:
             raise PlanError(f"{rank.launcher}: --out must name a folder shared by all ranks")
@@ -167,7 +167,7 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
         if plan.options.device == "cuda":
             part.plan.options = replace(part.plan.options, gpu=gpu)
         return "rank", spread, [part]
-    if req.gpus:
+    if req.gpus is not None:
         if plan.options.device != "cuda" or req.gpu is not None:
             raise PlanError("--gpus needs CUDA devices and replaces --gpu")
         indices = parse_gpus(req.gpus, torch.cuda.device_count())
@@ -180,7 +180,7 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
 def _resume(
     req: RunRequest, rank: Rank, out: Path, console: Console
 ) -> tuple[str, bool, list[Part], Path]:
-    if req.selects_cases or req.out or req.gpus:
+    if req.selects_cases or req.out or req.gpus is not None:
         raise PlanError(
             "--resume takes the cases and options of the interrupted run; "
             "drop --suite/--impl/.../--gpus and --out"
