@@ -461,3 +461,19 @@ def test_a_journal_that_cannot_be_read_is_exit_2(tmp_path: Path, no_worker: list
     (out / JOURNAL).mkdir()  # a folder where the journal should be
     code, _, err = _resume(out)
     assert code == 2 and "journal.jsonl" in err and no_worker == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.15, 0.4])
+def test_ctrl_c_while_the_app_imports_is_a_quiet_130(tmp_path: Path, after_s: float) -> None:
+    """The console script's import of the app (torch: about a second) is interruptible
+    without a traceback; a later signal reaches the app's own handling (also 130)."""
+    script = "from fa_bench.entry import main; main()"
+    args = ["run", "-s", "smoke", "--no-report", "-o", str(tmp_path / "out")]
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
