@@ -23,6 +23,7 @@ from fa_bench.case import DType, Mode
 from fa_bench.commands import options as o
 from fa_bench.commands.compare import compare_command
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
+from fa_bench.commands.lists import choice_items, int_items, split_items
 from fa_bench.commands.report import report_command
 from fa_bench.commands.run import RunRequest, run_command
 from fa_bench.commands.sweep import SweepRequest, sweep_command
@@ -90,6 +91,22 @@ def parsed_argv(ctx: typer.Context) -> list[str]:
     return list(ctx.meta[_ARGV])
 
 
+def _axes(
+    mode: list[str] | None, dtype: list[str] | None, seqlen: list[str] | None,
+    head_dim: list[str] | None, batch: list[str] | None, heads: list[str] | None,
+    kv_heads: list[str] | None, *, modes: tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """The case axes `run` and `sweep` share, each flag repeated or a comma list (or both);
+    a bad element is exit 2 naming the flag (commands/lists.py). `modes`: the default."""
+    return {
+        "modes": choice_items("--mode", mode, Mode) or modes,
+        "dtypes": choice_items("--dtype", dtype, DType),
+        "seqlens": int_items("--seqlen", seqlen), "head_dims": int_items("--head-dim", head_dim),
+        "batch": int_items("--batch", batch), "heads": int_items("--heads", heads),
+        "kv_heads": int_items("--kv-heads", kv_heads),
+    }  # fmt: skip
+
+
 @app.command()
 def run(
     ctx: typer.Context, suite: o.Suites = None, impl: o.Impls = None, mode: o.Modes = None,
@@ -108,11 +125,9 @@ def run(
     """Run benchmark suites and write results.json, results.csv and report.html."""
     code = run_command(
         RunRequest(
-            suites=tuple(suite or ()), impls=tuple(impl or ()),
-            modes=tuple(m.value for m in mode or ()),
-            dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
-            head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
-            kv_heads=tuple(kv_heads or ()), causal=causal, device=device.value, gpu=gpu, out=out,
+            suites=tuple(suite or ()), impls=split_items("--impl", impl),
+            **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads), causal=causal,
+            device=device.value, gpu=gpu, out=out,
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
             max_time_s=max_time, warmup_ms=warmup, l2_flush=l2_flush, cuda_graph=cuda_graph,
             seed=seed, plugins=tuple(plugin or ()), argv=parsed_argv(ctx),
@@ -151,10 +166,8 @@ def sweep(
     """
     req = SweepRequest(
         suites=tuple(suite or ()),
-        modes=tuple(m.value for m in mode) if mode else SweepRequest.modes,
-        dtypes=tuple(d.value for d in dtype or ()), seqlens=tuple(seqlen or ()),
-        head_dims=tuple(head_dim or ()), batch=tuple(batch or ()), heads=tuple(heads or ()),
-        kv_heads=tuple(kv_heads or ()), causal=causal, block_m=block_m, block_n=block_n,
+        **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads, modes=SweepRequest.modes),
+        causal=causal, block_m=block_m, block_n=block_n,
         warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
         min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device.value, gpu=gpu,
         timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,

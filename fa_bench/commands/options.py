@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from fa_bench.case import DType, Mode
+from fa_bench.commands.lists import INTS, metavar
 from fa_bench.compare.core import PRESETS, FailOn, Metric
 
 CASES, WHERE, MEASURE, GPUS = "Cases", "Where and output", "Measurement", "Several GPUs or nodes"
@@ -54,40 +55,63 @@ Suites = Annotated[
         "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
     ),
 ]
+# The list-valued axes take strings: each value may be a comma list (`--seqlen 512,1024`
+# = `--seqlen 512 --seqlen 1024`), converted and checked by commands/lists.py in cli.py.
 Modes = Annotated[
-    list[Mode] | None,
+    list[str] | None,
     _opt(
         "--mode",
         "-m",
         panel=CASES,
-        help="fwd, bwd or fwd_bwd; repeatable (sweep: fwd and/or bwd, default both).",
+        metavar=metavar(Mode),
+        help="fwd, bwd or fwd_bwd; repeatable or a comma list (sweep: fwd and/or bwd, "
+        "default both).",
     ),
 ]
 DTypes = Annotated[
-    list[DType] | None, _opt("--dtype", panel=CASES, help="fp32, fp16 or bf16; repeatable.")
+    list[str] | None,
+    _opt(
+        "--dtype",
+        panel=CASES,
+        metavar=metavar(DType),
+        help="fp32, fp16 or bf16; repeatable or a comma list.",
+    ),
 ]
 Seqlens = Annotated[
-    list[int] | None,
-    _opt("--seqlen", panel=CASES, help="Sequence length (query = key); repeatable."),
+    list[str] | None,
+    _opt(
+        "--seqlen",
+        panel=CASES,
+        metavar=INTS,
+        help="Sequence length (query = key); repeatable or a comma list.",
+    ),
 ]
 HeadDims = Annotated[
-    list[int] | None, _opt("--head-dim", panel=CASES, help="Head dimension; repeatable.")
+    list[str] | None,
+    _opt(
+        "--head-dim", panel=CASES, metavar=INTS, help="Head dimension; repeatable or a comma list."
+    ),
 ]
 Batches = Annotated[
-    list[int] | None,
+    list[str] | None,
     _opt(
         "--batch",
         panel=CASES,
-        help="Batch size; repeatable (replaces the suite's batch or tokens).",
+        metavar=INTS,
+        help="Batch size; repeatable or a comma list (replaces the suite's batch or tokens).",
     ),
 ]
-Heads = Annotated[list[int] | None, _opt("--heads", panel=CASES, help="Query heads; repeatable.")]
+Heads = Annotated[
+    list[str] | None,
+    _opt("--heads", panel=CASES, metavar=INTS, help="Query heads; repeatable or a comma list."),
+]
 KvHeads = Annotated[
-    list[int] | None,
+    list[str] | None,
     _opt(
         "--kv-heads",
         panel=CASES,
-        help="Key/value heads (GQA/MQA when fewer than --heads); repeatable.",
+        metavar=INTS,
+        help="Key/value heads (GQA/MQA when fewer than --heads); repeatable or a comma list.",
     ),
 ]
 Causal = Annotated[
@@ -209,7 +233,9 @@ Impls = Annotated[
         "--impl",
         "-i",
         panel=CASES,
-        help="Implementation(s) to run (see `fa-bench list impls`); overrides the suite.",
+        metavar="NAME[,NAME...]",
+        help="Implementation(s) to run (see `fa-bench list impls`); repeatable or a comma "
+        "list; overrides the suite.",
     ),
 ]
 Resume = Annotated[
