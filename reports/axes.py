@@ -7,17 +7,33 @@ up to four columns; their log axes get ticks labelled with full numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from fa_bench.reports.merge import MergedCase
+from fa_bench.reports.merge import MergedCase, group_by
 
 
 def facet_key(c: MergedCase) -> tuple[str, str, int, bool]:
     case = c.record.case
     return (case.mode.value, case.dtype.value, case.head_dim, case.causal)
+
+
+def heads_label(cases: list[MergedCase]) -> Callable[[MergedCase], str]:
+    """The sub-series of an implementation's line: its head counts, when some panel holds
+    one implementation at more than one (a GQA case beside MHA ones), else ''. Decided
+    for the whole figure, not per panel: one name then means one series in every panel,
+    so the legend lists it once (per panel, the same line was `naive` in one panel and
+    `naive · Hkv=2` in the next, three entries in one colour and marker)."""
+    per_panel = group_by(cases, lambda c: (facet_key(c), c.gpu, c.record.impl))
+    pairs = {(c.record.case.heads_q, c.record.case.heads_kv) for c in cases}
+    if all(len({(c.record.case.heads_q, c.record.case.heads_kv) for c in group}) == 1
+           for group in per_panel.values()):  # fmt: skip
+        return lambda c: ""
+    if len({hq for hq, _ in pairs}) == 1:
+        return lambda c: f"Hkv={c.record.case.heads_kv}"
+    return lambda c: f"Hq={c.record.case.heads_q} Hkv={c.record.case.heads_kv}"
 
 
 def facet_title(key: tuple) -> str:
@@ -88,7 +104,7 @@ def panel_grid(facets: list[tuple], y_title: str, *, height_per_row: int = 270) 
         rows=rows,
         cols=cols,
         subplot_titles=[facet_title(k) for k in facets],
-        horizontal_spacing=0.2 / cols,
+        horizontal_spacing=0.3 / cols,  # room for each panel's own y title
         vertical_spacing=min(0.35 / rows, 0.12),
     )
     fig.update_annotations(font_size=13)  # the panel titles, which must fit a quarter width
@@ -100,8 +116,9 @@ def panel_grid(facets: list[tuple], y_title: str, *, height_per_row: int = 270) 
     )
     for i in range(len(facets)):
         row, col = panel_cell(i, len(facets))
-        if col == 1:
-            fig.update_yaxes(title_text=y_title, row=row, col=col)
+        # Every panel, not only the first column's: each has its own scale (the memory
+        # figure's log axes), and a panel read alone must say what it plots.
+        fig.update_yaxes(title_text=y_title, title_font_size=11, row=row, col=col)
         if i + cols >= len(facets):  # the lowest panel of its column
             fig.update_xaxes(title_text="sequence length N (keys)", row=row, col=col)
     return fig

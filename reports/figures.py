@@ -19,12 +19,14 @@ from fa_bench.reports.axes import (
     add_legends,
     facet_key,
     facet_keys,
+    heads_label,
     log_y_per_panel,
     panel_cell,
     panel_grid,
     pow2_ticks,
 )
 from fa_bench.reports.merge import Merged, MergedCase, group_by
+from fa_bench.results.record import CaseRecord
 
 PALETTE = (
     "#1f77b4",
@@ -83,14 +85,13 @@ def seqlen(c: MergedCase) -> int:
     return int(c.record.case.seqlen_k)
 
 
-def series_name(c: MergedCase, merged: Merged, gqa: bool) -> str:
-    """impl, plus the GPU when several were merged, plus KV heads when they vary."""
+def series_name(c: MergedCase, merged: Merged, heads: str = "") -> str:
+    """impl, plus the GPU (or run) when several were merged, plus the head counts (the
+    sub-series, `heads_label`) where an implementation has several."""
     name = esc(c.record.impl)
     if len(merged.gpus) > 1:
         name += f" · {esc(c.gpu)}"
-    if gqa:
-        name += f" · Hkv={c.record.case.heads_kv}"
-    return name
+    return name + (f" · {heads}" if heads else "")
 
 
 def impl_gpu_name(c: MergedCase, merged: Merged) -> str:
@@ -98,18 +99,32 @@ def impl_gpu_name(c: MergedCase, merged: Merged) -> str:
     return esc(c.record.impl) + (f" · {esc(c.gpu)}" if len(merged.gpus) > 1 else "")
 
 
-def _styles(merged: Merged) -> Callable[[MergedCase], dict]:
-    color = {impl: PALETTE[i % len(PALETTE)] for i, impl in enumerate(merged.impls)}
-    symbol = {impl: SYMBOLS[i % len(SYMBOLS)] for i, impl in enumerate(merged.impls)}
+def _styles(
+    merged: Merged, sub: Callable[[MergedCase], str] | None = None
+) -> Callable[[MergedCase], dict]:
+    """Colour per implementation, dash per GPU (or run), marker per implementation and
+    sub-series (`sub`, the head counts): every legend entry looks different."""
+    n = len(merged.impls)
+    index = {impl: i for i, impl in enumerate(merged.impls)}
     rank = {impl: min(i, 4) for i, impl in enumerate(merged.impls)}
     dash = {gpu: DASHES[i % len(DASHES)] for i, gpu in enumerate(merged.gpus)}
-    return lambda c: {
-        "color": color[c.record.impl],
-        "symbol": symbol[c.record.impl],
-        "size": 13 - 2 * rank[c.record.impl],
-        "width": 3.5 - 0.5 * rank[c.record.impl],
-        "dash": dash[c.gpu],
-    }
+    subs: dict[str, int] = {}
+    if sub is not None:
+        for c in merged.cases:
+            subs.setdefault(sub(c), len(subs))
+
+    def style(c: MergedCase) -> dict:
+        i = index[c.record.impl]
+        j = subs.get(sub(c), 0) if sub is not None else 0
+        return {
+            "color": PALETTE[i % len(PALETTE)],
+            "symbol": SYMBOLS[(i + j * n) % len(SYMBOLS)],
+            "size": 13 - 2 * rank[c.record.impl],
+            "width": 3.5 - 0.5 * rank[c.record.impl],
+            "dash": dash[c.gpu],
+        }
+
+    return style
 
 
 def fmt_ms(v: float | None) -> str:
@@ -140,9 +155,22 @@ def hover(c: MergedCase) -> str:
     tel = r.telemetry or {}
     if tel.get("gbps_nvml") is not None:
         lines.append(_num(tel["gbps_nvml"], "GB/s (NVML)"))
+    if r.noisy_at_limit:
+        lines.append(f"<b>⚠ {esc(time_limit_note(r))}</b>")
     if r.error:
         lines.append(esc(_shorten(str(r.error), 160)))
     return "<br>".join(lines)
+
+
+def time_limit_note(r: CaseRecord) -> str:
+    """Why a case's median is less certain than asked (`CaseRecord.noisy_at_limit`)."""
+    timing, lat = r.timing or {}, r.latency_ms
+    noise = lat.noise if lat is not None and lat.noise is not None else float("nan")
+    limit = timing.get("max_time_s")
+    within = f" ({limit:g} s)" if isinstance(limit, (int, float)) else ""
+    target = timing.get("target_noise", 0.01)
+    return (f"stopped at the time limit{within} with noise {noise:.1%} "
+            f"above the {target:.1%} target")  # fmt: skip
 
 
 def _num(v: object, unit: str) -> str:
@@ -162,17 +190,16 @@ def _series_lines(
     facets: list[tuple],
     y: Callable[[MergedCase], float | None],
 ) -> None:
-    """One line per implementation (and GPU) in each facet, over its ok cases."""
-    style = _styles(merged)
+    """One line per implementation (GPU, head counts) in each facet, over its ok cases."""
+    ok = [c for c in merged.cases if c.record.status == Status.OK and y(c) is not None]
+    heads = heads_label(ok)
+    style = _styles(merged, heads)
     shown: set[str] = set()
-    by_facet = group_by((c for c in merged.cases if c.record.status == Status.OK), facet_key)
+    by_facet = group_by(ok, facet_key)
     for i, key in enumerate(facets):
-        cases = by_facet.get(key, [])
-        gqa = len({c.record.case.heads_q // c.record.case.heads_kv for c in cases}) > 1
         groups: dict[str, list[MergedCase]] = {}
-        for c in cases:
-            if y(c) is not None:
-                groups.setdefault(series_name(c, merged, gqa), []).append(c)
+        for c in by_facet.get(key, []):
+            groups.setdefault(series_name(c, merged, heads(c)), []).append(c)
         row, col = panel_cell(i, len(facets))
         for name, group in groups.items():
             group.sort(key=seqlen)

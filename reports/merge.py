@@ -2,8 +2,10 @@
 
 Runs from different GPUs or nodes merge into one table of cases keyed by (case id, GPU):
 each case gets a GPU label, so the same case measured on two cards stays two rows and the
-figures draw one line per implementation and GPU. A case measured twice on the same GPU
-keeps the later run's record (inputs are read in the order given).
+figures draw one line per implementation and GPU. Two runs that measured the same cases on
+the same GPU (a before/after on one machine) are told apart by their run names: each
+label gets its run's name, 'CPU (runA)', and the runs show side by side. A case twice in
+one run (or the same run given twice) keeps the later record.
 
 The records are not reshaped: each merged case holds its `CaseRecord` as read, beside the
 label and the index of the run it came from. Every figure and table imports this module;
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 from fa_bench.errors import UsageError
@@ -87,6 +90,40 @@ def run_labels(docs: list[ResultsDoc]) -> list[str]:
     ]
 
 
+def run_name(doc: ResultsDoc) -> str:
+    """A run's name: its output folder's name (the argv's --out or --resume), else when it
+    started, else its id."""
+    argv = [str(a) for a in doc.run.get("argv") or []]
+    for i, arg in enumerate(argv):
+        for flag in ("--out", "-o", "--resume"):
+            value = arg[len(flag) + 1 :] if arg.startswith(flag + "=") else None
+            if arg == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            if value:
+                return Path(value.rstrip("/")).name or value
+    return str(doc.run.get("started") or doc.run.get("id") or "run")
+
+
+def _side_by_side(docs: list[ResultsDoc], labels: list[list[str]]) -> list[str]:
+    """Per doc, the suffix its labels get: ' (run name)' where another run (a different
+    run id) measured one of its cases under the same label; else ''."""
+    first: dict[tuple[str, str], int] = {}
+    clash: set[int] = set()
+    for i, (doc, doc_labels) in enumerate(zip(docs, labels, strict=True)):
+        for record, label in zip(doc.cases, doc_labels, strict=True):
+            j = first.setdefault((record.id, label), i)
+            if j != i and (docs[j].run.get("id") is None or
+                           docs[j].run.get("id") != doc.run.get("id")):  # fmt: skip
+                clash.update((i, j))
+    names = [run_name(d) if i in clash else "" for i, d in enumerate(docs)]
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):  # two folders of one name: number the later ones
+        if name:
+            seen[name] = seen.get(name, 0) + 1
+            names[i] = name if seen[name] == 1 else f"{name} #{seen[name]}"
+    return [f" ({name})" if name else "" for name in names]
+
+
 def _case_label(record: CaseRecord, run_label: str, several_gpus: bool) -> str:
     """A run over several GPUs (`--gpus`, torchrun) tags each case with its own GPU and
     host: those cases keep apart, labelled 'NAME #index @ host'."""
@@ -109,10 +146,14 @@ def merge(docs: list[ResultsDoc]) -> Merged:
     replaced = 0
     labels: list[str] = []
     label_doc: dict[str, int] = {}
-    for run_index, (doc, run_label) in enumerate(zip(docs, run_labels(docs), strict=True)):
+    doc_labels = []
+    for doc, run_label in zip(docs, run_labels(docs), strict=True):
         several = _several_gpus(doc)
-        for record in doc.cases:
-            label = _case_label(record, run_label, several)
+        doc_labels.append([_case_label(record, run_label, several) for record in doc.cases])
+    suffixes = _side_by_side(docs, doc_labels)
+    for run_index, doc in enumerate(docs):
+        for record, base in zip(doc.cases, doc_labels[run_index], strict=True):
+            label = base + suffixes[run_index]
             labels.append(label)
             label_doc.setdefault(label, run_index)
             key = (record.id, label)

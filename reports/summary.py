@@ -99,12 +99,26 @@ def _failure_sentence(merged: Merged) -> list[str]:
     return [f"{sum(failed.values())} cases failed ({detail}): see the failures list below."]
 
 
+def _time_limit_sentence(merged: Merged) -> list[str]:
+    """How many medians are less certain than the run asked (CaseRecord.noisy_at_limit)."""
+    noisy = [c.record for c in merged.cases if c.record.noisy_at_limit]
+    if not noisy:
+        return []
+    worst = max(r.latency_ms.noise or 0.0 for r in noisy if r.latency_ms is not None)
+    n = len(noisy)
+    return [
+        f"{n} {'case' if n == 1 else 'cases'} stopped at the time limit with the noise "
+        f"above its target (up to {worst:.1%}): marked ⚠ in the table and the figures' "
+        "hover; --max-time or a quieter machine gives surer medians."
+    ]
+
+
 def paragraph(merged: Merged, baseline: str) -> str:
     parts = [_counts(merged), *_speedup_sentences(merged, baseline)]
     leaders = _leaders(merged)
     if leaders:
         parts.append(leaders)
-    parts += _oom_sentences(merged) + _failure_sentence(merged)
+    parts += _oom_sentences(merged) + _failure_sentence(merged) + _time_limit_sentence(merged)
     if "CPU" in merged.gpus:
         parts.append("CPU timings show that the cases run and are correct, not GPU performance.")
     return " ".join(parts)

@@ -12,6 +12,7 @@ from numbers import Number
 from markupsafe import Markup, escape
 
 from fa_bench.case import Status
+from fa_bench.reports.figures import time_limit_note
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 
 CASE_COLUMNS = (
@@ -51,7 +52,10 @@ def _num(v: object, fmt: str = ".4g") -> dict:
 
 
 def _message(c: MergedCase) -> str:
+    """The case's error, or, for a median measured less surely than asked, why."""
     text = " ".join(str(c.record.error or "").split())
+    if c.record.noisy_at_limit:
+        text = "⚠ " + time_limit_note(c.record) + (f"; {text}" if text else "")
     return text if len(text) <= 300 else text[:299] + "…"
 
 

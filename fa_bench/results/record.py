@@ -168,6 +168,16 @@ class CaseRecord:
         return self.latency_ms.median if self.latency_ms is not None else None
 
     @property
+    def noisy_at_limit(self) -> bool:
+        """Timing gave up at its time limit (`stop_reason` "time-limit") with the noise
+        still above its target: the median is less certain than the run asked for."""
+        timing, lat = self.timing or {}, self.latency_ms
+        if timing.get("stop_reason") != "time-limit" or lat is None or lat.noise is None:
+            return False
+        target = timing.get("target_noise")
+        return lat.noise > (target if isinstance(target, (int, float)) else 0.01)
+
+    @property
     def gpu(self) -> GpuRef | None:
         return self.placement.gpu if self.placement is not None else None
 
