@@ -1,106 +1,88 @@
-"""Terminal output for `fa-bench run`: the progress bar and the summary tables."""
+"""Terminal output for `fa-bench run`: the summary tables, the reasons cases did not run
+and the time-limit footnote (the progress is in fa_bench/progress.py).
+
+Nothing here is ever cut: a table gets only the columns that fit the console's width
+at their full length (no_wrap, min widths), dropping the least needed first; when even
+the essential ones do not fit (80 columns of a CI log), each record is a block of lines
+printed with soft wrap, so an id or a figure is never ended by an ellipsis.
+"""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import median
-from types import TracebackType
-from typing import Literal
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 from rich.text import Text
 
+from fa_bench import units
 from fa_bench.case import Case, Status
+from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old home)
+    STATUS_STYLE,
+    PlainProgress,
+    RunProgress,
+    make_progress,
+    progress_line,
+)
 from fa_bench.results.record import CaseRecord
 
-STATUS_STYLE = {
-    "ok": "green",
-    "oom": "yellow",
-    "unsupported": "dim",
-    "error": "red",
-    "timeout": "red",
-    "mismatch": "bold red",
-}
 PER_CASE_LIMIT = 40
+MARK = "*"  # beside a median that stopped at the time limit above the noise target
+NOT_RUN = ("unsupported", "unavailable")  # statuses whose reason the summary groups
 
 
-class RunProgress:
-    """A Rich progress bar with ETA, the current case and the status counts so far."""
-
-    def __init__(self, console: Console, total: int, already_done: int = 0) -> None:
-        self.counts: Counter[str] = Counter()
-        self.progress = Progress(
-            SpinnerColumn(),
-            # the description is a case label (impl names come from plugins): not markup
-            TextColumn("{task.description}", style="progress.description", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[counts]}"),
-            console=console,
-            transient=False,
-        )
-        self.task = self.progress.add_task(
-            "starting worker", total=total, completed=already_done, counts=""
-        )
-
-    def __enter__(self) -> RunProgress:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.progress.__exit__(exc_type, exc, tb)
-
-    def __call__(self, event: str, case: Case, record: CaseRecord | None) -> None:
-        """The runner's progress callback (fa_bench.run.runner.ProgressFn)."""
-        if event == "start" or record is None:
-            self.start(case)
-            return
-        warnings = (record.telemetry or {}).get("warnings") or []
-        self.done(case, record.status, record.error, warnings)
-
-    def start(self, case: Case) -> None:
-        self.progress.update(self.task, description=case.label)
-
-    def done(
-        self, case: Case, status: Status, error: str | None, warnings: Sequence[str] = ()
-    ) -> None:
-        """Count a finished case; print why when it failed or its telemetry warned."""
-        name = status.value
-        self.counts[name] += 1
-        counts = " ".join(f"[{STATUS_STYLE[s]}]{s} {n}[/]" for s, n in sorted(self.counts.items()))
-        self.progress.update(self.task, advance=1, counts=counts)
-        if status not in (Status.OK, Status.UNSUPPORTED):
-            msg = error.splitlines()[0][:160] if error else ""
-            self.progress.console.print(
-                Text.assemble((name, STATUS_STYLE[name]), f" {case.label}: {msg}")
-            )
-        if warnings:  # throttling or low clocks: this case's numbers may not be comparable
-            self.progress.console.print(
-                Text.assemble(("telemetry", "yellow"), f" {case.label}: {'; '.join(warnings)}")
-            )
+@dataclass(frozen=True)
+class Col:
+    name: str
+    right: bool = False
+    drop: int = 0  # 0: essential; higher numbers are dropped first when the width is short
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
+def noisy_at_limit(r: CaseRecord) -> bool:
+    """The case stopped at its time limit with noise above the target (T's record
+    property where it exists; the same test from the timing metadata before it)."""
+    prop = getattr(r, "noisy_at_limit", None)
+    if isinstance(prop, bool):
+        return prop
+    timing, lat = r.timing or {}, r.latency_ms
+    if timing.get("stop_reason") != "time-limit" or lat is None or lat.noise is None:
+        return False
+    return lat.noise > float(timing.get("target_noise", 0.01))
+
+
+def _cell_width(cell: str | Text) -> int:
+    return cell_len(cell.plain if isinstance(cell, Text) else cell)
+
+
+def fit_table(
+    title: str, cols: Sequence[Col], rows: Sequence[Sequence[str | Text]], width: int
+) -> Table | None:
+    """A table of the columns that fit `width` uncut, or None when the essential ones do
+    not (then the caller prints blocks of lines)."""
+    keep = list(range(len(cols)))
+    natural = [max([cell_len(c.name)] + [_cell_width(row[i]) for row in rows])
+               for i, c in enumerate(cols)]  # fmt: skip
+    # The default box: a border before each column and one after, one space each side.
+    while sum(natural[i] + 3 for i in keep) + 1 > width:
+        droppable = [i for i in keep if cols[i].drop]
+        if not droppable:
+            return None
+        keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
+    t = Table(title=title)
+    for i in keep:
+        t.add_column(cols[i].name, justify="right" if cols[i].right else "left",
+                     no_wrap=True, min_width=natural[i])  # fmt: skip
+    for row in rows:
+        t.add_row(*(row[i] for i in keep))
+    return t
+
+
+def _label(r: CaseRecord) -> str:
+    return r.impl + (f" ({r.backend})" if r.backend and r.impl == "sdpa" else "")
 
 
 def _shape(c: Case) -> str:
@@ -109,72 +91,157 @@ def _shape(c: Case) -> str:
     return f"B{c.batch} H{heads} N{seq} D{c.head_dim}" + (" causal" if c.causal else "")
 
 
-def summary_table(records: Sequence[CaseRecord]) -> Table:
-    if len(records) <= PER_CASE_LIMIT:
-        return _per_case_table(records)
-    return _grouped_table(records)
+def _median(r: CaseRecord) -> str:
+    return units.latency(r.median_ms) + (f" {MARK}" if noisy_at_limit(r) else "")
 
 
-def _per_case_table(records: Sequence[CaseRecord]) -> Table:
-    t = Table(title="Results", show_lines=False)
-    columns: list[tuple[str, Literal["left", "right"]]] = [
-        ("impl", "left"), ("mode", "left"), ("dtype", "left"), ("shape", "left"),
-        ("status", "left"), ("median ms", "right"), ("p20–p80 ms", "right"),
-        ("TFLOP/s", "right"), ("GB/s", "right"), ("peak MiB", "right"), ("max err", "right"),
+def _spread(r: CaseRecord) -> str:
+    lat = r.latency_ms
+    return "–" if lat is None else f"{units.latency(lat.p20)}–{units.latency(lat.p80)}"
+
+
+def _err(r: CaseRecord) -> str:
+    err = (r.accuracy or {}).get("max_abs_err")
+    return "–" if err is None else f"{err:.2g}"
+
+
+_CASE_COLS = (
+    Col("impl"), Col("mode"), Col("dtype"), Col("shape"), Col("status"),
+    Col("median", right=True), Col("p20–p80", right=True, drop=9),
+    Col("FLOP/s", right=True, drop=4), Col("bandwidth", right=True, drop=6),
+    Col("peak mem", right=True, drop=7), Col("max err", right=True, drop=8),
+)  # fmt: skip
+
+
+def summary(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
+    """The results as a table that fits `width`, or one block of lines per record."""
+    if len(records) > PER_CASE_LIMIT:
+        return _grouped(records, width)
+    rows: list[list[str | Text]] = [
+        [Text(_label(r)), r.case.mode.value, r.case.dtype.value, _shape(r.case),
+         Text(r.status.value, STATUS_STYLE[r.status.value]), _median(r), _spread(r),
+         units.flops(r.tflops), units.bandwidth(r.gbps_model),
+         units.mebibytes(r.peak_mem_bytes), _err(r)]
+        for r in records
     ]  # fmt: skip
-    for col, just in columns:
-        t.add_column(col, justify=just)
+    table = fit_table("Results", _CASE_COLS, rows, width)
+    if table is not None:
+        return [table]
+    out: list[Table | Text] = [Text("Results (one case a block: status, median, p20–p80, "
+                                    "FLOP/s, model bandwidth, peak memory, max abs error)",
+                                    style="bold")]  # fmt: skip
     for r in records:
-        lat, acc, peak, status = r.latency_ms, r.accuracy or {}, r.peak_mem_bytes, r.status.value
-        t.add_row(
-            Text(r.impl + (f" ({r.backend})" if r.backend and r.impl == "sdpa" else "")),
-            r.case.mode.value,
-            r.case.dtype.value,
-            _shape(r.case),
-            Text(status, STATUS_STYLE[status]),
-            _fmt(r.median_ms, ".4g"),
-            f"{lat.p20:.4g}–{lat.p80:.4g}" if lat is not None else "–",
-            _fmt(r.tflops, ".4g"),
-            _fmt(r.gbps_model, ".0f"),
-            _fmt(peak / 2**20 if peak is not None else None, ".1f"),
-            _fmt(acc.get("max_abs_err"), ".2g"),
-        )
-    return t
+        out.append(Text(r.id))
+        figures = (f"  {_median(r)}  ({_spread(r)})  {units.flops(r.tflops)}  "
+                   f"{units.bandwidth(r.gbps_model)}  {units.mebibytes(r.peak_mem_bytes)}  "
+                   f"err {_err(r)}")  # fmt: skip
+        out.append(Text.assemble("    ", (r.status.value, STATUS_STYLE[r.status.value]), figures))
+    return out
 
 
-def _grouped_table(records: Sequence[CaseRecord]) -> Table:
-    groups: dict[tuple, list[CaseRecord]] = defaultdict(list)
+_GROUP_COLS = (
+    Col("impl"), Col("mode"), Col("dtype"), Col("cases", right=True), Col("ok", right=True),
+    Col("oom", right=True, drop=3), Col("unsupp.", right=True, drop=4),
+    Col("failed", right=True), Col("median FLOP/s", right=True),
+    Col("best FLOP/s", right=True, drop=5),
+)  # fmt: skip
+
+
+def _grouped(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
+    groups: dict[tuple[str, str, str], list[CaseRecord]] = defaultdict(list)
     for r in records:
         groups[(r.impl, r.case.mode.value, r.case.dtype.value)].append(r)
-    t = Table(title="Results by implementation, mode and dtype")
-    for col in ("impl", "mode", "dtype", "cases", "ok", "oom", "unsupp.", "failed",
-                "median TFLOP/s", "best TFLOP/s"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("impl", "mode", "dtype") else "right")
+    rows: list[list[str | Text]] = []
+    blocks: list[Table | Text] = []
     for (impl, mode, dtype), rs in groups.items():
         c = Counter(r.status.value for r in rs)
         tf = [r.tflops for r in rs if r.status is Status.OK and r.tflops is not None]
         failed = sum(n for s, n in c.items() if Status(s).is_failure)
-        t.add_row(
-            Text(impl), mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]),
-            str(c["unsupported"]),
-            f"[red]{failed}[/]" if failed else "0",
-            _fmt(median(tf) if tf else None, ".4g"), _fmt(max(tf) if tf else None, ".4g"),
-        )  # fmt: skip
-    return t
+        med, best = units.flops(median(tf) if tf else None), units.flops(max(tf) if tf else None)
+        rows.append([Text(impl), mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]),
+                     str(c["unsupported"]), Text(str(failed), "red" if failed else ""),
+                     med, best])  # fmt: skip
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
+        blocks.append(Text(f"{impl} {mode} {dtype}: {len(rs)} cases ({counts}); "
+                           f"median {med}, best {best}"))  # fmt: skip
+    title = "Results by implementation, mode and dtype"
+    table = fit_table(title, _GROUP_COLS, rows, width)
+    return [table] if table is not None else [Text(title, style="bold"), *blocks]
 
 
-def failures_table(records: Sequence[CaseRecord], limit: int = 25) -> Table | None:
+def failures(records: Sequence[CaseRecord], width: int, limit: int = 25) -> list[Table | Text]:
+    """The cases that failed with the first line of their error; empty when none did."""
     bad = [r for r in records if r.status not in (Status.OK, Status.UNSUPPORTED)]
     if not bad:
-        return None
-    t = Table(
-        title=f"Cases not ok ({len(bad)}" + (f", first {limit})" if len(bad) > limit else ")")
+        return []
+    title = f"Cases not ok ({len(bad)}" + (f", first {limit})" if len(bad) > limit else ")")
+    firsts = [((r.error or "").strip().splitlines() or [""])[0][:300] for r in bad[:limit]]
+    ids = max(cell_len(r.id) for r in bad[:limit])
+    if ids + 8 + 20 + 10 <= width:  # the message column keeps at least 20 cells to fold in
+        t = Table(title=title)
+        t.add_column("status", no_wrap=True, min_width=8)
+        t.add_column("case", no_wrap=True, min_width=ids)
+        t.add_column("message", overflow="fold")
+        for r, msg in zip(bad, firsts, strict=False):
+            t.add_row(Text(r.status.value, STATUS_STYLE[r.status.value]), Text(r.id), Text(msg))
+        return [t]
+    out: list[Table | Text] = [Text(title, style="bold")]
+    for r, msg in zip(bad, firsts, strict=False):
+        out.append(Text.assemble((r.status.value, STATUS_STYLE[r.status.value]), f" {r.id}"))
+        out.append(Text(f"    {msg}"))
+    return out
+
+
+def reasons(records: Sequence[CaseRecord]) -> list[Text]:
+    """One line per implementation and reason a case did not run here, with its count,
+    e.g. `sdpa-cudnn: 5 unsupported: sdpa-cudnn runs on cuda, not cpu`."""
+    groups: Counter[tuple[str, str, str]] = Counter(
+        (r.impl, r.status.value, (r.error or "no reason recorded").strip().splitlines()[0])
+        for r in records
+        if r.status.value in NOT_RUN
     )
-    t.add_column("status")
-    t.add_column("case")
-    t.add_column("message", overflow="fold")
-    for r in bad[:limit]:
-        msg = (r.error or "").strip().splitlines()
-        status = r.status.value
-        t.add_row(Text(status, STATUS_STYLE[status]), Text(r.id), Text(msg[0][:300] if msg else ""))
-    return t
+    return [Text.assemble((impl, "bold"), f": {n} {status}: {why}")
+            for (impl, status, why), n in groups.items()]  # fmt: skip
+
+
+def time_limit_note(records: Sequence[CaseRecord]) -> Text | None:
+    """The footnote to the time-limit marker, or None when no case needs it."""
+    hit = [r for r in records if noisy_at_limit(r)]
+    if not hit:
+        return None
+    target = float((hit[0].timing or {}).get("target_noise", 0.01))
+    return Text(
+        f"{MARK} {len(hit)} case{'s' if len(hit) != 1 else ''} stopped at the time limit with "
+        f"noise above the target ({units.percent(target)}): their medians are less certain; "
+        "raise the limit with --max-time (or loosen --target-noise)",
+        style="yellow",
+    )
+
+
+def print_summary(console: Console, records: Sequence[CaseRecord]) -> None:
+    """The end of a run: results, failures, why cases did not run, the time-limit note."""
+    width = console.width
+    for item in [*summary(records, width), *failures(records, width)]:
+        console.print(item, soft_wrap=isinstance(item, Text))
+    lines = reasons(records)
+    if lines:
+        console.print(Text("Not run here (implementation: count status: reason)", style="bold"))
+        for line in lines:
+            console.print(line, soft_wrap=True)
+    note = time_limit_note(records)
+    if note is not None:
+        console.print(note, soft_wrap=True)
+
+
+# The old names (tests and tools use them): one table at a wide width.
+def summary_table(records: Sequence[CaseRecord], width: int = 200) -> Table:
+    items = summary(records, width)
+    table = items[0]
+    if not isinstance(table, Table):
+        raise ValueError(f"{len(records)} records do not fit a table {width} cells wide")
+    return table
+
+
+def failures_table(records: Sequence[CaseRecord], width: int = 200) -> Table | None:
+    items = failures(records, width)
+    return items[0] if items and isinstance(items[0], Table) else None

@@ -298,6 +298,15 @@ WriteReport = Annotated[
         help="Write report.html (self-contained interactive page) beside results.json.",
     ),
 ]
+RunJson = Annotated[
+    bool,
+    _opt(
+        "--json",
+        panel=WHERE,
+        help="Print the run's summary as JSON on stdout (files written, counts by status, "
+        "each case; the resume command if interrupted); the rest of the output goes to stderr.",
+    ),
+]
 
 # --- sweep only ------------------------------------------------------------------------
 
