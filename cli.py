@@ -120,7 +120,7 @@ def run(
     seed: o.Seed = 0, plugin: o.Plugins = None, gpus: o.GpuList = None, spread: o.Spread = None,
     merge_timeout: o.MergeTimeout = 3600.0, telemetry: o.Telemetry = True,
     tuning_cache: o.TuningCache = None, report: o.WriteReport = True,
-    max_cases: o.MaxCases = CaseFlags.max_cases, json_summary: o.RunJson = False,
+    max_cases: o.MaxCases = CaseFlags.max_cases,
 ) -> None:  # fmt: skip
     """Run benchmark suites and write results.json, results.csv and report.html."""
     code = run_command(
@@ -133,7 +133,7 @@ def run(
             seed=seed, plugins=tuple(plugin or ()), argv=parsed_argv(ctx),
             tuning_cache=tuning_cache, telemetry=telemetry,
             gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
-            max_cases=max_cases, json=json_summary,
+            max_cases=max_cases,
         ),
         console=console, err_console=err_console,
     )  # fmt: skip
@@ -228,11 +228,15 @@ def list_(what: o.ListWhat, plugin: o.Plugins = None) -> None:
     elif what == "impls":
         from fa_bench import registry
 
-        t = Table("impl", "modes", "dtypes", "devices", "description")
+        t = Table("impl", "modes", "dtypes", "devices", "origin", "description")
         for name, im in registry.load(plugin or ()).items():
             t.add_row(Text(name), ", ".join(m.value for m in Mode if m in im.modes),
                       ", ".join(d.value for d in DType if d in im.dtypes),
-                      Text(", ".join(sorted(im.devices))), Text(im.description))  # fmt: skip
+                      Text(", ".join(sorted(im.devices))), Text(im.source or im.origin or "–"),
+                      Text(im.description))  # fmt: skip
+        for p in registry.broken_packages():  # its impls are unknown: the package's row
+            t.add_row(Text(p.name), "–", "–", "–", Text(p.label),
+                      Text.assemble(("unavailable", "yellow"), f": {p.error}"))  # fmt: skip
         console.print(t)
     else:
         raise typer.Exit(print_error(err_console, f"fa-bench list: {what!r} is not one of: "
@@ -276,6 +280,8 @@ def env(plugin: o.Plugins = None) -> None:
         why = im.unavailable_reason()
         no = Text.assemble(("no", "yellow"), f": {why}")
         a.add_row(Text(name), Text("yes", "green") if why is None else no)
+    for p in registry.broken_packages():  # an installed package plugin that cannot load
+        a.add_row(Text(p.name), Text.assemble(("no", "yellow"), f": {p.error}"))
     console.print(a)
 
 

@@ -6,6 +6,10 @@ receives the case and its input tensors `(case, q, k, v)`, does all one-time wor
 `fn(q, k, v) -> o` that the engine times (or a `Prepared` holding it). Tensors use the
 SDPA layout (batch, heads, seqlen, head_dim); K and V carry `heads_kv` heads.
 Builders raise `Unsupported` for cases they cannot run.
+
+Implementations come from the built-in adapters (`BUILTIN`), from installed packages that
+declare an entry point in the `fa_bench.impls` group, and from `--plugin` files or modules
+(docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable
+import types
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +77,9 @@ class Impl:
     check: Callable[[Case, object], str | None] | None = None
     availability: Callable[[], str | None] | None = field(default=None, compare=False)
     origin: str | None = field(default=None, compare=False)  # the file that registered it
+    # Where it comes from, for `list impls`: "built-in", "--plugin X", or the package
+    # ("name version") whose entry point registered it; None outside `load`.
+    source: str | None = field(default=None, compare=False)
 
     def unsupported_reason(self, case: Case, device: object) -> str | None:
         """Why this case cannot run here, or None. `device` is a torch.device."""
@@ -120,6 +129,7 @@ def _describe(value: object) -> str:
 
 
 _REGISTRY: dict[str, Impl] = {}
+_SOURCE: str | None = None  # while `load` imports something: the source its impls get
 
 
 def register(
@@ -153,6 +163,7 @@ def register(
             check=check,
             availability=availability,
             origin=origin,
+            source=_SOURCE,
         )
         return builder
 
@@ -187,17 +198,109 @@ def _members(enum: type[Mode] | type[DType], values: Iterable, key: str, name: s
 BUILTIN = ("fa_bench.kernels.reference", "fa_bench.kernels.triton_impl")
 
 
-def load(plugins: Iterable[str] = ()) -> dict[str, Impl]:
-    """Import the built-in implementations and any plugins; return the registry.
+ENTRY_POINT_GROUP = "fa_bench.impls"
+
+
+@dataclass(frozen=True)
+class PackagePlugin:
+    """An entry point of the `fa_bench.impls` group: what it registered, or why it failed."""
+
+    name: str  # the entry point's name
+    value: str  # "module" or "module:callable"
+    dist: str | None  # the distribution that declares it
+    version: str | None
+    impls: tuple[str, ...] = ()
+    error: str | None = None  # None: loaded
+
+    @property
+    def label(self) -> str:
+        return f"{self.dist} {self.version}" if self.dist else f"entry point {self.name}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "value": self.value, "dist": self.dist,
+                "version": self.version, "impls": self.impls, "error": self.error}  # fmt: skip
+
+
+_PACKAGES: list[PackagePlugin] | None = None  # loaded once per process
+
+
+def load(plugins: Iterable[str] = (), *, search: str | None = None) -> dict[str, Impl]:
+    """Import the built-in implementations, the installed packages' entry points and any
+    plugins; return the registry.
 
     A plugin is a module name (`mypkg.attn`) or the path of a .py file; importing it
-    registers its implementations with `@register`.
+    registers its implementations with `@register`. Module names are also looked up in
+    `search` (default: the current folder), appended to sys.path so that nothing there
+    can shadow fa_bench or an installed package. A broken entry point does not raise: it
+    is in `package_plugins()` with its error; a broken plugin raises `PluginError`.
     """
-    for module in BUILTIN:
-        importlib.import_module(module)
+    global _PACKAGES
+    with _registering("built-in"):
+        for module in BUILTIN:
+            importlib.import_module(module)
+    if _PACKAGES is None:
+        _PACKAGES = [_load_entry_point(ep) for ep in _entry_points()]
+    if any(not is_file_plugin(p) for p in plugins):
+        folder = search or os.getcwd()
+        if folder not in sys.path:
+            sys.path.append(folder)
     for plugin in plugins:
-        _import_plugin(plugin)
+        _import_plugin(plugin, search)
     return dict(_REGISTRY)
+
+
+def package_plugins() -> list[PackagePlugin]:
+    """The `fa_bench.impls` entry points `load` found (empty before the first `load`)."""
+    return list(_PACKAGES or ())
+
+
+def broken_packages() -> list[PackagePlugin]:
+    return [p for p in package_plugins() if p.error is not None]
+
+
+@contextmanager
+def _registering(source: str) -> Iterator[None]:
+    global _SOURCE
+    outer, _SOURCE = _SOURCE, source
+    try:
+        yield
+    finally:
+        _SOURCE = outer
+
+
+def _entry_points() -> list:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: (ep.name, ep.value))
+
+
+def _load_entry_point(ep: object) -> PackagePlugin:
+    """Import what an entry point names; a callable it names is called with no arguments.
+    Whatever goes wrong is recorded, never raised: one broken package must not stop the
+    others or the run."""
+    dist = getattr(ep, "dist", None)
+    name = getattr(ep, "name", "?")
+    value = str(getattr(ep, "value", "?"))
+    found = PackagePlugin(name=name, value=value, dist=getattr(dist, "name", None),
+                          version=getattr(dist, "version", None))  # fmt: skip
+    before = set(_REGISTRY)
+    try:
+        with _registering(found.label):
+            target = ep.load()  # type: ignore[attr-defined]
+            if not isinstance(target, types.ModuleType):
+                if not callable(target):
+                    raise RegistrationError(
+                        f"it names {_describe(target)}, not a module or a callable"
+                    )
+                target()
+    except (Exception, SystemExit) as exc:
+        for n in set(_REGISTRY) - before:  # nothing half-registered stays
+            del _REGISTRY[n]
+        why = _import_failure(exc, value.partition(":")[0].strip())
+        error = f"package plugin {name!r} ({found.label}, {value}): {why}"
+        return PackagePlugin(**{**found.to_json(), "impls": (), "error": error})
+    impls = tuple(n for n in _REGISTRY if n not in before)
+    return PackagePlugin(**{**found.to_json(), "impls": impls})
 
 
 def is_file_plugin(plugin: str) -> bool:
@@ -205,9 +308,10 @@ def is_file_plugin(plugin: str) -> bool:
     return plugin.endswith(".py") or os.sep in plugin
 
 
-def plugin_source(plugin: str) -> Path | None:
+def plugin_source(plugin: str, search: str | None = None) -> Path | None:
     """The resolved file a plugin's code comes from, found without running any of it (a
-    module's parent packages are searched, not imported); None when there is none."""
+    module's parent packages are searched, not imported); None when there is none. A
+    module is searched on sys.path, then in `search` (default: the current folder)."""
     if is_file_plugin(plugin):
         path = Path(plugin)
         return path.resolve() if path.is_file() else None
@@ -215,15 +319,15 @@ def plugin_source(plugin: str) -> Path | None:
     if loaded is not None:
         origin = getattr(loaded, "__file__", None)
     else:
-        # The worker appends the caller's folder to sys.path for module plugins: so here.
-        search: list[str] | None = [*sys.path, os.getcwd()]
+        # `load` appends the caller's folder to sys.path for module plugins: so here.
+        path: list[str] | None = [*sys.path, search or os.getcwd()]
         spec = None
         parts = plugin.split(".")
         for i in range(len(parts)):
-            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), search)
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), path)
             if spec is None:
                 return None
-            search = list(spec.submodule_search_locations or [])
+            path = list(spec.submodule_search_locations or [])
         origin = spec.origin if spec is not None else None
     return Path(origin).resolve() if origin and os.path.isfile(origin) else None
 
@@ -232,17 +336,19 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _import_plugin(plugin: str) -> None:
+def _import_plugin(plugin: str, search: str | None) -> None:
     before = set(_REGISTRY)
     try:
-        _exec_plugin(plugin)
+        with _registering(f"--plugin {plugin}"):
+            _exec_plugin(plugin)
     except (Exception, SystemExit) as exc:
         # A half-imported plugin leaves nothing registered, so a retry is not a duplicate.
         for name in set(_REGISTRY) - before:
             del _REGISTRY[name]
         if isinstance(exc, PluginError):
             raise
-        raise PluginError(f"--plugin {plugin}: {_import_failure(exc, plugin)}") from None
+        where = f"sys.path and {search or os.getcwd()}"
+        raise PluginError(f"--plugin {plugin}: {_import_failure(exc, plugin, where)}") from None
 
 
 def _exec_plugin(plugin: str) -> None:
@@ -269,8 +375,9 @@ def _exec_plugin(plugin: str) -> None:
         raise
 
 
-def _import_failure(exc: BaseException, plugin: str) -> str:
-    """What went wrong, in one line: the error's type and message and where it was."""
+def _import_failure(exc: BaseException, plugin: str, searched: str | None = None) -> str:
+    """What went wrong, in one line: the error's type and message and where it was.
+    `searched`: where a --plugin module name was looked for (None: an entry point's)."""
     kind = type(exc).__name__
     if isinstance(exc, SyntaxError):
         return f"{exc.filename}:{exc.lineno}: {kind}: {exc.msg}"
@@ -278,7 +385,9 @@ def _import_failure(exc: BaseException, plugin: str) -> str:
         return str(exc)
     if isinstance(exc, ModuleNotFoundError) and exc.name and plugin.startswith(exc.name):
         if plugin == exc.name or plugin.startswith(exc.name + "."):
-            return f"no module named {exc.name!r} (not a .py file either; searched sys.path)"
+            if searched is None:
+                return f"no module named {exc.name!r} (the package declares it, but lacks it)"
+            return f"no module named {exc.name!r} (not a .py file either; searched {searched})"
     frames = [f"{f.filename}:{f.lineno}" for f in traceback.extract_tb(exc.__traceback__)]
     source = plugin_source(plugin)
     # The plugin's own line first (the reader's to fix), then where it was raised.

@@ -264,8 +264,8 @@ def test_resume_lists_unchanged_files_and_refuses_a_foreign_plugin(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_a_worker_that_cannot_import_a_plugin_costs_two_starts(tmp_path: Path) -> None:
-    from fa_bench.run.runner import execute
+def test_a_worker_that_cannot_import_a_plugin_stops_the_run(tmp_path: Path) -> None:
+    from fa_bench.run.runner import WorkerPluginError, execute
 
     text = textwrap.dedent("""
         from pathlib import Path
@@ -286,13 +286,15 @@ def test_a_worker_that_cannot_import_a_plugin_costs_two_starts(tmp_path: Path) -
                                    out=out), Console(file=sys.stderr))  # fmt: skip
     out.mkdir(exist_ok=True)  # _plan_new may have made it (checking --out)
     (out / "refuse-in-worker").touch()
-    execute(plan.cases, out, plan.options)
-    records = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in records] == ["error"] * 3
-    for r in records[:2]:
-        assert "worker failed to start" in r["error"] and "Traceback" not in r["error"]
-        assert f"--plugin {plugin}" in r["error"] and "PermissionError" in r["error"]
-    assert "could not start (twice)" in records[2]["error"]
+    # Issue 15 item 1: no longer two failed starts and an error record per case, but a
+    # stop at once (exit 2 in `run`) with no record.
+    with pytest.raises(WorkerPluginError) as info:
+        execute(plan.cases, out, plan.options)
+    message = str(info.value)
+    assert f"--plugin {plugin}" in message and "PermissionError" in message
+    assert "Traceback" not in message
+    journal = out / "journal.jsonl"
+    assert not journal.exists() or not journal.read_text()
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from pathlib import Path
 from fa_bench.results.files import JournalWriteError
 from fa_bench.run.distributed import part_dir, shard
 from fa_bench.run.plan import Plan, PlanError, load_plan, run_plan
-from fa_bench.run.runner import ProgressFn
+from fa_bench.run.runner import ProgressFn, WorkerPluginError
 
 LAYOUT = "layout.json"
 LAYOUT_SCHEMA = "fa-bench-layout/1"
@@ -97,12 +97,13 @@ def run_parts(parts: Sequence[Part], on_event: ProgressFn | None) -> list[tuple[
         return [run_plan(parts[0].plan, parts[0].out, on_event)]
     stop = threading.Event()
     outcomes: list[tuple[dict | None, bool]] = [(None, True)] * len(parts)
-    write_errors: list[JournalWriteError] = []
+    write_errors: list[JournalWriteError | WorkerPluginError] = []
 
     def work(n: int) -> None:
         try:
             outcomes[n] = run_plan(parts[n].plan, parts[n].out, on_event, stop=stop)
-        except JournalWriteError as exc:  # a full disk stops every part, then is reported
+        except (JournalWriteError, WorkerPluginError) as exc:
+            # A full disk or a plugin the worker cannot import stops every part; reported after.
             write_errors.append(exc)
             stop.set()
 

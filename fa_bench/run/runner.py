@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fa_bench.case import Case, Status
+from fa_bench.errors import UsageError
 from fa_bench.results.files import append_journal, read_journal
 from fa_bench.results.record import CaseRecord, GpuRef, Placement
 from fa_bench.run.timing import TimingConfig
@@ -48,6 +49,9 @@ class RunOptions:
     # Tuning cache for the worker (fa_bench.sweep.tuning): a path or "off"; None keeps the
     # caller's $FA_BENCH_TUNING_CACHE / default location.
     tuning_cache: str | None = None
+    # Where module plugins are found: the folder the run was started from (the worker runs
+    # in the output folder, a resume may start anywhere). None: no module plugin.
+    plugin_dir: str | None = None
 
     def to_dict(self) -> dict:
         """The JSON form: results.json's run.options, plan.json, the worker's argument."""
@@ -94,6 +98,11 @@ class WorkerTimeout(WorkerError):
     pass
 
 
+class WorkerPluginError(UsageError, RuntimeError):
+    """The worker could not import a plugin: every case would fail the same way, so the
+    run stops (exit 2) instead of recording an error per case."""
+
+
 class Worker:
     """One `python -m fa_bench.run.worker` process speaking JSON lines."""
 
@@ -111,7 +120,7 @@ class Worker:
             env["CUDA_VISIBLE_DEVICES"] = _visible_device(opts.gpu)
         # The options whole; plugin_path is where the caller stood (a plugin given as a
         # bare module name is found there), since the worker runs in the output folder.
-        args = {"options": opts.to_dict(), "plugin_path": os.getcwd()}
+        args = {"options": opts.to_dict(), "plugin_path": opts.plugin_dir or os.getcwd()}
         self.log_path = Path(workdir) / WORKER_LOG
         trim_log(self.log_path)
         self._log = open(self.log_path, "ab")
@@ -176,6 +185,11 @@ class Worker:
 
     def wait_ready(self, timeout: float) -> dict:
         msg = self._next(timeout)
+        if msg.get("op") == "plugin_error":
+            raise WorkerPluginError(
+                f"in the worker: {msg.get('message')}; the run stopped before its next case "
+                f"(see {self.log_path})"
+            )
         if msg.get("op") != "ready":
             raise WorkerError(f"unexpected first message from worker: {msg}")
         return msg["env"]

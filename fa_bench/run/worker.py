@@ -3,8 +3,9 @@
 Started by fa_bench.run.runner as `python -m fa_bench.run.worker ARGS_JSON`, ARGS_JSON
 holding the run's RunOptions whole ({"options": ..., "plugin_path": ...}). The protocol goes
 over the original stdout; anything an implementation prints is sent to stderr instead so
-it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once, then
-{"op": "result", "result": ...} per case. Messages in: {"op": "run", "case": ...}, with an
+it cannot corrupt the protocol. Messages out: {"op": "ready", "env": ...} once (or
+{"op": "plugin_error", "message": ...} and exit 2), then {"op": "result", "result": ...}
+per case. Messages in: {"op": "run", "case": ...}, with an
 optional "options" object passed to the implementation's builder (a `fa-bench sweep` config).
 """
 
@@ -41,13 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     from fa_bench.telemetry.session import open_session
 
     options = RunOptions.from_dict(args["options"])
-    if args.get("plugin_path"):
-        sys.path.append(args["plugin_path"])  # after fa_bench is imported: no shadowing
     try:
-        registry.load(options.plugins)
+        # Module plugins are found in the caller's folder (appended to sys.path: fa_bench
+        # is imported already and cannot be shadowed).
+        registry.load(options.plugins, search=args.get("plugin_path"))
     except registry.PluginError as exc:
-        # One line for the runner's message (it quotes the tail of stderr), not a traceback.
+        # Told to the runner, which stops the run (exit 2): every case would fail alike.
         print(f"error: {exc}", file=sys.stderr, flush=True)
+        proto.write(json.dumps({"op": "plugin_error", "message": str(exc)}) + "\n")
         return 2
     device = torch.device(options.worker_device)
     if device.type == "cuda":

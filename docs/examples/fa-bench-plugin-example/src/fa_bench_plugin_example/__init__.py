@@ -1,0 +1,1 @@
+"""An example fa-bench plugin package; `impls` registers its implementation."""
