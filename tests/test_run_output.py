@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from fa_bench import registry, units
 from fa_bench.case import Case, DType, Mode, Status
 from fa_bench.cli import app
+from fa_bench.commands.run_summary import summary_doc, write_summary
 from fa_bench.console import failures, print_summary, reasons, summary, time_limit_note
 from fa_bench.progress import PlainProgress, RunProgress, every_n, make_progress
 from fa_bench.results.files import load_results
@@ -37,9 +38,18 @@ def _case(impl: str = "naive", seqlen: int = 128, dtype: DType = DType.FP32) -> 
 def _ok(case: Case, median: float = 0.0812, noise: float = 0.004,
         stop: str = "noise-target") -> CaseRecord:  # fmt: skip
     lat = Latency.from_json(
-        {"median": median, "mean": median, "min": median * 0.98, "max": median * 1.1,
-         "p20": median * 0.99, "p80": median * 1.02, "stdev": 0.001, "n": 30,
-         "samples": [median] * 30, "noise": noise},  # fmt: skip
+        {
+            "median": median,
+            "mean": median,
+            "min": median * 0.98,
+            "max": median * 1.1,
+            "p20": median * 0.99,
+            "p80": median * 1.02,
+            "stdev": 0.001,
+            "n": 30,
+            "samples": [median] * 30,
+            "noise": noise,
+        },
         case.id,
     )
     return CaseRecord.for_case(case, "cpu", Status.OK, latency_ms=lat, tflops=2.5e-5,
@@ -259,3 +269,20 @@ def test_run_json_and_its_log_at_80_columns(tmp_path: Path, tiny_suite) -> None:
     assert "…" not in err
     for r in results.cases:
         assert r.id in err
+
+
+def test_the_json_summary_of_an_interrupted_run_gives_the_resume_command() -> None:
+    records = _records()
+    doc = summary_doc(records, out=Path("runs/x"), total=9,
+                      written={"results_json": Path("runs/x/results.json"), "report_html": None},
+                      exit_code=130, interrupted=True)  # fmt: skip
+    assert doc["resume_command"] == "fa-bench run --resume runs/x"
+    assert doc["planned"] == 9 and doc["recorded"] == 5
+    assert doc["counts"] == {"error": 1, "ok": 2, "unsupported": 2}
+    assert doc["files"] == {"results_json": "runs/x/results.json", "report_html": None}
+    doc["cases"][0]["noise"] = float("nan")  # a figure JSON cannot hold
+    buf = io.StringIO()
+    write_summary(buf, doc)
+    back = json.loads(buf.getvalue(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert back["cases"][0]["noise"] is None
+    assert back["cases"][0]["median_ms"] == 0.0812 and back["cases"][0]["tflops"] == 2.5e-5
