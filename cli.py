@@ -120,7 +120,7 @@ def run(
     seed: o.Seed = 0, plugin: o.Plugins = None, gpus: o.GpuList = None, spread: o.Spread = None,
     merge_timeout: o.MergeTimeout = 3600.0, telemetry: o.Telemetry = True,
     tuning_cache: o.TuningCache = None, report: o.WriteReport = True,
-    max_cases: o.MaxCases = CaseFlags.max_cases,
+    max_cases: o.MaxCases = CaseFlags.max_cases, json_summary: o.RunJson = False,
 ) -> None:  # fmt: skip
     """Run benchmark suites and write results.json, results.csv and report.html."""
     code = run_command(
@@ -133,7 +133,7 @@ def run(
             seed=seed, plugins=tuple(plugin or ()), argv=parsed_argv(ctx),
             tuning_cache=tuning_cache, telemetry=telemetry,
             gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
-            max_cases=max_cases,
+            max_cases=max_cases, json=json_summary,
         ),
         console=console, err_console=err_console,
     )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +14,8 @@ from rich.text import Text
 from fa_bench import registry
 from fa_bench.case import Case
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
-from fa_bench.console import RunProgress, failures_table, summary_table
+from fa_bench.commands.run_summary import summary_doc, write_summary
+from fa_bench.console import make_progress, print_summary
 from fa_bench.errors import UsageError, print_error
 from fa_bench.results.files import (
     JOURNAL,
@@ -40,6 +42,7 @@ from fa_bench.run.plan import (
     now_iso,
     ordered_records,
 )
+from fa_bench.run.preflight import cannot_run
 from fa_bench.run.runner import RunOptions
 from fa_bench.sweep import tuning
 
@@ -59,6 +62,7 @@ class RunRequest(CaseFlags, MeasureFlags):
     tuning_cache: str | None = None  # path or "off"; None: $FA_BENCH_TUNING_CACHE / default
     telemetry: bool = True  # NVML per case; recorded as unavailable (with why) where it is not
     report: bool = True  # report.html beside results.json (--no-report: skip)
+    json: bool = False  # the summary as JSON on stdout, the human output on stderr
 
     @property
     def selects_cases(self) -> bool:
@@ -148,6 +152,19 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
     return plan, out
 
 
+def _warn_cannot_run(plan: Plan, err_console: Console) -> None:
+    """A warning per chosen implementation that will run none of its cases here; a plan
+    in which no case can run is refused (exit 2, README: nothing would be measured,
+    and a CI job would pass on an empty run)."""
+    found = cannot_run(plan.cases, plan.options.device, plan.options.gpu)
+    if found and sum(f.cases for f in found) == len(plan.cases):
+        why = "; ".join(f"{f.impl}: {f.reason}" for f in found)
+        raise PlanError(f"no case of this plan can run on {plan.options.device} ({why}); "
+                        "`fa-bench list impls` shows what runs here")  # fmt: skip
+    for f in found:
+        err_console.print(Text.assemble(("warning:", "yellow"), " ", f.line), soft_wrap=True)
+
+
 def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str, bool, list]:
     """(kind, spread, parts) for a new run: one part, one per --gpus GPU, or this rank's."""
     import torch
@@ -219,9 +236,10 @@ def _announce(
 ) -> tuple[int, int]:
     """Say where the cases run and how many are left; returns (total, already done)."""
     if parts[0].plan.options.device == "cpu":
+        # soft_wrap=False: wrapped inside its box, also on the soft-wrap stderr console
         console.print(Panel("Running on the CPU: these timings show that the cases run and are "
                             "correct; they say nothing about GPU performance.",
-                            style="yellow", title="CPU run"))  # fmt: skip
+                            style="yellow", title="CPU run"), soft_wrap=False)  # fmt: skip
     total = sum(len(p.plan.cases) for p in parts)
     done = sum(
         len({r.id for r in read_journal(p.out)} & {c.id for c in p.plan.cases}) for p in parts
@@ -240,12 +258,15 @@ def _announce(
 
 def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
     """Plan (or resume), execute with progress, write results; returns the exit code."""
+    if req.json:  # stdout holds only the JSON summary (write_summary); people read stderr
+        console = err_console
     try:
         rank = detect()
         if req.resume:
             kind, spread, parts, out = _resume(req, rank, req.resume, console)
         else:
             plan, out = _plan_new(req, console)
+            _warn_cannot_run(plan, err_console)
             kind, spread, parts = _split_new(req, plan, out, rank)
         plugin_files.warn_broken(err_console)  # a broken package plugin: the rest runs
         # One writer per folder: a rank owns its part folder, the others the whole one.
@@ -280,7 +301,7 @@ def _execute(
         if warning:
             err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     total, done = _announce(parts, kind, spread, rank, out, console)
-    with RunProgress(console, total=total, already_done=done) as progress:
+    with make_progress(console, total=total, already_done=done) as progress:
         outcomes = run_parts(parts, progress)
     guard.hold()  # from here a Ctrl-C cannot cut results.json or results.csv short
     written = [
@@ -303,23 +324,29 @@ def _execute(
         missing = merged.missing
         json_path, csv_path = write_results(out, merged.doc)
         records = merged.doc.cases
-    console.print(summary_table(records))
-    failures = failures_table(records)
-    if failures is not None:
-        console.print(failures)
-    console.print(f"results: {json_path}\n         {csv_path}", markup=False)  # paths: not markup
+    print_summary(console, records)
+    console.print(f"results: {json_path}\n         {csv_path}", markup=False,  # paths: not markup
+                  soft_wrap=True)  # fmt: skip
     if missing:
         err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
     # A Ctrl-C beyond the one that stopped the cases came while the results were written.
     extra = guard.count - (1 if interrupted else 0) > 0
     interrupted = interrupted or extra
+    report = None
     if req.report:
-        _report(json_path, guard, extra, console=console, err_console=err_console)
+        report = _report(json_path, guard, extra, console=console, err_console=err_console)
     if interrupted:
         kept = f": {len(records)} of {total} cases kept; finish with: fa-bench run --resume {out}"
         err_console.print(Text.assemble(("interrupted", "yellow"), kept))
-        return 130
-    return 1 if missing else exit_code(records)
+        code = 130
+    else:
+        code = 1 if missing else exit_code(records)
+    if req.json:
+        files = {"results_json": json_path, "results_csv": csv_path, "report_html": report}
+        write_summary(sys.stdout, summary_doc(records, out=out, total=total, written=files,
+                                              exit_code=code, interrupted=interrupted,
+                                              missing=missing))  # fmt: skip
+    return code
 
 
 def _merge(
@@ -342,8 +369,8 @@ def _merge(
 
 
 def _report(json_path: Path, guard: InterruptGuard, skip: bool, *, console: Console,
-            err_console: Console) -> None:  # fmt: skip
-    """report.html, unless Ctrl-C was pressed again meanwhile: the results are written,
+            err_console: Console) -> Path | None:  # fmt: skip
+    """report.html (its path), unless Ctrl-C was pressed again meanwhile: the results are written,
     so the page is what gives way (`fa-bench report` writes it later)."""
     from fa_bench.commands.report import write_run_report
 
@@ -351,11 +378,12 @@ def _report(json_path: Path, guard: InterruptGuard, skip: bool, *, console: Cons
                    style="yellow")  # fmt: skip
     if skip:
         err_console.print(skipped)
-        return
+        return None
     guard.allow()
     try:
-        write_run_report(json_path, console=console, err_console=err_console)
+        return write_run_report(json_path, console=console, err_console=err_console)
     except KeyboardInterrupt:
         err_console.print(skipped)
+        return None
     finally:
         guard.hold()
