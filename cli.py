@@ -14,9 +14,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
 from typer.core import TyperGroup
 
 from fa_bench.case import DType, Mode
@@ -26,8 +23,9 @@ from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.commands.lists import choice_items, int_items, split_items
 from fa_bench.commands.report import report_command
 from fa_bench.commands.run import RunRequest, run_command
+from fa_bench.commands.surface import is_usage_error, tidy_params, usage_error_message
 from fa_bench.commands.sweep import SweepRequest, sweep_command
-from fa_bench.errors import BUG_EXIT, USAGE_EXIT, UsageError, print_error
+from fa_bench.errors import BUG_EXIT, UsageError, print_error
 from fa_bench.results.files import WRITE_ERROR_EXIT, JournalWriteError
 
 console = Console()
@@ -43,9 +41,25 @@ class _Group(TyperGroup):
         self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
     ) -> Any:  # fmt: skip
         argv = ["fa-bench", *args]  # copied before click consumes the list
-        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except Exception as exc:  # `fa-bench --bogus`: click's usage error, in our style
+            if is_usage_error(exc):
+                raise typer.Exit(print_error(err_console, usage_error_message(exc))) from None
+            raise
         ctx.meta[_ARGV] = argv
         return ctx
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        tidy_params(params)  # the help's placeholders (commands/surface.py)
+        return params  # type: ignore[no-any-return]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            tidy_params(command.get_params(ctx))  # its help option too (click caches it)
+        return command
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -58,6 +72,9 @@ class _Group(TyperGroup):
         except Exception as exc:
             # Exit, Abort and usage errors are click's own flow (typer may vendor click as
             # typer._click, so match them by module, not by class).
+            if is_usage_error(exc):  # a subcommand's flag: one plain line, exit 2
+                message = usage_error_message(exc, ctx.invoked_subcommand)
+                raise typer.Exit(print_error(err_console, message)) from None
             if type(exc).__module__.split(".")[0] in ("click", "typer"):
                 raise
             if ctx.meta.get(_DEBUG):
@@ -81,7 +98,10 @@ app = typer.Typer(
 
 
 @app.callback()
-def _global(ctx: typer.Context, debug: o.Debug = False) -> None:
+def _global(
+    ctx: typer.Context, debug: o.Debug = False,
+    version: o.Version = False,  # its callback prints the version and exits
+) -> None:  # fmt: skip
     ctx.meta[_DEBUG] = debug
 
 
@@ -216,73 +236,40 @@ def _wide_console() -> Console:
 
 
 @app.command("list")
-def list_(what: o.ListWhat, plugin: o.Plugins = None) -> None:
-    """List the built-in suites or the registered implementations."""
-    if what == "suites":
-        from fa_bench.suite.expand import builtin_suites
+def list_(what: o.ListWhat, plugin: o.Plugins = None, json_out: o.InfoJson = False) -> None:
+    """List the built-in suites or the registered implementations (and whether each can
+    run here)."""
+    from fa_bench import registry
+    from fa_bench.commands import info
 
-        t = Table("suite", "description")
-        for name, desc in builtin_suites().items():
-            t.add_row(Text(name), Text(desc))  # data, not Rich markup
-        console.print(t)
-    elif what == "impls":
-        from fa_bench import registry
-
-        t = Table("impl", "modes", "dtypes", "devices", "origin", "description")
-        for name, im in registry.load(plugin or ()).items():
-            t.add_row(Text(name), ", ".join(m.value for m in Mode if m in im.modes),
-                      ", ".join(d.value for d in DType if d in im.dtypes),
-                      Text(", ".join(sorted(im.devices))), Text(im.source or im.origin or "–"),
-                      Text(im.description))  # fmt: skip
-        for p in registry.broken_packages():  # its impls are unknown: the package's row
-            t.add_row(Text(p.name), "–", "–", "–", Text(p.label),
-                      Text.assemble(("unavailable", "yellow"), f": {p.error}"))  # fmt: skip
-        console.print(t)
+    if what == o.ListKind.SUITES:
+        suites = info.suite_rows()
+        if json_out:
+            info.print_json(suites)
+        else:
+            info.print_suites(console, suites)
+        return
+    impls = registry.load(plugin or ())  # a PluginError is the user's: exit 2 (_Group)
+    rows = info.impl_rows(impls, registry.broken_packages())
+    if json_out:
+        info.print_json(rows)
     else:
-        raise typer.Exit(print_error(err_console, f"fa-bench list: {what!r} is not one of: "
-                                     "suites, impls", USAGE_EXIT))  # fmt: skip
+        info.print_impls(console, rows)
 
 
 @app.command()
-def env(plugin: o.Plugins = None) -> None:
+def env(plugin: o.Plugins = None, json_out: o.InfoJson = False) -> None:
     """Show this machine: GPUs, driver, versions, and which implementations can run."""
     from fa_bench import registry
-    from fa_bench.env import collect_env, cudnn_version
-    from fa_bench.telemetry.env import support_report, support_table
+    from fa_bench.commands import info
 
     # Plugins first: one that cannot be imported is an error before anything is shown.
     impls = registry.load(plugin or ())  # a PluginError is the user's: exit 2 (_Group)
-    info = collect_env()
-    t = Table("", "", show_header=False, box=None)
-    for key in ("hostname", "platform", "python", "fa_bench", "torch", "triton", "cuda", "cudnn",
-                "driver"):  # fmt: skip
-        value = info.get(key)
-        shown = cudnn_version(value) if key == "cudnn" else str(value)
-        t.add_row(key, Text(shown) if value is not None else "–")
-    if info.get("driver_note"):
-        t.add_row("driver note", Text(str(info["driver_note"])))
-    console.print(Panel(t, title="environment"))
-    if info["gpus"]:
-        g = Table(
-            "index", "name", "uuid", "memory GiB", "SMs", "capability", "L2 MiB", title="GPUs"
-        )
-        for d in info["gpus"]:
-            mem_gib, l2_mib = d["memory_bytes"] / 2**30, (d["l2_bytes"] or 0) / 2**20
-            g.add_row(str(d["index"]), Text(str(d["name"])), Text(str(d["uuid"])), f"{mem_gib:.1f}",
-                      str(d["sm_count"]), Text(str(d["compute_capability"])),
-                      f"{l2_mib:.0f}")  # fmt: skip
-        console.print(g)
+    doc = info.env_doc(impls, registry.broken_packages())
+    if json_out:
+        info.print_json(doc)
     else:
-        console.print("[yellow]No CUDA GPU visible: runs use the CPU (not GPU performance).[/]")
-    console.print(support_table(support_report()))
-    a = Table("impl", "available here", title="implementations")
-    for name, im in impls.items():
-        why = im.unavailable_reason()
-        no = Text.assemble(("no", "yellow"), f": {why}")
-        a.add_row(Text(name), Text("yes", "green") if why is None else no)
-    for p in registry.broken_packages():  # an installed package plugin that cannot load
-        a.add_row(Text(p.name), Text.assemble(("no", "yellow"), f": {p.error}"))
-    console.print(a)
+        info.print_env(console, doc)
 
 
 def main() -> None:

@@ -34,7 +34,8 @@ def test_run_takes_comma_lists_and_repeated_flags_alike(monkeypatch: pytest.Monk
     seen = _capture_run(monkeypatch)
     args = ["run", "--seqlen", "512,1024", "--seqlen", "2048", "-m", "fwd,bwd", "--dtype",
             "fp32", "--dtype", "bf16,fp16", "--head-dim", "64,128", "--batch", "1,2",
-            "--heads", "8,16", "--kv-heads", "1, 2", "-i", "naive,sdpa", "-i", "triton"]  # fmt: skip
+            "--heads", "8,16", "--kv-heads", "1, 2", "-i", "naive,sdpa",
+            "-i", "triton"]  # fmt: skip
     result = runner.invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     req = seen["req"]
@@ -95,3 +96,173 @@ def test_list_helpers() -> None:
         choice_items("--x", ["a,c"], ["a", "b"])
     with pytest.raises(ListFlagError, match="empty element"):
         split_items("--x", ["a,"])
+
+
+# --- --version ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_version_and_exits_0(flag: str) -> None:
+    from fa_bench.commands.surface import version
+
+    result = runner.invoke(cli.app, [flag])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"fa-bench {version()}"
+    assert version()[:1].isdigit()
+
+
+def test_version_falls_back_to_the_package_when_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    import fa_bench
+    from fa_bench.commands import surface
+
+    def missing(_name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(_name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert surface.version() == fa_bench.__version__
+
+
+def test_version_is_in_the_help() -> None:
+    result = runner.invoke(cli.app, ["--help"], env={"COLUMNS": "200"})
+    assert "--version" in result.output and "-V" in result.output
+
+
+# --- help: no placeholders, one meaning per short flag ------------------------------------
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    """Every command path with its click command: the root, each command, each subcommand."""
+    import typer
+
+    root = typer.main.get_command(cli.app)
+    out: list[tuple[list[str], Any]] = []
+
+    def walk(path: list[str], cmd: Any) -> None:
+        out.append((path, cmd))
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            walk([*path, name], sub)
+
+    walk([], root)
+    assert {"run", "sweep", "report", "compare", "list", "env"} <= {p[0] for p, _ in out if p}
+    return out
+
+
+PLACEHOLDER = r"<[A-Za-z][\w\[\]|, .]*>|\{[A-Za-z_]+\}"
+
+
+def test_no_command_help_shows_type_placeholders() -> None:
+    import re
+
+    for path, _cmd in _commands():
+        result = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "250"})
+        assert result.exit_code == 0, (path, result.output)
+        found = re.findall(PLACEHOLDER, result.output)
+        assert not found, f"fa-bench {' '.join(path)} --help shows {found}"
+
+
+def test_each_short_flag_means_one_thing_across_the_cli() -> None:
+    meanings: dict[str, set[str]] = {}
+    for _path, cmd in _commands():
+        for param in cmd.params:
+            names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+            longs = [n for n in names if n.startswith("--")]
+            for short in (n for n in names if len(n) == 2 and n[0] == "-"):
+                meanings.setdefault(short, set()).add(longs[0] if longs else param.name)
+    clashes = {s: m for s, m in meanings.items() if len(m) > 1}
+    assert not clashes, clashes
+    assert meanings["-m"] == {"--mode"}
+
+
+# --- usage errors: one plain line, exit 2 -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["run", "--device", "gpu"], ["--device", "'gpu'", "'cpu'", "fa-bench run --help"]),
+        (["run", "--gpu", "x"], ["--gpu", "'x'", "integer", "fa-bench run --help"]),
+        (["run", "--out"], ["--out", "requires an argument", "fa-bench run --help"]),
+        (["run", "--bogus"], ["--bogus", "fa-bench run --help"]),
+        (["--bogus"], ["--bogus", "fa-bench --help"]),
+        (["bogus"], ["bogus", "fa-bench --help"]),
+        (["list", "things"], ["'things'", "suites", "impls", "fa-bench list --help"]),
+        (["compare", "a"], ["current", "fa-bench compare --help"]),
+        (["report", "x", "--plotlyjs", "web"], ["--plotlyjs", "'web'", "inline", "cdn"]),
+    ],
+)
+def test_click_usage_errors_are_one_plain_error_line(args: list[str], words: list[str]) -> None:
+    result = runner.invoke(cli.app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 2, result.output
+    out = result.output
+    assert out.startswith("error: "), out
+    assert "╭" not in out and "Usage:" not in out, out
+    assert len(out.strip().splitlines()) == 1, out
+    for word in words:
+        assert word in out, (word, out)
+
+
+# --- list and env: --json, and 80 columns without a cut value -----------------------------
+
+
+def test_list_impls_json_comes_from_the_registry() -> None:
+    import json
+
+    from fa_bench import registry
+
+    result = runner.invoke(cli.app, ["list", "impls", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    by_name = {r["name"]: r for r in rows}
+    assert set(by_name) >= set(registry.load())
+    naive = by_name["naive"]
+    assert naive["available"] is True and naive["reason"] is None
+    assert "fwd" in naive["modes"] and "cpu" in naive["devices"] and naive["description"]
+
+
+def test_list_suites_json() -> None:
+    import json
+
+    result = runner.invoke(cli.app, ["list", "suites", "--json"])
+    assert result.exit_code == 0, result.output
+    names = {r["name"] for r in json.loads(result.stdout)}
+    assert {"smoke", "standard"} <= names
+
+
+def test_env_json_has_versions_gpus_and_availability() -> None:
+    import json
+
+    result = runner.invoke(cli.app, ["env", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["env"]["torch"] and doc["env"]["python"] and isinstance(doc["env"]["gpus"], list)
+    assert isinstance(doc["telemetry"], list)
+    assert {"name": "naive", "available": True, "reason": None} in doc["impls"]
+
+
+def _narrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI log: not a terminal, 80 columns."""
+    from rich.console import Console
+
+    monkeypatch.setattr(cli, "console", Console(width=80, force_terminal=False))
+
+
+@pytest.mark.parametrize("args", [["list", "impls"], ["list", "suites"], ["env"]])
+def test_list_and_env_fit_80_columns_without_cutting(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    from fa_bench import registry
+    from fa_bench.suite.expand import builtin_suites
+
+    _narrow(monkeypatch)
+    result = runner.invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.stdout
+    names = builtin_suites() if args[-1] == "suites" else registry.load()
+    for name in names:  # each name whole on one line
+        assert any(f" {name} " in line for line in lines), name

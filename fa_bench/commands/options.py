@@ -16,6 +16,7 @@ import typer
 
 from fa_bench.case import DType, Mode
 from fa_bench.commands.lists import INTS, metavar
+from fa_bench.commands.surface import print_version
 from fa_bench.compare.core import PRESETS, FailOn, Metric
 
 CASES, WHERE, MEASURE, GPUS = "Cases", "Where and output", "Measurement", "Several GPUs or nodes"
@@ -42,6 +43,16 @@ def _opt(*names: str, help: str, panel: str | None = None, **kw: object) -> type
 # --- the app's own ---------------------------------------------------------------------
 
 Debug = Annotated[bool, _opt("--debug", help="On an internal error (exit 1), print its traceback.")]
+Version = Annotated[
+    bool,
+    _opt(
+        "--version",
+        "-V",
+        is_eager=True,
+        callback=print_version,
+        help="Print the version (fa-bench X.Y.Z) and exit.",
+    ),
+]
 
 # --- shared by run and sweep: which cases ----------------------------------------------
 
@@ -361,7 +372,15 @@ CompileJobs = Annotated[
 
 # --- list, env, report -----------------------------------------------------------------
 
-ListWhat = Annotated[str, typer.Argument(help="suites or impls")]
+class ListKind(str, Enum):
+    SUITES = "suites"
+    IMPLS = "impls"
+
+
+ListWhat = Annotated[ListKind, typer.Argument(help="What to list: suites or impls.")]
+InfoJson = Annotated[
+    bool, _opt("--json", help="Print it as JSON on stdout (for scripts), not as tables.")
+]
 ReportInputs = Annotated[
     list[str],
     typer.Argument(
@@ -418,7 +437,8 @@ PresetOpt = Annotated[
         "permissive (10%, alpha 0.001).",
     ),
 ]
-MetricOpt = Annotated[Metric, _opt("--metric", "-m", help="What to compare.")]
+# No short flag: `-m` is --mode in run and sweep (one meaning per letter in the whole CLI).
+MetricOpt = Annotated[Metric, _opt("--metric", help="What to compare.")]
 MarkdownOut = Annotated[
     Path | None,
     _opt("--markdown", help="Write a Markdown summary (pull-request comment, step summary)."),
