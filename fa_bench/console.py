@@ -42,18 +42,6 @@ class Col:
     drop: int = 0  # 0: essential; higher numbers are dropped first when the width is short
 
 
-def noisy_at_limit(r: CaseRecord) -> bool:
-    """The case stopped at its time limit with noise above the target (T's record
-    property where it exists; the same test from the timing metadata before it)."""
-    prop = getattr(r, "noisy_at_limit", None)
-    if isinstance(prop, bool):
-        return prop
-    timing, lat = r.timing or {}, r.latency_ms
-    if timing.get("stop_reason") != "time-limit" or lat is None or lat.noise is None:
-        return False
-    return lat.noise > float(timing.get("target_noise", 0.01))
-
-
 def _cell_width(cell: str | Text) -> int:
     return cell_len(cell.plain if isinstance(cell, Text) else cell)
 
@@ -92,7 +80,7 @@ def _shape(c: Case) -> str:
 
 
 def _median(r: CaseRecord) -> str:
-    return units.latency(r.median_ms) + (f" {MARK}" if noisy_at_limit(r) else "")
+    return units.latency(r.median_ms) + (f" {MARK}" if r.noisy_at_limit else "")
 
 
 def _spread(r: CaseRecord) -> str:
@@ -206,7 +194,7 @@ def reasons(records: Sequence[CaseRecord]) -> list[Text]:
 
 def time_limit_note(records: Sequence[CaseRecord]) -> Text | None:
     """The footnote to the time-limit marker, or None when no case needs it."""
-    hit = [r for r in records if noisy_at_limit(r)]
+    hit = [r for r in records if r.noisy_at_limit]
     if not hit:
         return None
     target = float((hit[0].timing or {}).get("target_noise", 0.01))

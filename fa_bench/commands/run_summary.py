@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from fa_bench.console import NOT_RUN, noisy_at_limit
+from fa_bench.console import NOT_RUN
 from fa_bench.results.record import CaseRecord
 
 SUMMARY_VERSION = 1
@@ -33,7 +33,7 @@ def _case(r: CaseRecord) -> dict[str, Any]:
         "gbps_model": r.gbps_model,
         "peak_mem_bytes": r.peak_mem_bytes,
         "max_abs_err": (r.accuracy or {}).get("max_abs_err"),
-        "noisy_at_limit": noisy_at_limit(r),
+        "noisy_at_limit": r.noisy_at_limit,
         "error": (r.error or "").strip().splitlines()[0] if r.error else None,
     }
 
@@ -69,7 +69,7 @@ def summary_doc(
             {"impl": i, "status": s, "reason": why, "cases": n}
             for (i, s, why), n in not_run.items()
         ],
-        "noisy_at_limit": sum(noisy_at_limit(r) for r in records),
+        "noisy_at_limit": sum(r.noisy_at_limit for r in records),
         "cases": [_case(r) for r in records],
     }
 
