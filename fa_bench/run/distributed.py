@@ -14,16 +14,18 @@ never finish are listed in `run.missing_ranks` instead of hanging the merge.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fa_bench.case import Case
 from fa_bench.errors import UsageError
-from fa_bench.results.files import build_document, load_results
+from fa_bench.models import case_flops
+from fa_bench.results.files import PLAN, build_document, load_results, read_journal
 from fa_bench.results.record import ResultsDoc, ResultsError
 
 
@@ -81,16 +83,48 @@ def detect(env: Mapping[str, str] | None = None) -> Rank:
 
 
 def shard(cases: Sequence[Case], index: int, count: int) -> list[Case]:
-    """Round-robin share `index` of `count`: every case in exactly one share, and each
-    share gets a similar mix of implementations and sizes."""
+    """Share `index` of `count`: every case in exactly one share, share sizes within one of
+    each other, and each implementation's cases, largest first, dealt across the shares.
+
+    Dealt per implementation, not over the plan as it comes: the plan interleaves the
+    implementations shape by shape, so a plain round-robin gave every share the same few
+    implementations whenever their number was a multiple of the shares (`-i triton -i sdpa
+    --gpus all --spread` on two GPUs: one GPU ran, and compiled, every triton case while the
+    other finished early and sat idle). The deal goes back and forth (0 1 2 2 1 0 ...) over
+    the cases sorted by FLOPs, so no share collects the large ones. Each share keeps the
+    plan's order."""
     if not 0 <= index < count:
         raise DistributedError(f"share {index} of {count} does not exist")
-    return list(cases[index::count])
+    first_of_impl: dict[str, int] = {}
+    for i, case in enumerate(cases):
+        first_of_impl.setdefault(case.impl, i)
+    dealt = sorted(
+        range(len(cases)), key=lambda i: (first_of_impl[cases[i].impl], -case_flops(cases[i]), i)
+    )
+    mine = {i for k, i in enumerate(dealt) if _snake(k, count) == index}
+    return [case for i, case in enumerate(cases) if i in mine]
+
+
+def _snake(k: int, count: int) -> int:
+    """The share of the k-th dealt case: 0 1 .. count-1, then back, count-1 .. 0, ..."""
+    lap, pos = divmod(k, count)
+    return pos if lap % 2 == 0 else count - 1 - pos
 
 
 def part_dir(out: Path, kind: str, index: int) -> Path:
     """OUT/rank-003 for launched ranks, OUT/gpu-3 for the GPUs of `--gpus`."""
     return Path(out) / (f"rank-{index:03d}" if kind == "rank" else f"gpu-{index}")
+
+
+def journal_progress(folder: Path) -> tuple[int, int | None]:
+    """(cases journaled, cases planned or None) of a part folder, read while it runs: how
+    far another rank has got, from the shared folder alone."""
+    done = len({r.id for r in read_journal(folder)})
+    try:
+        planned = json.loads((Path(folder) / PLAN).read_text(encoding="utf-8"))["cases"]
+        return done, len(planned) if isinstance(planned, list) else None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return done, None  # no plan yet (the rank is starting) or one being replaced
 
 
 @dataclass
@@ -107,13 +141,17 @@ def wait_and_merge(
     timeout_s: float,
     poll_s: float = 1.0,
     run_extra: dict | None = None,
+    on_wait: Callable[[list[int], float], None] | None = None,
 ) -> Merged:
     """Wait for every part's finished results.json (or the timeout), then merge.
 
     `parts` is [(rank or GPU index, folder)]. Cases are tagged with `rank`; the merged
-    env lists every part's env under `parts`, and missing parts are named.
+    env lists every part's env under `parts`, and missing parts are named. `on_wait(pending
+    indices, seconds waited)` is called before each poll's sleep: rank 0 can wait up to
+    --merge-timeout (an hour by default) and must show that it waits, and for whom.
     """
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     docs: dict[int, ResultsDoc] = {}
     while True:
         for index, folder in parts:
@@ -127,6 +165,8 @@ def wait_and_merge(
                 docs[index] = doc
         if len(docs) == len(parts) or time.monotonic() >= deadline:
             break
+        if on_wait is not None:
+            on_wait([i for i, _ in parts if i not in docs], time.monotonic() - started)
         time.sleep(poll_s)
     missing = sorted(i for i, _ in parts if i not in docs)
     if not docs:

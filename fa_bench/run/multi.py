@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
+from fa_bench.errors import UsageError
 from fa_bench.results.files import JournalWriteError
 from fa_bench.run.distributed import part_dir, shard
 from fa_bench.run.plan import Plan, PlanError, load_plan, run_plan
-from fa_bench.run.runner import ProgressFn, WorkerPluginError
+from fa_bench.run.runner import ProgressFn
 
 LAYOUT = "layout.json"
 LAYOUT_SCHEMA = "fa-bench-layout/1"
+# A test hook, not a feature: with `--device cpu` (or no GPU) and this variable set to N,
+# `--gpus` runs N parts on the CPU as if they were GPUs 0..N-1, so the tests can drive the
+# multi-GPU path (threads, per-GPU progress, signals, the merge) without GPUs. Nothing
+# else reads it, and it has no effect on a CUDA run.
+FAKE_GPUS_ENV = "FA_BENCH_TEST_FAKE_GPUS"
 
 
 @dataclass
@@ -47,6 +55,16 @@ def parse_gpus(spec: str, visible: int) -> list[int]:
             f"--gpus {spec!r}: need distinct indices in 0..{visible - 1} ({visible} visible)"
         )
     return indices
+
+
+def fake_gpus(device: str) -> int:
+    """How many CPU "GPUs" the test hook FA_BENCH_TEST_FAKE_GPUS asks for (0: none)."""
+    value = os.environ.get(FAKE_GPUS_ENV, "")
+    if device != "cpu" or not value:
+        return 0
+    if not value.isdigit() or int(value) < 1:
+        raise PlanError(f"{FAKE_GPUS_ENV}={value!r}: give a positive integer (a test hook)")
+    return int(value)
 
 
 def split(plan: Plan, out: Path, kind: str, indices: Sequence[int], spread: bool) -> list[Part]:
@@ -87,37 +105,68 @@ def load_layout(out: Path) -> tuple[str, bool, list[Part]] | None:
     return kind, doc.get("mode") == "spread", parts
 
 
-def run_parts(parts: Sequence[Part], on_event: ProgressFn | None) -> list[tuple[dict | None, bool]]:
+@runtime_checkable
+class PartListener(Protocol):
+    """Progress per part (fa_bench.part_progress.PartsProgress): each part's ProgressFn and
+    word of a part that ended ("done", "stopped", "stopped by an error: ...")."""
+
+    def for_part(self, n: int) -> ProgressFn: ...
+
+    def ended(self, n: int, how: str) -> None: ...
+
+
+def run_parts(
+    parts: Sequence[Part], on_event: ProgressFn | PartListener | None
+) -> list[tuple[dict | None, bool]]:
     """Run the parts concurrently; returns (worker env, interrupted) per part.
 
-    Ctrl-C reaches only the main thread: it sets a stop event that every part's runner
-    checks, so each part stops cleanly and keeps its journal.
+    A stop signal (Ctrl-C, SIGTERM, SIGHUP: fa_bench.run.interrupts) reaches only the main
+    thread: it sets a stop event that every part's runner checks, so each part stops its
+    worker and keeps its journal. A part that fails with a bug of ours is reported with
+    its GPU and counted as interrupted (`--resume` finishes it); the others go on. A full
+    disk or a plugin that cannot load (a UsageError) would fail every part the same way:
+    it stops them all and is raised here.
     """
+    listener = on_event if isinstance(on_event, PartListener) else None
+
+    def events(n: int) -> ProgressFn | None:
+        return listener.for_part(n) if listener is not None else on_event  # type: ignore[return-value]
+
+    def ended(n: int, how: str) -> None:
+        if listener is not None:
+            listener.ended(n, how)
+
     if len(parts) == 1:
-        return [run_plan(parts[0].plan, parts[0].out, on_event)]
+        outcome = run_plan(parts[0].plan, parts[0].out, events(0))
+        ended(0, "stopped" if outcome[1] else "done")
+        return [outcome]
     stop = threading.Event()
     outcomes: list[tuple[dict | None, bool]] = [(None, True)] * len(parts)
-    write_errors: list[JournalWriteError | WorkerPluginError] = []
+    fatal: list[Exception] = []
 
     def work(n: int) -> None:
         try:
-            outcomes[n] = run_plan(parts[n].plan, parts[n].out, on_event, stop=stop)
-        except (JournalWriteError, WorkerPluginError) as exc:
-            # A full disk or a plugin the worker cannot import stops every part; reported after.
-            write_errors.append(exc)
+            outcomes[n] = run_plan(parts[n].plan, parts[n].out, events(n), stop=stop)
+            ended(n, "stopped" if outcomes[n][1] else "done")
+        except (JournalWriteError, UsageError) as exc:
+            fatal.append(exc)
             stop.set()
+            ended(n, f"stopped: {exc}")
+        except Exception as exc:  # a bug: this part stops, the others go on
+            ended(n, f"stopped by an error: {type(exc).__name__}: {exc}")
 
     threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(len(parts))]
-    for t in threads:
-        t.start()
-    try:
+    try:  # a signal while the threads start must stop the ones already started too
+        for t in threads:
+            t.start()
         for t in threads:
             while t.is_alive():
                 t.join(timeout=0.5)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # interrupts.Interrupted too: SIGTERM, SIGHUP
         stop.set()
         for t in threads:
-            t.join()
-    if write_errors:
-        raise write_errors[0]
+            if t.ident is not None:  # started
+                t.join()
+    if fatal:
+        raise fatal[0]
     return outcomes
