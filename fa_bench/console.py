@@ -129,9 +129,9 @@ def summary(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
 
 _GROUP_COLS = (
     Col("impl"), Col("mode"), Col("dtype"), Col("cases", right=True), Col("ok", right=True),
-    Col("oom", right=True, drop=3), Col("unsupp.", right=True, drop=4),
+    Col("oom", right=True, drop=5), Col("unsupp.", right=True, drop=3),
     Col("failed", right=True), Col("median FLOP/s", right=True),
-    Col("best FLOP/s", right=True, drop=5),
+    Col("best FLOP/s", right=True, drop=4),
 )  # fmt: skip
 
 
