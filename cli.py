@@ -140,7 +140,8 @@ def run(
     seed: o.Seed = 0, plugin: o.Plugins = None, gpus: o.GpuList = None, spread: o.Spread = None,
     merge_timeout: o.MergeTimeout = 3600.0, telemetry: o.Telemetry = True,
     tuning_cache: o.TuningCache = None, report: o.WriteReport = True,
-    max_cases: o.MaxCases = CaseFlags.max_cases, json_summary: o.RunJson = False,
+    max_cases: o.MaxCases = CaseFlags.max_cases, cpu_threads: o.CpuThreads = None,
+    json_summary: o.RunJson = False,
 ) -> None:  # fmt: skip
     """Run benchmark suites and write results.json, results.csv and report.html."""
     code = run_command(
@@ -153,7 +154,7 @@ def run(
             seed=seed, plugins=tuple(plugin or ()), argv=parsed_argv(ctx),
             tuning_cache=tuning_cache, telemetry=telemetry,
             gpus=gpus, spread=spread, merge_timeout_s=merge_timeout, report=report,
-            max_cases=max_cases, json=json_summary,
+            max_cases=max_cases, cpu_threads=cpu_threads, json=json_summary,
         ),
         console=console, err_console=err_console,
     )  # fmt: skip
@@ -173,7 +174,7 @@ def sweep(
     timeout: o.Timeout = None, target_noise: o.TargetNoise = MeasureFlags.target_noise,
     min_samples: o.MinSamples = MeasureFlags.min_samples, max_time: o.MaxTime = None,
     compile_jobs: o.CompileJobs = None, warmup: o.Warmup = None,
-    max_cases: o.MaxCases = CaseFlags.max_cases,
+    max_cases: o.MaxCases = CaseFlags.max_cases, cpu_threads: o.CpuThreads = None,
 ) -> None:  # fmt: skip
     """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
 
@@ -192,7 +193,7 @@ def sweep(
         min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device.value, gpu=gpu,
         timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
         max_time_s=max_time, warmup_ms=warmup, compile_jobs=compile_jobs, argv=parsed_argv(ctx),
-        max_cases=max_cases,
+        max_cases=max_cases, cpu_threads=cpu_threads,
     )  # fmt: skip
     raise typer.Exit(sweep_command(req, console=console, err_console=err_console))
 

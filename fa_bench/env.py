@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -71,6 +72,19 @@ def collect_env(device: object | None = None) -> dict:
         "driver_note": driver_note,
         "device": str(device) if device is not None else None,
         "gpus": gpus,
+        **cpu_threads(),
+    }
+
+
+def cpu_threads() -> dict:
+    """The threads CPU work ran with (the worker sets them: fa_bench.run.timing's
+    worker_threads), and the OpenMP/MKL settings it started with (None: unset)."""
+    import torch
+
+    return {
+        "cpu_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "mkl_num_threads": os.environ.get("MKL_NUM_THREADS"),
     }
 
 

@@ -47,6 +47,7 @@ class MeasureFlags:
     min_samples: int = 10
     max_time_s: float | None = None  # None: 1 s on CPU, the command's own GPU default
     warmup_ms: float | None = None  # None: default_warmup_ms for the device
+    cpu_threads: int | None = None  # None: run.timing.worker_threads's default
     # A run's case may be a slow peer (naive at a long sequence, a cold cuDNN plan);
     # SweepRequest sets its own, shorter one.
     DEFAULT_TIMEOUT_S: ClassVar[float] = 600.0
@@ -83,6 +84,8 @@ class MeasureFlags:
     def check_values(self) -> None:
         """Refuse NaN and infinity in any float flag: the CLI's ranges refuse them first;
         this holds for any caller of the command cores."""
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise UsageError(f"--cpu-threads: {self.cpu_threads} is not a count of threads (>= 1)")
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):

@@ -196,6 +196,17 @@ MinSamples = Annotated[
     int,
     _opt("--min-samples", panel=MEASURE, min=2, max=1_000_000, help="Samples to take at least."),
 ]
+CpuThreads = Annotated[
+    int | None,
+    _opt(
+        "--cpu-threads",
+        panel=MEASURE,
+        min=1,
+        max=4096,
+        help="Threads torch and OpenMP use in the worker (default 1 on CPU: more threads "
+        "spin-wait and skew short calls; torch's own default on a GPU). Recorded in results.json.",
+    ),
+]
 MaxTime = Annotated[
     float | None,
     _opt(

@@ -140,6 +140,7 @@ def _plan_new(req: RunRequest, console: Console) -> tuple[Plan, Path]:
         plugin_dir=plugin_files.module_dir(plugins),  # where module plugins are found
         # Pinned absolute: the plan records the cache it ran with, for --resume too.
         tuning_cache=tuning.pin(req.tuning_cache), telemetry=req.telemetry,
+        cpu_threads=req.cpu_threads,
     )  # fmt: skip
     described = [{"name": s.name, "description": s.description, "source": s.source} for s in suites]
     plan = new_plan(cases, options, described, list(req.argv))

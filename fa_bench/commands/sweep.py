@@ -142,7 +142,7 @@ def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) 
     # add at least a second to every point.
     opts = RunOptions(device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
                       timeout_s=req.case_timeout_s, tuning_cache="off",
-                      telemetry=False)  # fmt: skip
+                      telemetry=False, cpu_threads=req.cpu_threads)  # fmt: skip
     todo = [p for p in points if not p.pruned]
     console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
                   "(plus the heuristic's and the rules of thumb's where the product lacks them): "

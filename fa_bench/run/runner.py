@@ -27,7 +27,7 @@ from fa_bench.case import Case, Status
 from fa_bench.errors import UsageError
 from fa_bench.results.files import append_journal, read_journal
 from fa_bench.results.record import CaseRecord, GpuRef, Placement
-from fa_bench.run.timing import TimingConfig
+from fa_bench.run.timing import TimingConfig, worker_threads
 from fa_bench.sweep import tuning
 
 WORKER_LOG = "worker.log"
@@ -52,6 +52,9 @@ class RunOptions:
     # Where module plugins are found: the folder the run was started from (the worker runs
     # in the output folder, a resume may start anywhere). None: no module plugin.
     plugin_dir: str | None = None
+    # Threads of the worker's torch and OpenMP (--cpu-threads); None: run.timing's
+    # worker_threads default (1 on the CPU, torch's own on a GPU).
+    cpu_threads: int | None = None
 
     def to_dict(self) -> dict:
         """The JSON form: results.json's run.options, plan.json, the worker's argument."""
@@ -118,6 +121,10 @@ class Worker:
             env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
         elif opts.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = _visible_device(opts.gpu)
+        threads = worker_threads(opts.device, opts.cpu_threads)
+        if threads is not None:
+            # OpenMP sizes its pool when it starts, before the worker's set_num_threads.
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         # The options whole; plugin_path is where the caller stood (a plugin given as a
         # bare module name is found there), since the worker runs in the output folder.
         args = {"options": opts.to_dict(), "plugin_path": opts.plugin_dir or os.getcwd()}

@@ -40,6 +40,25 @@ def default_warmup_ms(on_cpu: bool) -> float:
     return CPU_WARMUP_MS if on_cpu else GPU_WARMUP_MS
 
 
+# Threads torch (and OpenMP, through OMP_NUM_THREADS) uses in a CPU worker, unless
+# --cpu-threads says otherwise. One: with torch's default (one per core) OpenMP's idle
+# threads spin-wait between calls, and when anything else wants the cores (the runner,
+# another worker, a CI neighbour) a 0.1 ms call's median lands on 8, 16 or 24 ms, the
+# scheduler's time slices. On a 2-core machine one thread timed naive fwd N=128 at
+# 0.07 ms run after run; with two, one case per run took 24-68 ms (docs/measurement.md). One thread
+# also measures the kernel, not the machine's parallelism, so CPU runs compare across hosts.
+DEFAULT_CPU_THREADS = 1
+
+
+def worker_threads(device: str, requested: int | None) -> int | None:
+    """The CPU thread count a worker on `device` ("cpu" or "cuda") sets: --cpu-threads,
+    else DEFAULT_CPU_THREADS on the CPU; None leaves torch's default (a GPU run, whose
+    host threads only launch kernels and build the float64 reference)."""
+    if requested is not None:
+        return requested
+    return DEFAULT_CPU_THREADS if device == "cpu" else None
+
+
 @dataclass(frozen=True)
 class TimingConfig:
     target_noise: float = 0.01

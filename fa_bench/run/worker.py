@@ -39,9 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     from fa_bench.env import collect_env
     from fa_bench.run.execute import ExecOptions, run_case
     from fa_bench.run.runner import RunOptions
+    from fa_bench.run.timing import worker_threads
     from fa_bench.telemetry.session import open_session
 
     options = RunOptions.from_dict(args["options"])
+    threads = worker_threads(options.device, options.cpu_threads)
+    if threads is not None:  # before any torch work: OpenMP keeps its first pool size
+        torch.set_num_threads(threads)
     try:
         # Module plugins are found in the caller's folder (appended to sys.path: fa_bench
         # is imported already and cannot be shadowed).
