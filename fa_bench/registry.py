@@ -320,14 +320,14 @@ def plugin_source(plugin: str, search: str | None = None) -> Path | None:
         origin = getattr(loaded, "__file__", None)
     else:
         # `load` appends the caller's folder to sys.path for module plugins: so here.
-        path: list[str] | None = [*sys.path, search or os.getcwd()]
+        dirs: list[str] | None = [*sys.path, search or os.getcwd()]
         spec = None
         parts = plugin.split(".")
         for i in range(len(parts)):
-            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), path)
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), dirs)
             if spec is None:
                 return None
-            path = list(spec.submodule_search_locations or [])
+            dirs = list(spec.submodule_search_locations or [])
         origin = spec.origin if spec is not None else None
     return Path(origin).resolve() if origin and os.path.isfile(origin) else None
 

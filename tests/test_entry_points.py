@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -175,8 +176,8 @@ def test_an_installed_package_is_listed_and_run_and_a_broken_one_reported(
                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert Path(where) == Path(fa_bench.__file__)  # this checkout, seen from the venv
     # pip from the system site installs into the venv it runs under.
-    for package in (EXAMPLE, BROKEN):
-        _pip_install(python, package, tmp_path)
+    for package in (EXAMPLE, BROKEN):  # copied: pip builds in the tree it is given
+        _pip_install(python, shutil.copytree(package, tmp_path / package.name), tmp_path)
 
     listed = _fa_bench(python, tmp_path, "list", "impls")
     assert listed.returncode == 0, listed.stdout + listed.stderr
