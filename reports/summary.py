@@ -119,6 +119,6 @@ def paragraph(merged: Merged, baseline: str) -> str:
     if leaders:
         parts.append(leaders)
     parts += _oom_sentences(merged) + _failure_sentence(merged) + _time_limit_sentence(merged)
-    if "CPU" in merged.gpus:
+    if any(label.split(" (")[0] == "CPU" for label in merged.gpus):  # "CPU (runA)" too
         parts.append("CPU timings show that the cases run and are correct, not GPU performance.")
     return " ".join(parts)

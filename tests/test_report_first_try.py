@@ -115,6 +115,7 @@ def test_two_runs_of_the_same_cases_show_side_by_side() -> None:
     assert "naive · CPU (runB) · Hq=2 Hkv=2" in names
     rows = tables.case_rows(merged)
     assert {r["cells"][0]["text"] for r in rows} == {"CPU (runA)", "CPU (runB)"}
+    assert "CPU timings show" in summary.paragraph(merged, "naive")
     page = render([a, b], plotlyjs="cdn")
     assert "CPU (runA)" in page and "CPU (runB)" in page
     # A run given twice is one run: its cases are not doubled.
