@@ -146,6 +146,8 @@ def _grouped(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
         tf = [r.tflops for r in rs if r.status is Status.OK and r.tflops is not None]
         failed = sum(n for s, n in c.items() if Status(s).is_failure)
         med, best = units.flops(median(tf) if tf else None), units.flops(max(tf) if tf else None)
+        if any(r.noisy_at_limit for r in rs):  # the footnote's marker, as in the per-case table
+            med += f" {MARK}"
         rows.append([Text(impl), mode, dtype, str(len(rs)), str(c["ok"]), str(c["oom"]),
                      str(c["unsupported"]), Text(str(failed), "red" if failed else ""),
                      med, best])  # fmt: skip

@@ -215,6 +215,11 @@ def test_a_case_stopped_at_the_time_limit_is_marked_with_a_footnote() -> None:
     print_summary(con, records)
     assert buf.getvalue().count("81.2 µs *") == 1
     assert time_limit_note(records[:1]) is None
+    many = [_ok(_case("naive", 16 * (i + 1))) for i in range(45)]
+    many[3] = _ok(many[3].case, noise=0.05, stop="time-limit")
+    con, buf = _log(width=80)
+    print_summary(con, many)  # the grouped table: the group's median carries the marker
+    assert "25.0 MFLOP/s *" in buf.getvalue() and "* 1 case stopped" in buf.getvalue()
 
 
 @CPU_ONLY
