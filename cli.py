@@ -127,6 +127,15 @@ def _axes(
     }  # fmt: skip
 
 
+def given_flags(ctx: typer.Context) -> tuple[str, ...]:
+    """The options given on the command line, not left at their defaults (long names)."""
+    # By name: typer vendors its own click, whose ParameterSource is not click's.
+    given = ("COMMANDLINE", "ENVIRONMENT")
+    source = lambda name: getattr(ctx.get_parameter_source(name), "name", "")  # noqa: E731
+    return tuple(max(p.opts, key=len) for p in ctx.command.params
+                 if p.name and source(p.name) in given)  # fmt: skip
+
+
 @app.command()
 def run(
     ctx: typer.Context, suite: o.Suites = None, impl: o.Impls = None, mode: o.Modes = None,
@@ -166,8 +175,8 @@ def sweep(
     ctx: typer.Context, suite: o.Suites = None, mode: o.Modes = None, dtype: o.DTypes = None,
     seqlen: o.Seqlens = None, head_dim: o.HeadDims = None, batch: o.Batches = None,
     heads: o.Heads = None, kv_heads: o.KvHeads = None, causal: o.Causal = None,
-    block_m: o.BlockM = SweepRequest.block_m, block_n: o.BlockN = SweepRequest.block_n,
-    warps: o.Warps = SweepRequest.warps, stages: o.Stages = SweepRequest.stages,
+    block_m: o.BlockM = None, block_n: o.BlockN = None, warps: o.Warps = None,
+    stages: o.Stages = None, resume: o.SweepResume = None,
     rules: o.Rules = True, budget_minutes: o.BudgetMinutes = None, save_best: o.SaveBest = False,
     min_gain: o.MinGain = SweepRequest.min_gain_pct, tuning_cache: o.TuningCache = None,
     out: o.Out = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
@@ -188,8 +197,10 @@ def sweep(
     req = SweepRequest(
         suites=tuple(suite or ()),
         **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads, modes=SweepRequest.modes),
-        causal=causal, block_m=block_m, block_n=block_n,
-        warps=warps, stages=stages, rules=rules, budget_minutes=budget_minutes, save_best=save_best,
+        causal=causal, block_m=int_items("--block-m", block_m) or None,
+        block_n=int_items("--block-n", block_n) or None, warps=int_items("--warps", warps) or None,
+        stages=int_items("--stages", stages) or None, resume=resume, given=given_flags(ctx),
+        rules=rules, budget_minutes=budget_minutes, save_best=save_best,
         min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device.value, gpu=gpu,
         timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
         max_time_s=max_time, warmup_ms=warmup, compile_jobs=compile_jobs, argv=parsed_argv(ctx),

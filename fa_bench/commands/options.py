@@ -332,10 +332,33 @@ RunJson = Annotated[
 
 # --- sweep only ------------------------------------------------------------------------
 
-BlockM = Annotated[str, _opt("--block-m", help="Comma list.")]
-BlockN = Annotated[str, _opt("--block-n", help="Comma list.")]
-Warps = Annotated[str, _opt("--warps", help="Comma list of num_warps.")]
-Stages = Annotated[str, _opt("--stages", help="Comma list of num_stages.")]
+# Repeatable and comma lists alike (--block-m 64,128 = --block-m 64 --block-m 128); None:
+# the default space (the GPU's, or the CPU interpreter's tiny one: docs/sweep.md).
+BlockM = Annotated[
+    list[str] | None,
+    _opt("--block-m", metavar=INTS, help="BLOCK_M values; repeatable or a comma list."),
+]
+BlockN = Annotated[
+    list[str] | None,
+    _opt("--block-n", metavar=INTS, help="BLOCK_N values; repeatable or a comma list."),
+]
+Warps = Annotated[
+    list[str] | None,
+    _opt("--warps", metavar=INTS, help="num_warps values; repeatable or a comma list."),
+]
+Stages = Annotated[
+    list[str] | None,
+    _opt("--stages", metavar=INTS, help="num_stages values; repeatable or a comma list."),
+]
+SweepResume = Annotated[
+    Path | None,
+    _opt(
+        "--resume",
+        panel=WHERE,
+        help="Finish an interrupted sweep in this folder, with its own points and options "
+        "(only --budget-minutes may be given with it).",
+    ),
+]
 Rules = Annotated[
     bool,
     _opt(
@@ -382,6 +405,7 @@ CompileJobs = Annotated[
 ]
 
 # --- list, env, report -----------------------------------------------------------------
+
 
 class ListKind(str, Enum):
     SUITES = "suites"

@@ -2,60 +2,75 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from fa_bench.case import Status
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
-from fa_bench.console import RunProgress
 from fa_bench.errors import UsageError, print_error
+from fa_bench.results.files import JOURNAL
 from fa_bench.run.folder_lock import FolderLock
+from fa_bench.run.interrupts import InterruptGuard
 from fa_bench.run.limits import check_case_count, check_case_sizes, check_out_dir
+from fa_bench.run.runner import RunOptions
+from fa_bench.sweep.plan import (
+    CPU_SPACE,
+    SWEEP_PLAN,
+    SweepPlan,
+    check_space_not_all_pruned,
+    describe_estimate,
+    journal_rows,
+    load_plan,
+    pruned_summary,
+    write_plan,
+)
+from fa_bench.sweep.precompile import compile_phase
+from fa_bench.sweep.progress import SweepProgress, show_best
 from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
 
 _DEFAULT_OUT = Path("fa-bench-out")
-_SPACE = SweepSpace()  # the default space: its axes are the flags' defaults
+_SPACE = SweepSpace()  # the default space on a GPU: its axes are the flags' defaults
+# With --resume only these may be given: a stop rule for this call, not how it measures.
+_RESUME_FLAGS = {"--resume", "--budget-minutes"}
 
 
 @dataclass(frozen=True)
 class SweepRequest(CaseFlags, MeasureFlags):
     modes: tuple[str, ...] = SWEEP_MODES
-    block_m: str = _SPACE.axis_text("block_m")
-    block_n: str = _SPACE.axis_text("block_n")
-    warps: str = _SPACE.axis_text("warps")
-    stages: str = _SPACE.axis_text("stages")
+    # None: the device's default space (the GPU's _SPACE, the CPU interpreter's CPU_SPACE).
+    block_m: tuple[int, ...] | None = None
+    block_n: tuple[int, ...] | None = None
+    warps: tuple[int, ...] | None = None
+    stages: tuple[int, ...] | None = None
     budget_minutes: float | None = None
     save_best: bool = False
     min_gain_pct: float = 3.0  # --save-best keeps the heuristic below this gain
     rules: bool = True  # also measure each rule of thumb's tile
     tuning_cache: str | None = None
     compile_jobs: int | None = None  # None: sweep_compile.default_jobs for the device
+    resume: Path | None = None  # finish this sweep folder's plan instead of a new one
+    given: tuple[str, ...] = ()  # the flags given on the command line (--resume refuses most)
     argv: tuple[str, ...] | list[str] = ()
     # One config is one build and one kernel, and a sweep has hundreds: a hung one should
     # cost less than a run's case may.
     DEFAULT_TIMEOUT_S: ClassVar[float] = 300.0
 
+    def space(self, device: str) -> SweepSpace:
+        """The requested space; an axis not given takes the device's default."""
+        default = CPU_SPACE if device == "cpu" else _SPACE
+        axes = {a: getattr(self, a) or getattr(default, a) for a in SweepSpace.AXES}
+        try:
+            return SweepSpace(**axes)
+        except ValueError as exc:  # SweepSpace's checks name the flag (--block-m 0)
+            raise SweepInputError(str(exc)) from None
+
 
 class SweepInputError(UsageError, ValueError):
     """Bad flag values: exit code 2 with the message."""
-
-
-def parse_int_list(flag: str, text: str) -> tuple[int, ...]:
-    """ "32,64,128" -> (32, 64, 128); anything else names the flag."""
-    try:
-        values = tuple(int(p) for p in text.replace(" ", "").split(",") if p)
-    except ValueError:
-        raise SweepInputError(f"{flag} {text!r}: expected comma-separated integers") from None
-    if not values:
-        raise SweepInputError(f"{flag}: needs at least one value")
-    return values
 
 
 def _smem_limit(device: str, gpu: int | None) -> int | None:
@@ -69,6 +84,20 @@ def _smem_limit(device: str, gpu: int | None) -> int | None:
     return int(getattr(props, "shared_memory_per_block_optin", 0) or H200_SMEM_BYTES)
 
 
+def check_device(req: SweepRequest, device: str) -> None:
+    """No GPU and no --device cpu: refuse (exit 2). The sweep ranks tile configs by speed,
+    and under Triton's CPU interpreter every program runs as numpy: the ranking says
+    nothing about any GPU. `--device cpu` runs it anyway, as a check that it works."""
+    if device == "cpu" and req.device != "cpu":
+        raise SweepInputError(
+            "no CUDA device is visible: a sweep ranks our Triton kernel's tile configs by "
+            "speed, and on a CPU the kernel runs in Triton's interpreter (numpy), whose "
+            "timings say nothing about any GPU. To check that the sweep works here, pass "
+            "--device cpu: it sweeps a tiny space (--block-m 16,32 --block-n 16,32 --warps 4 "
+            "--stages 1) over the smoke suite's shapes, about two minutes (docs/sweep.md)"
+        )
+
+
 def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace, int | None]:
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
@@ -78,17 +107,7 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
         raise SweepInputError(f"--mode {bad[0]}: valid sweep modes are {', '.join(SWEEP_MODES)}")
-    try:
-        space = SweepSpace(
-            block_m=parse_int_list("--block-m", req.block_m),
-            block_n=parse_int_list("--block-n", req.block_n),
-            warps=parse_int_list("--warps", req.warps),
-            stages=parse_int_list("--stages", req.stages),
-        )
-    except ValueError as exc:  # SweepSpace's checks name the flag (--block-m 0)
-        if isinstance(exc, SweepInputError):
-            raise
-        raise SweepInputError(str(exc)) from None
+    space = req.space(device)
     registry.load()
     overrides = Overrides.from_flags(req, impls=("triton",))
     names = list(req.suites) or ["standard" if device == "cuda" else "smoke"]
@@ -107,89 +126,187 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
         cases, space, capability=capability, smem_limit_bytes=smem, with_rules=req.rules
     )
     check_case_count(len(points), req.max_cases, "the cases × configs", "points")
+    check_space_not_all_pruned(points, space, set(req.given))
     return points, space, smem
 
 
-def _claim_out(out: Path) -> tuple[Path, FolderLock]:
-    """The output folder, checked before any config is built (not a finished sweep, not a
+def _claim_out(out: Path, flag: str = "--out") -> FolderLock:
+    """The output folder, checked before any config is built (not a sweep already, not a
     file or an unwritable place) and locked: one writer per folder, released when the lock
     is dropped (the command returns) or the process exits."""
-    if (out / "sweep.json").exists():
-        raise SweepInputError(f"--out {out}: already holds a sweep.json")
-    check_out_dir(out)
-    return out, FolderLock(out, "--out").acquire()
+    if flag == "--out":
+        for name in (SWEEP_PLAN, "sweep.json"):
+            if (out / name).exists():
+                raise SweepInputError(
+                    f"--out {out}: already holds a sweep ({name}); finish it with "
+                    f"--resume {out}, or name another folder"
+                )
+    check_out_dir(out, flag)
+    return FolderLock(out, flag).acquire()
 
 
-def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) -> int:
-    """Plan, measure with a progress bar, write sweep.json, optionally save the best."""
+def _new_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
+    """Plan a new sweep, claim its folder and write sweep-plan.json there."""
     from fa_bench.commands.run import resolve_device
     from fa_bench.run.plan import now_iso
-    from fa_bench.run.runner import RunOptions
     from fa_bench.sweep import tuning
-    from fa_bench.sweep.execute import build_doc, execute_points, write_doc
+    from fa_bench.sweep.precompile import default_jobs
 
-    try:
-        device = resolve_device(req.device, req.gpu)
-        points, space, smem = plan_points(req, device)
-        cache_path = tuning.resolve_path(req.tuning_cache) if req.save_best else None
-        if req.save_best and cache_path is None:
-            raise SweepInputError("--save-best needs a tuning cache, but it is 'off'")
-        timing = req.timing(device == "cpu", gpu_max_time_s=2.0)
-        out, lock = _claim_out(req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep")
-    except UsageError as exc:
-        return print_error(err_console, exc)
+    device = resolve_device(req.device, req.gpu)
+    check_device(req, device)
+    points, space, smem = plan_points(req, device)
+    cache_path = tuning.resolve_path(req.tuning_cache) if req.save_best else None
+    if req.save_best and cache_path is None:
+        raise SweepInputError("--save-best needs a tuning cache, but it is 'off'")
+    timing = req.timing(device == "cpu", gpu_max_time_s=2.0)
     # No telemetry window: configs are ranked by latency alone, and the window would
     # add at least a second to every point.
     opts = RunOptions(device=device, gpu=req.gpu if device == "cuda" else None, timing=timing,
                       timeout_s=req.case_timeout_s, tuning_cache="off",
                       telemetry=False, cpu_threads=req.cpu_threads)  # fmt: skip
-    todo = [p for p in points if not p.pruned]
-    console.print(f"{len({p.case.id for p in points})} cases × up to {space.size} configs "
-                  "(plus the heuristic's and the rules of thumb's where the product lacks them): "
-                  f"{len(todo)} to measure, {len(points) - len(todo)} pruned → {out}",
-                  markup=False)  # fmt: skip
-    started = now_iso()
-    budget_s = req.budget_minutes * 60 if req.budget_minutes else None
-    built, compiled = _compile_phase(req, points, device, budget_s, console, err_console)
-    if budget_s is not None:
-        budget_s = max(0.0, budget_s - compiled["wall_s"])
-    with RunProgress(console, total=len(todo)) as progress:
-        rows, env, stop = execute_points(
-            points, out, opts, budget_s=budget_s, on_event=_progress_events(progress), built=built
+    out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
+    lock = _claim_out(out)
+    jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
+    run = {"started": now_iso(), "argv": list(req.argv), "device": device,
+           "smem_limit_bytes": smem, "space": space.to_dict(), "rules": req.rules,
+           "budget_minutes": req.budget_minutes, "save_best": req.save_best,
+           "min_gain_pct": req.min_gain_pct, "compile_jobs": jobs,
+           "tuning_cache": str(cache_path) if cache_path else None, "resumed": []}  # fmt: skip
+    plan = SweepPlan(run=run, options=opts, points=points)
+    write_plan(out, plan)
+    return plan, out, lock
+
+
+def _resume_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
+    """The interrupted sweep's own plan, its folder locked; any flag that would change
+    what it measures is refused (exit 2)."""
+    from fa_bench.run.plan import now_iso
+
+    out = req.resume
+    assert out is not None
+    extra = [f for f in req.given if f not in _RESUME_FLAGS]
+    if extra:
+        raise SweepInputError(
+            f"--resume takes the points and options of the interrupted sweep; drop "
+            f"{', '.join(extra)} (only --budget-minutes may be given with it)"
         )
-    run = {"started": started, "ended": now_iso(), "argv": list(req.argv), "device": device,
-           "smem_limit_bytes": smem, "budget_minutes": req.budget_minutes, "stopped": stop,
-           "points": len(points), "measured": sum(r["status"] != "pruned" for r in rows),
-           "timing": timing.__dict__, "compile_phase": compiled}  # fmt: skip
-    doc = build_doc(run, env or {}, space.to_dict(), rows)
+    plan = load_plan(out)
+    lock = FolderLock(out, "--resume").acquire()
+    if req.budget_minutes is not None:
+        plan.run["budget_minutes"] = req.budget_minutes
+    plan.run["resumed"].append(now_iso())
+    write_plan(out, plan)
+    return plan, out, lock
+
+
+def sweep_command(req: SweepRequest, *, console: Console, err_console: Console) -> int:
+    """Plan (or resume), measure with progress, write sweep.json, optionally save the best."""
+    try:
+        plan, out, lock = _resume_plan(req) if req.resume is not None else _new_plan(req)
+    except UsageError as exc:
+        return print_error(err_console, exc)
+    try:
+        with InterruptGuard() as guard:
+            return _execute(plan, out, guard, console=console, err_console=err_console)
+    finally:
+        lock.release()
+
+
+def _announce(plan: SweepPlan, out: Path, done: dict[str, dict], console: Console) -> list[Point]:
+    """Say what the sweep measures and about how long it takes; returns the points left."""
+    from fa_bench.sweep.precompile import compile_groups
+
+    points, run = plan.points, plan.run
+    left = [p for p in points if p.id not in done]
+    measure = [p for p in left if not p.pruned]
+    space = SweepSpace(**{a: tuple(v) for a, v in run["space"].items()})
+    say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    if plan.options.device == "cpu":
+        say("CPU: the kernel runs in Triton's interpreter; these timings check that the "
+            "sweep works, they do not rank tiles for any GPU.")  # fmt: skip
+    cases = len({p.case.id for p in points})
+    say(f"{cases} cases × up to {space.size} configs (plus the heuristic's and the rules of "
+        f"thumb's where the product lacks them) = {len(points)} points: "
+        f"{sum(not p.pruned for p in points)} to measure, {pruned_summary(points)} "
+        f"→ {out}")  # fmt: skip
+    if done:
+        say(f"resuming: {len(done)} points already in the journal, {len(measure)} to measure")
+    groups = len(compile_groups(left)) if run["compile_jobs"] else 0
+    say(describe_estimate(len(measure), groups, run["compile_jobs"], plan.options,
+                          run["budget_minutes"]))  # fmt: skip
+    return left
+
+
+def _execute(
+    plan: SweepPlan, out: Path, guard: InterruptGuard, *, console: Console, err_console: Console
+) -> int:
+    """Build, measure, then write sweep.json (signals held meanwhile) and the page."""
+    from fa_bench.run.plan import now_iso
+    from fa_bench.sweep.execute import build_doc, execute_points, write_doc
+
+    done, skipped = journal_rows(out, plan.points)
+    if skipped:
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {out / JOURNAL}: {skipped} "
+                                        "lines skipped (torn or not this sweep's)"))  # fmt: skip
+    left = _announce(plan, out, done, console)
+    run = plan.run
+    budget_s = run["budget_minutes"] * 60 if run["budget_minutes"] else None
+    stop: str | None = None
+    env: dict | None = None
+    try:
+        built, compiled = compile_phase(run["compile_jobs"], left, plan.options, budget_s,
+                                         console, err_console)  # fmt: skip
+    except KeyboardInterrupt:
+        built, compiled, stop = {}, {"stopped": "interrupted"}, "interrupted"
+    if budget_s is not None:
+        budget_s = max(0.0, budget_s - compiled.get("wall_s", 0.0))
+    measured = [p for p in plan.points if not p.pruned]
+    if stop is None:
+        already = sum(p.id in done for p in measured)
+        with SweepProgress(console, total=len(measured), already_done=already) as progress:
+            for row in done.values():
+                progress.seen(row)
+            new, env, stop = execute_points(left, out, plan.options, budget_s=budget_s,
+                                            on_event=progress, built=built)  # fmt: skip
+        done.update((r["id"], r) for r in new)
+    guard.hold()  # from here a signal cannot cut sweep.json short
+    rows = [done[p.id] for p in plan.points if p.id in done]  # plan order, each point once
+    env = env or _earlier_env(out)
+    doc_run = {"started": run["started"], "resumed": run["resumed"], "ended": now_iso(),
+               "argv": run["argv"], "device": plan.options.device,
+               "smem_limit_bytes": run["smem_limit_bytes"], "budget_minutes": run["budget_minutes"],
+               "stopped": stop, "points": len(plan.points),
+               "measured": sum(r["status"] != "pruned" for r in rows),
+               "timing": plan.options.timing.__dict__, "compile_phase": compiled}  # fmt: skip
+    doc = build_doc(doc_run, env or {}, run["space"], rows)
     path = write_doc(out, doc)
-    console.print(best_table(doc))
-    console.print(f"sweep: {path}", markup=False)
-    _write_page(doc, out / "sweep.html", console=console, err_console=err_console)
+    show_best(doc, console)
+    console.print(f"sweep: {path}", markup=False, soft_wrap=True)
+    if stop != "interrupted":
+        _write_page(doc, out / "sweep.html", console=console, err_console=err_console)
     if stop:
-        err_console.print(f"[yellow]stopped early ({stop})[/]: {run['measured']} of "
-                          f"{len(todo)} configs measured; sweep.json keeps them")  # fmt: skip
-    if cache_path is not None:  # --save-best (its 'off' cache was refused above)
+        err_console.print(Text.assemble(
+            (guard.headline if stop == "interrupted" else f"stopped early ({stop})", "yellow"),
+            f": {doc_run['measured']} of {len(measured)} configs measured, kept in {path}; "
+            f"finish with: fa-bench sweep --resume {out}"))  # fmt: skip
+    if run["tuning_cache"] is not None and stop != "interrupted":  # --save-best
         gpus = (env or {}).get("gpus") or []
-        gpu = gpus[0]["name"] if device == "cuda" and gpus else "cpu"
-        if not _save_best(doc, gpu, path, cache_path, req.min_gain_pct, console, err_console):
+        gpu = gpus[0]["name"] if plan.options.device == "cuda" and gpus else "cpu"
+        cache = Path(run["tuning_cache"])
+        if not _save_best(doc, gpu, path, cache, run["min_gain_pct"], console, err_console):
             return 2
-    lock.release()
-    return 130 if stop == "interrupted" else 0
+    # 128 + the signal that stopped it: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
+    return guard.exit_code if stop == "interrupted" else 0
 
 
-def _progress_events(progress: RunProgress) -> Callable[[str, Point, dict | None], None]:
-    """execute_points' events shown on the run's progress bar, the config in its label."""
+def _earlier_env(out: Path) -> dict | None:
+    """The env of the sweep.json an earlier call wrote (a resume that measured nothing)."""
+    from fa_bench.sweep.execute import SweepFileError, load_sweep
 
-    def on_event(event: str, point: Point, row: dict | None) -> None:
-        if row is None:
-            progress.start(point.case)
-        else:  # a measured row: its status and error are the case record's
-            progress.done(point.case, Status(row["status"]), row["error"])
-        if event == "start":
-            progress.progress.update(progress.task, description=f"{point.case.label} {point.label}")
-
-    return on_event
+    try:
+        return load_sweep(out / "sweep.json")["env"]
+    except SweepFileError:
+        return None
 
 
 def _save_best(
@@ -218,79 +335,13 @@ def _save_best(
     return True
 
 
-def _compile_phase(
-    req: SweepRequest,
-    points: list,
-    device: str,
-    budget_s: float | None,
-    console: Console,
-    err_console: Console,
-) -> tuple[dict, dict]:
-    """Build every config in parallel first (fa_bench.sweep.precompile); ({}, summary) when
-    there is nothing to do. Never fatal: the timing worker builds whatever is missing."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    from fa_bench.sweep.precompile import compile_groups, default_jobs, precompile
-
-    jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
-    groups = compile_groups(points)
-    n = len(groups)
-    if jobs < 1 or n == 0:
-        return {}, {"jobs": 0, "groups": n, "wall_s": 0.0, "stopped": None}
-    bar = Progress("compiling", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console)  # fmt: skip
-    with bar:
-        task = bar.add_task("compile", total=n)
-        built, summary = precompile(
-            groups, device=device, gpu=req.gpu if device == "cuda" else None, jobs=jobs,
-            deadline_s=_compile_deadline(budget_s, req.case_timeout_s, n, jobs),
-            on_progress=lambda done, _: bar.update(task, completed=done),
-        )  # fmt: skip
-    console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
-                  f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "
-                  "failed and are left to the timing worker")  # fmt: skip
-    if summary["stopped"]:
-        err_console.print(Text.assemble(("warning:", "yellow"), " compile phase stopped early "
-                                        f"({summary['stopped']}); the timing worker builds "
-                                        "the rest"))  # fmt: skip
-    return built, summary
-
-
-def _compile_deadline(budget_s: float | None, timeout_s: float, groups: int, jobs: int) -> float:
-    """At most half the budget, so that the timing keeps the rest; without one, a generous
-    20 s per group per process (H200 builds took 1-3 s), so one hung build cannot stall the
-    sweep. What is not built by then is built by the timing worker, under its timeout."""
-    if budget_s is not None:
-        return budget_s / 2
-    return max(timeout_s, 20.0 * groups / jobs)
-
-
 def _write_page(doc: dict, out: Path, *, console: Console, err_console: Console) -> None:
     """The sweep's HTML page; sweep.json is already written, so a failure only warns."""
     from fa_bench.reports.build import write_report
 
     try:
-        console.print(f"report: {write_report([], out, sweeps=[doc])}", markup=False)
+        console.print(
+            f"report: {write_report([], out, sweeps=[doc])}", markup=False, soft_wrap=True
+        )
     except Exception as exc:  # the measurements are safe in sweep.json whatever happens here
         err_console.print(Text.assemble(("warning:", "yellow"), f" sweep page not written: {exc}"))
-
-
-def best_table(doc: dict) -> Table:
-    t = Table(title="Best config per case")
-    for col in ("case", "best", "TFLOP/s", "default", "TFLOP/s", "gain", "ok/failed/pruned"):
-        t.add_column(col)
-    for c in doc["cases"]:
-        n = c["counts"]
-        failed = sum(v for k, v in n.items() if k not in ("ok", "pruned"))
-        gain = c["gain_over_default"]
-        t.add_row(
-            Text(c["case_id"]), Text(c["best"] or "–"), _f(c["best_tflops"]),
-            Text(c["default"] or "–"),
-            _f(c["default_tflops"]), "–" if gain is None else f"{gain:+.1%}",
-            f"{n.get('ok', 0)}/{failed}/{n.get('pruned', 0)}",
-        )  # fmt: skip
-    return t
-
-
-def _f(x: float | None) -> str:
-    return "–" if x is None else f"{x:.4g}"

@@ -23,8 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import active_children, get_context
+from typing import TYPE_CHECKING
 
 from fa_bench.sweep.space import Point
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fa_bench.run.runner import RunOptions
 
 Progress = Callable[[int, int], None]  # (groups done, groups total)
 
@@ -148,3 +154,49 @@ def _collect(
         if on_progress:
             on_progress(done_groups, total)
     return None
+
+
+def compile_phase(
+    jobs: int,
+    points: list[Point],
+    options: RunOptions,
+    budget_s: float | None,
+    console: Console,
+    err_console: Console,
+) -> tuple[dict, dict]:
+    """Build every config in parallel first (`precompile`, with a bar); ({}, summary) when
+    there is nothing to do. Never fatal: the timing worker builds whatever is missing."""
+    from rich import progress as rp
+    from rich.text import Text
+
+    groups = compile_groups(points)
+    n = len(groups)
+    if jobs < 1 or n == 0:
+        return {}, {"jobs": 0, "groups": n, "wall_s": 0.0, "stopped": None}
+    # A live bar only on a terminal: in a log it is escape codes (the summary line says it).
+    columns = (rp.BarColumn(), rp.MofNCompleteColumn(), rp.TimeElapsedColumn())
+    bar = rp.Progress("compiling", *columns, console=console, disable=not console.is_terminal)
+    with bar:
+        task = bar.add_task("compile", total=n)
+        built, summary = precompile(
+            groups, device=options.device, gpu=options.gpu, jobs=jobs,
+            deadline_s=compile_deadline(budget_s, options.timeout_s, n, jobs),
+            on_progress=lambda done, _: bar.update(task, completed=done),
+        )  # fmt: skip
+    console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
+                  f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "
+                  "failed and are left to the timing worker")  # fmt: skip
+    if summary["stopped"]:
+        err_console.print(Text.assemble(("warning:", "yellow"), " compile phase stopped early "
+                                        f"({summary['stopped']}); the timing worker builds "
+                                        "the rest"))  # fmt: skip
+    return built, summary
+
+
+def compile_deadline(budget_s: float | None, timeout_s: float, groups: int, jobs: int) -> float:
+    """At most half the budget, so that the timing keeps the rest; without one, a generous
+    20 s per group per process (H200 builds took 1-3 s), so one hung build cannot stall the
+    sweep. What is not built by then is built by the timing worker, under its timeout."""
+    if budget_s is not None:
+        return budget_s / 2
+    return max(timeout_s, 20.0 * groups / jobs)
