@@ -23,6 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 from rich.text import Text
 
 from fa_bench import units
@@ -95,19 +96,25 @@ class RunProgress:
 
     def __init__(self, console: Console, total: int, already_done: int = 0) -> None:
         self.counts: Counter[str] = Counter()
+        # A narrow terminal gives up the bar, then the case label's tail, never a figure:
+        # the label is the one column that shrinks (with an ellipsis), the others never wrap.
+        bar = min(40, console.width - 100)
+        fixed = Column(no_wrap=True)
         self.progress = Progress(
             SpinnerColumn(),
             # the description is a case label (impl names come from plugins): not markup
-            TextColumn("{task.description}", style="progress.description", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[counts]}"),
+            TextColumn("{task.description}", style="progress.description", markup=False,
+                       table_column=Column(ratio=1, min_width=8, no_wrap=True)),
+            *([BarColumn(bar_width=bar)] if bar >= 10 else []),
+            MofNCompleteColumn(table_column=fixed),
+            TimeElapsedColumn(table_column=fixed),
+            TextColumn("eta", table_column=fixed),
+            TimeRemainingColumn(table_column=fixed),
+            TextColumn("{task.fields[counts]}", table_column=fixed),
             console=console,
             transient=False,
-        )
+            expand=True,
+        )  # fmt: skip
         self.task = self.progress.add_task(
             "starting worker", total=total, completed=already_done, counts=""
         )

@@ -176,9 +176,15 @@ def test_progress_in_a_log_is_one_uncut_line_per_case() -> None:
     assert any(x.startswith("error ") and "RuntimeError: boom" in x for x in lines)
 
 
-def test_a_terminal_keeps_the_live_bar() -> None:
-    con, _ = _log(width=80, terminal=True)
-    assert isinstance(make_progress(con, total=3), RunProgress)
+def test_a_terminal_keeps_the_live_bar_and_cuts_the_label_before_a_figure() -> None:
+    con, buf = _log(width=80, terminal=True)
+    progress = make_progress(con, total=420)
+    assert isinstance(progress, RunProgress)
+    progress.start(_case(LONG_IMPL, 16384))
+    progress.progress.update(progress.task, advance=123, counts="ok 100 unsupported 20 error 3")
+    con.print(progress.progress.make_tasks_table(progress.progress.tasks))
+    line = buf.getvalue()
+    assert "123/420" in line and "ok 100 unsupported 20 error 3" in line and "eta" in line
 
 
 def test_a_big_run_logs_every_nth_case_and_every_failure() -> None:
