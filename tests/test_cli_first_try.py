@@ -266,3 +266,100 @@ def test_list_and_env_fit_80_columns_without_cutting(
     names = builtin_suites() if args[-1] == "suites" else registry.load()
     for name in names:  # each name whole on one line
         assert any(f" {name} " in line for line in lines), name
+
+
+# --- compare: 80 columns, units that scale, the files it wrote named ----------------------
+
+
+def _two_runs(tmp_path: Any) -> tuple[Any, Any, list[str]]:
+    from test_compare import run_doc, save
+
+    base, cur = run_doc(1, 0.01), run_doc(2, 0.01, scale=1.3)
+    ids = [c["id"] for c in base["cases"]]
+    return save(tmp_path, "base.json", base), save(tmp_path, "cur.json", cur), ids
+
+
+def test_compare_at_80_columns_keeps_each_case_id_on_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from rich.console import Console
+
+    base, cur, ids = _two_runs(tmp_path)
+    monkeypatch.setattr(cli, "_wide_console", lambda: Console(width=80, force_terminal=False))
+    result = runner.invoke(cli.app, ["compare", str(base), str(cur)])
+    assert result.exit_code == 1, result.output  # 30% slower: the gate fails
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in result.stdout and "e-0" not in result.stdout
+    for case_id in ids:
+        assert case_id in lines, case_id  # whole, on a line of its own
+    assert " ms → " in result.stdout or " µs → " in result.stdout  # units that scale
+
+
+def test_compare_names_the_files_it_wrote(tmp_path: Any) -> None:
+    base, cur, _ = _two_runs(tmp_path)
+    md, js = tmp_path / "summary.md", tmp_path / "verdicts.json"
+    args = ["compare", str(base), str(cur), "--markdown", str(md), "--json", str(js)]
+    result = runner.invoke(cli.app, args, env={"COLUMNS": "200"})
+    assert md.is_file() and js.is_file()
+    assert f"Markdown summary: {md}" in result.stdout
+    assert f"verdicts (JSON): {js}" in result.stdout
+
+
+def test_compare_figures_scale_their_units() -> None:
+    from fa_bench.compare.core import Metric
+    from fa_bench.compare.output import _figure
+
+    assert _figure(Metric.TFLOPS, 2.5e-5) == "25.0 MFLOP/s"
+    assert _figure(Metric.LATENCY, 0.0812) == "81.2 µs"
+    assert _figure(Metric.GBPS, 0.412) == "412 MB/s"
+    assert _figure(Metric.PEAK_MEM, 12.0) == "12.0 MiB"
+
+
+# --- report: several inputs need --out; the page written is named -------------------------
+
+
+def _results_files(tmp_path: Any) -> list[Any]:
+    import json
+
+    from report_fixture import two_gpu_docs
+
+    paths = []
+    for i, doc in enumerate(two_gpu_docs()):
+        path = tmp_path / f"r{i}.json"
+        path.write_text(json.dumps(doc.to_json()), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def test_report_merging_several_inputs_requires_out(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    a, b = _results_files(tmp_path)
+    result = runner.invoke(cli.app, ["report", str(a), str(b), "--plotlyjs", "cdn"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "--out" in result.output
+    assert not (tmp_path / "report.html").exists()  # nothing written where nobody asked
+
+
+def test_report_names_the_page_and_counts_in_words(tmp_path: Any) -> None:
+    a, b = _results_files(tmp_path)
+    out = tmp_path / "ab.html"
+    args = ["report", str(a), str(b), "-o", str(out), "--plotlyjs", "cdn"]
+    result = runner.invoke(cli.app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert f"report: {out} (" in result.stdout and "2 runs)" in result.stdout
+    single = runner.invoke(cli.app, ["report", str(a), "--plotlyjs", "cdn"],
+                           env={"COLUMNS": "300"})  # fmt: skip
+    assert single.exit_code == 0, single.output
+    assert f"report: {a.with_name('report.html')}" in single.stdout
+    assert "1 run)" in single.stdout and "run(s)" not in single.stdout
+
+
+def test_plural() -> None:
+    from fa_bench.words import plural
+
+    assert plural(1, "run") == "1 run" and plural(2, "run") == "2 runs"
+    assert plural(1, "entry", "entries") == "1 entry"
+    assert plural(0, "entry", "entries") == "0 entries"

@@ -51,5 +51,8 @@ def compare_command(
             path.write_text(text, encoding="utf-8")
         except OSError as exc:
             return print_error(err_console, f"{flag} {path}: {exc}")
-    console.print(terminal(cmp))
+    console.print(terminal(cmp, width=console.width))
+    for flag, path, _ in outputs:  # after the verdicts: the last lines of a CI log
+        what = "Markdown summary" if flag == "--markdown" else "verdicts (JSON)"
+        console.print(f"{what}: {path}", markup=False, highlight=False, soft_wrap=True)
     return cmp.exit_code

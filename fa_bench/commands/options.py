@@ -426,7 +426,12 @@ ReportInputs = Annotated[
 ]
 ReportOut = Annotated[
     Path | None,
-    _opt("--out", "-o", help="Page to write (default: report.html beside a single input)."),
+    _opt(
+        "--out",
+        "-o",
+        help="Page to write: report.html beside a single input by default; required when "
+        "several inputs are merged.",
+    ),
 ]
 Baseline = Annotated[
     str | None,

@@ -9,6 +9,11 @@ from rich.console import Console
 from rich.text import Text
 
 from fa_bench.errors import UsageError, print_error
+from fa_bench.words import plural
+
+
+class ReportOutRequired(UsageError):
+    """Several inputs merged into one page, and no --out to say where it goes."""
 
 
 def report_command(
@@ -27,11 +32,11 @@ def report_command(
     from fa_bench.sweep.execute import load_sweep
 
     try:
+        out = out or _default_out(inputs)
         found = [(p, _sweep_file(p)) for p in inputs]
         result_paths = [p for p, sweep in found if sweep is None]
         sweeps = [load_sweep(sweep) for _, sweep in found if sweep is not None]
         docs = load_many(result_paths) if result_paths else []
-        out = out or _default_out(inputs)
         path = write_report(docs, out, title=title, baseline=baseline, plotlyjs=plotlyjs,
                             sweeps=sweeps)  # fmt: skip
     except UsageError as exc:
@@ -39,7 +44,9 @@ def report_command(
     except OSError as exc:
         return print_error(err_console, f"cannot write {out}: {exc}")
     size = path.stat().st_size / 2**20
-    console.print(f"report: {path} ({size:.1f} MiB, {len(docs)} run(s))", highlight=False,
+    what = ", ".join(plural(n, noun) for n, noun in ((len(docs), "run"), (len(sweeps), "sweep"))
+                     if n)  # fmt: skip
+    console.print(f"report: {path} ({size:.1f} MiB, {what or 'no runs'})", highlight=False,
                   markup=False)  # fmt: skip
     return 0
 
@@ -80,11 +87,16 @@ def write_run_report(json_path: Path, *, console: Console, err_console: Console)
 
 
 def _default_out(inputs: list[str | os.PathLike]) -> Path:
-    """Beside a single run folder's results; else report.html here. Never overwrite the
-    page being read."""
+    """report.html beside a single input (never over the page being read). Several inputs
+    have no folder of their own: the page's place must be given (--out), not guessed."""
+    if len(inputs) > 1:
+        raise ReportOutRequired(
+            f"report: {plural(len(inputs), 'input')} are merged into one page: say where to "
+            "write it with --out/-o, e.g. -o compare.html"
+        )
     first = Path(inputs[0])
     folder = first if first.is_dir() else first.parent
-    out = folder / "report.html" if len(inputs) == 1 else Path("report.html")
-    if any(Path(p).resolve() == out.resolve() for p in inputs):
+    out = folder / "report.html"
+    if Path(first).resolve() == out.resolve():
         out = out.with_name("report-merged.html")
     return out

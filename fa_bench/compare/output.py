@@ -12,8 +12,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from fa_bench import units
 from fa_bench.compare.core import Comparison, Metric, Row, Verdict
 from fa_bench.results.files import sanitize
+from fa_bench.words import plural
 
 COMPARE_SCHEMA = "fa-bench-compare/1"
 VERDICT_STYLE = {
@@ -29,6 +31,7 @@ VERDICT_STYLE = {
     Verdict.SAME: "dim",
 }
 TERMINAL_ROWS = 60  # beyond this, `same` rows are counted instead of listed
+WIDE = 120  # columns from which the verdicts are one table row per case
 MARKDOWN_ROWS = 50  # per section: a GitHub comment holds at most 65,536 characters
 
 
@@ -44,8 +47,16 @@ def counts(cmp: Comparison) -> dict[str, int]:
     return {v.value: cmp.count(v) for v in Verdict if cmp.count(v)}
 
 
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:.4g}"
+def _figure(metric: Metric, value: float | None) -> str:
+    """A figure with a unit that scales (81.2 µs, 25.0 GFLOP/s), so a CPU run's tiny
+    throughput is not 2.5e-05 and its bandwidth not 0."""
+    if metric is Metric.LATENCY:
+        return units.latency(value)
+    if metric is Metric.TFLOPS:
+        return units.flops(value)
+    if metric is Metric.GBPS:
+        return units.bandwidth(value)
+    return units.mebibytes(None if value is None else value * 2**20)
 
 
 def _change(row: Row) -> str:
@@ -74,40 +85,67 @@ def env_panel(cmp: Comparison) -> Panel | None:
                  style="bold red" if cmp.gpu_mismatch else "yellow")  # fmt: skip
 
 
-def verdict_table(cmp: Comparison) -> Table:
-    """All compared cases, gate failures and the largest changes first."""
+def _shown(cmp: Comparison) -> tuple[Sequence[Row], int]:
+    """The rows to list (past TERMINAL_ROWS, the `same` ones are only counted)."""
     rows: Sequence[Row] = cmp.rows
-    hidden = 0
-    if len(rows) > TERMINAL_ROWS:
-        shown = [r for r in rows if r.verdict is not Verdict.SAME]
-        hidden = len(rows) - len(shown)
-        rows = shown
-    unit = cmp.metric.unit
-    t = Table(
-        title=f"fa-bench compare: {cmp.metric.value} ({unit}), threshold "
-        f"{cmp.thresholds.of(cmp.metric):.1%}, alpha {cmp.thresholds.alpha:g}",
-        caption=f"{hidden} cases 'same' not listed" if hidden else None,
-    )
-    for col, wrap in [("verdict", False), ("case", True), ("status", True),
-                      (f"base {unit}", True), (f"current {unit}", True), ("change", False),
+    if len(rows) <= TERMINAL_ROWS:
+        return rows, 0
+    shown = [r for r in rows if r.verdict is not Verdict.SAME]
+    return shown, len(rows) - len(shown)
+
+
+def _title(cmp: Comparison) -> str:
+    return (f"fa-bench compare: {cmp.metric.value}, threshold "
+            f"{cmp.thresholds.of(cmp.metric):.1%}, alpha {cmp.thresholds.alpha:g}")  # fmt: skip
+
+
+def _not_listed(hidden: int) -> str:
+    return f"{plural(hidden, 'case')} 'same' not listed"
+
+
+def verdict_table(cmp: Comparison) -> Table:
+    """All compared cases, gate failures and the largest changes first: one row each."""
+    rows, hidden = _shown(cmp)
+    t = Table(title=_title(cmp), caption=_not_listed(hidden) if hidden else None)
+    for col, wrap in [("verdict", False), ("case", True), ("status", True), ("baseline", False),
+                      ("current", False), ("change", False),
                       ("confidence / why", True)]:  # fmt: skip
-        numeric = col.startswith(("base ", "current ", "change"))
+        numeric = col in ("baseline", "current", "change")
         t.add_column(col, justify="right" if numeric else "left", no_wrap=not wrap,
                      overflow="fold")  # fmt: skip
     for r in rows:
         style = VERDICT_STYLE[r.verdict]
         t.add_row(Text(r.verdict.value, style), Text(r.key), Text(_status(r)),
-                  _fmt(r.base_value), _fmt(r.cur_value), _change(r), Text(r.reason))  # fmt: skip
+                  _figure(cmp.metric, r.base_value), _figure(cmp.metric, r.cur_value),
+                  _change(r), Text(r.reason))  # fmt: skip
     return t
 
 
-def terminal(cmp: Comparison) -> Group:
+def verdict_lines(cmp: Comparison) -> Group:
+    """The same verdicts for a narrow console (a CI log is 80 columns): each case id on a
+    line of its own, whole, and its verdict and figures on the next."""
+    rows, hidden = _shown(cmp)
+    parts: list = [Text(_title(cmp), style="bold")]
+    for r in rows:
+        parts.append(Text(r.key))  # data, not markup
+        parts.append(Text.assemble(
+            "  ", (r.verdict.value, VERDICT_STYLE[r.verdict]), f"  {_status(r)}  ",
+            f"{_figure(cmp.metric, r.base_value)} → {_figure(cmp.metric, r.cur_value)}",
+            f"  {_change(r)}", f"  {r.reason}" if r.reason else "",
+        ))  # fmt: skip
+    if hidden:
+        parts.append(Text(_not_listed(hidden), style="dim"))
+    return Group(*parts)
+
+
+def terminal(cmp: Comparison, width: int = WIDE) -> Group:
+    """The verdicts, as a table from WIDE columns, else one case per two lines."""
     parts: list = []
     panel = env_panel(cmp)
     if panel is not None:
         parts.append(panel)
-    parts.append(verdict_table(cmp))
-    summary = ", ".join(f"{n} {v}" for v, n in counts(cmp).items())
+    parts.append(verdict_table(cmp) if width >= WIDE else verdict_lines(cmp))
+    summary = ", ".join(f"{n} {v}" for v, n in counts(cmp).items())  # verdicts: no plural
     style = "bold red" if cmp.failing else "bold green"
     parts.append(Text(f"{headline(cmp)}  [{summary}]", style=style))
     return Group(*parts)
@@ -150,13 +188,12 @@ def _md_rows(title: str, rows: Sequence[Row], metric: Metric) -> list[str]:
     if not rows:
         return []
     out = [f"#### {title} ({len(rows)})", "",
-           f"| case | status | baseline {metric.unit} | current {metric.unit} | change "
-           "| confidence / why |",
+           "| case | status | baseline | current | change | confidence / why |",
            "|---|---|--:|--:|--:|---|"]  # fmt: skip
     for r in rows[:MARKDOWN_ROWS]:
         out.append(
-            f"| {_md_code(r.key)} | {_md_escape(_status(r))} | {_fmt(r.base_value)} "
-            f"| {_fmt(r.cur_value)} "
+            f"| {_md_code(r.key)} | {_md_escape(_status(r))} | {_figure(metric, r.base_value)} "
+            f"| {_figure(metric, r.cur_value)} "
             f"| {_change(r)} | {_md_escape(r.reason)} |"
         )
     if len(rows) > MARKDOWN_ROWS:
