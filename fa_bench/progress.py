@@ -194,9 +194,9 @@ class PlainProgress:
         self.counts[status.value] += 1
         problems = _problem_lines(case, status, error, warnings)
         last = self.done_count >= self.total
-        if problems or last or (self.done_count - self.first_done) % self.every == 0:
+        ran = self.done_count - self.first_done  # the first line says the run is alive
+        if problems or last or ran == 1 or ran % self.every == 0:
             elapsed = time.monotonic() - self.started
-            ran = self.done_count - self.first_done
             eta = elapsed / ran * (self.total - self.done_count) if ran else None
             line = progress_line(
                 self.done_count, self.total, status.value, case.id,

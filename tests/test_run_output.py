@@ -198,6 +198,7 @@ def test_a_big_run_logs_every_nth_case_and_every_failure() -> None:
     lines = [x for x in buf.getvalue().splitlines() if x.startswith("[")]
     assert 45 <= len(lines) <= 50
     assert lines[-1].startswith("[470/470]") and any(x.startswith("[  6/470] error") for x in lines)
+    assert lines[0].startswith("[  1/470] ok")
 
 
 # --- why cases did not run, the time limit ----------------------------------------------
