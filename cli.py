@@ -25,6 +25,7 @@ from fa_bench.commands.report import report_command
 from fa_bench.commands.run import RunRequest, run_command
 from fa_bench.commands.surface import is_usage_error, tidy_params, usage_error_message
 from fa_bench.commands.sweep import SweepRequest, sweep_command
+from fa_bench.compare.core import FailOn
 from fa_bench.errors import BUG_EXIT, UsageError, print_error
 from fa_bench.results.files import WRITE_ERROR_EXIT, JournalWriteError
 
@@ -233,7 +234,8 @@ def compare(
     noise and the threshold, or its status regressed."""
     code = compare_command(
         baseline=baseline, current=current, metric=metric, preset=preset.value,
-        thresholds=tuple(threshold or ()), fail_on=tuple(fail_on or ()), case_filter=filter_,
+        thresholds=tuple(threshold or ()), case_filter=filter_,
+        fail_on=tuple(FailOn(v) for v in choice_items("--fail-on", fail_on, FailOn)),
         markdown_out=markdown, json_out=json_out, allow_env_mismatch=allow_env_mismatch,
         console=_wide_console(), err_console=err_console,
     )  # fmt: skip

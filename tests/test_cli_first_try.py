@@ -363,3 +363,13 @@ def test_plural() -> None:
     assert plural(1, "run") == "1 run" and plural(2, "run") == "2 runs"
     assert plural(1, "entry", "entries") == "1 entry"
     assert plural(0, "entry", "entries") == "0 entries"
+
+
+def test_compare_fail_on_takes_a_comma_list(tmp_path: Any) -> None:
+    base, cur, _ = _two_runs(tmp_path)
+    ok = runner.invoke(cli.app, ["compare", str(base), str(base), "--fail-on", "new,missing",
+                                 "--fail-on", "ambiguous"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    bad = runner.invoke(cli.app, ["compare", str(base), str(cur), "--fail-on", "new,worse"])
+    assert bad.exit_code == 2, bad.output
+    assert bad.output.startswith("error: --fail-on: 'worse' is not one of: slower, status")

@@ -485,10 +485,11 @@ MarkdownOut = Annotated[
 ]
 JsonOut = Annotated[Path | None, _opt("--json", help="Write the verdicts as JSON.")]
 FailOnOpt = Annotated[
-    list[FailOn] | None,
+    list[str] | None,
     _opt(
         "--fail-on",
-        help="Also fail (exit 1) on these verdicts; repeatable. slower and status "
+        metavar=metavar(FailOn),
+        help="Also fail (exit 1) on these verdicts; repeatable or a comma list. slower and status "
         "(ok → mismatch, ok → oom, ...) always fail.",
     ),
 ]
