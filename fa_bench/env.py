@@ -19,6 +19,24 @@ def _triton_version() -> str | None:
     return triton.__version__
 
 
+# Other projects' kernels that fa-bench runs when installed (fa_bench/kernels/peers.py),
+# and what they are built on, by pip name: their versions go into every results file.
+PEER_PACKAGES = ("flash-attn-4", "nvidia-cutlass-dsl", "flash-attn", "xformers")
+
+
+def package_versions(names: tuple[str, ...] = PEER_PACKAGES) -> dict[str, str | None]:
+    """Each pip distribution's installed version, None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def nvidia_driver() -> tuple[str | None, str | None]:
     """(driver version, reason it is unknown)."""
     try:
@@ -66,6 +84,7 @@ def collect_env(device: object | None = None) -> dict:
         "fa_bench": __version__,
         "torch": torch.__version__,
         "triton": _triton_version(),
+        "packages": package_versions(),
         "cuda": torch.version.cuda,
         "cudnn": cudnn,
         "driver": driver,

@@ -195,7 +195,14 @@ def _members(enum: type[Mode] | type[DType], values: Iterable, key: str, name: s
 
 # The adapters of the built-in implementations; importing one registers it. They live
 # with the kernels (kernels/ installs as fa_bench.kernels), which do not import them.
-BUILTIN = ("fa_bench.kernels.reference", "fa_bench.kernels.triton_impl")
+BUILTIN = (
+    "fa_bench.kernels.reference",
+    "fa_bench.kernels.triton_impl",
+    # Other projects' kernels, when their (optional) packages are installed.
+    "fa_bench.kernels.fa4_impl",
+    "fa_bench.kernels.flash_attn_impl",
+    "fa_bench.kernels.xformers_impl",
+)
 
 
 ENTRY_POINT_GROUP = "fa_bench.impls"

@@ -53,6 +53,7 @@ def _env_rows(doc: ResultsDoc, label: str) -> list[tuple[str, str]]:
     rows = [("GPU", label)]
     for key in ("hostname", "driver", "torch", "triton", "cuda", "cudnn", "python", "platform"):
         rows.append((key, _env_value(env, key)))
+    rows += peer_packages(env)
     rows.append(("fa-bench", f"{run.get('fa_bench', '–')} ({run.get('git_sha') or 'no git'})"))
     rows.append(("started", str(run.get("started") or "–")))
     rows.append(("ended", str(run.get("ended") or "–")))
@@ -67,7 +68,17 @@ def where_line(doc: ResultsDoc, label: str) -> list[str]:
     env = doc.env
     items = [f"GPU {label}"]
     items += [f"{k} {_env_value(env, k)}" for k in _WHERE_KEYS if env.get(k) is not None]
-    return items
+    return items + [f"{name} {version}" for name, version in peer_packages(env)]
+
+
+def peer_packages(env: dict) -> list[tuple[str, str]]:
+    """The installed peers' packages the run recorded (env.packages: pip name -> version,
+    null when not installed; fa_bench/env.py), as (name, version); an older results file
+    has none, and anything but strings is left out rather than failing the page."""
+    packages = env.get("packages")
+    if not isinstance(packages, dict):
+        return []
+    return [(str(k), v) for k, v in packages.items() if isinstance(v, str) and v]
 
 
 def run_notes(doc: ResultsDoc) -> list[str]:
