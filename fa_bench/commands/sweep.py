@@ -31,6 +31,7 @@ from fa_bench.sweep.precompile import compile_phase
 from fa_bench.sweep.progress import SweepProgress, show_best
 from fa_bench.sweep.space import Point, SweepSpace
 from fa_bench.sweep.vocab import SWEEP_MODES
+from fa_bench.words import plural
 
 _DEFAULT_OUT = Path("fa-bench-out")
 _SPACE = SweepSpace()  # the default space on a GPU: its axes are the flags' defaults
@@ -94,7 +95,7 @@ def check_device(req: SweepRequest, device: str) -> None:
             "speed, and on a CPU the kernel runs in Triton's interpreter (numpy), whose "
             "timings say nothing about any GPU. To check that the sweep works here, pass "
             "--device cpu: it sweeps a tiny space (--block-m 16,32 --block-n 16,32 --warps 4 "
-            "--stages 1) over the smoke suite's shapes, about two minutes (docs/sweep.md)"
+            "--stages 1) over the smoke suite's shapes, a few minutes (docs/sweep.md)"
         )
 
 
@@ -230,7 +231,8 @@ def _announce(plan: SweepPlan, out: Path, done: dict[str, dict], console: Consol
         f"{sum(not p.pruned for p in points)} to measure, {pruned_summary(points)} "
         f"→ {out}")  # fmt: skip
     if done:
-        say(f"resuming: {len(done)} points already in the journal, {len(measure)} to measure")
+        say(f"resuming: {len(done)} points already in the journal, {len(measure)} to measure"
+            + ("" if measure else " (sweep.json is written again from them)"))  # fmt: skip
     groups = len(compile_groups(left)) if run["compile_jobs"] else 0
     say(describe_estimate(len(measure), groups, run["compile_jobs"], plan.options,
                           run["budget_minutes"]))  # fmt: skip
@@ -329,8 +331,8 @@ def _save_best(
     except (tuning.TuningCacheError, OSError) as exc:
         print_error(err_console, f"--save-best: {exc}")
         return False
-    console.print(f"tuning cache: {len(entries)} entries saved to {cache_path}; "
-                  f"{len(stay)} keys keep the heuristic (best within "
+    console.print(f"tuning cache: {plural(len(entries), 'entry', 'entries')} saved to "
+                  f"{cache_path}; {plural(len(stay), 'key')} keep the heuristic (best within "
                   f"{min_gain_pct:g}% of it, --min-gain)", markup=False)  # fmt: skip
     return True
 

@@ -145,7 +145,11 @@ def describe_estimate(
             "most configs stop sooner, at --target-noise. It assumes no config reaches "
             f"--timeout {options.timeout_s:g} s")  # fmt: skip
     if options.device == "cpu":
-        line += " and small cases: the interpreter's accuracy check grows with the sequence"
+        # A config stops at --max-time only after 2 timed calls, plus a warm-up call and
+        # the accuracy check's: in the interpreter one call can take a second or more.
+        line += (f", and calls shorter than about {timing.max_time_s / 4:g} s: each config "
+                 "makes at least four, and in the interpreter one can take seconds; the "
+                 "progress lines' eta follows the real pace")  # fmt: skip
     if budget_minutes is not None:
         line += f"; --budget-minutes {budget_minutes:g} stops it by then, keeping every row"
     return line + "."
