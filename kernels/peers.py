@@ -15,6 +15,7 @@ the input they got, so gradients come back in the runner's layout without a copy
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -99,7 +100,10 @@ def load(peer: Peer) -> Callable:
     if reason is not None:
         raise Unsupported(reason)
     try:
-        module = importlib.import_module(peer.module)
+        # Anything the import prints goes to stderr: `list impls --json` and `env --json`
+        # ask for availability, and their stdout is one JSON document.
+        with contextlib.redirect_stdout(sys.stderr):
+            module = importlib.import_module(peer.module)
         return getattr(module, peer.attr)
     except Exception as exc:  # anything an import can raise (ImportError, OSError, ...)
         raise Unsupported(f"{peer.module} is installed but {_failure(exc)}") from exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,10 +54,14 @@ needs_absent = pytest.mark.skipif(
 
 
 @pytest.fixture
-def no_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """sys.modules without any flash_attn/xformers entry (restored afterwards)."""
+def no_fakes() -> Iterator[None]:
+    """sys.modules without any flash_attn/xformers entry, as it was afterwards (what a
+    test imported or faked there is gone, what was there is back)."""
+    saved = {name: sys.modules.pop(name) for name in FAKE_NAMES if name in sys.modules}
+    yield
     for name in FAKE_NAMES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
+        sys.modules.pop(name, None)
+    sys.modules.update(saved)
 
 
 @pytest.fixture
@@ -417,3 +422,17 @@ def test_report_header_names_the_installed_peer_versions() -> None:
     assert "<dt>flash-attn-4</dt><dd>4.0.0b36</dd>" in page  # the environment section
     doc.env["packages"] = ["not", "a", "mapping"]  # a hand-edited file: no versions, no error
     assert "<dt>flash-attn-4</dt>" not in render([doc], plotlyjs="cdn")
+
+
+def test_what_an_import_prints_stays_off_stdout(
+    tmp_path: Path, no_fakes: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """`list impls --json` prints one JSON document: a chatty package import must not
+    land in it."""
+    chatty = _package(tmp_path, {"flash_attn/cute/__init__.py":
+                                 "print('compiling...')\nflash_attn_func = print\n"})  # fmt: skip
+    monkeypatch.syspath_prepend(str(chatty))
+    _gpu(monkeypatch, (9, 0))
+    assert registry.get("fa4").unavailable_reason() is None
+    out, err = capsys.readouterr()
+    assert out == "" and "compiling..." in err
