@@ -321,7 +321,7 @@ def _execute(
         if merged is None:
             err_console.print(Text(f"interrupted while merging; this part's results are in "
                                    f"{parts[0].out}", style="yellow"))  # fmt: skip
-            return 130
+            return guard.exit_code
         missing = merged.missing
         json_path, csv_path = write_results(out, merged.doc)
         records = merged.doc.cases
@@ -330,7 +330,7 @@ def _execute(
                   soft_wrap=True)  # fmt: skip
     if missing:
         err_console.print(f"[red]missing {kind}s[/]: {missing} did not finish in time")
-    # A Ctrl-C beyond the one that stopped the cases came while the results were written.
+    # A signal beyond the one that stopped the cases came while the results were written.
     extra = guard.count - (1 if interrupted else 0) > 0
     interrupted = interrupted or extra
     report = None
@@ -338,8 +338,8 @@ def _execute(
         report = _report(json_path, guard, extra, console=console, err_console=err_console)
     if interrupted:
         kept = f": {len(records)} of {total} cases kept; finish with: fa-bench run --resume {out}"
-        err_console.print(Text.assemble(("interrupted", "yellow"), kept))
-        code = 130
+        err_console.print(Text.assemble((guard.headline, "yellow"), kept))
+        code = guard.exit_code  # 128 + the signal: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     else:
         code = 1 if missing else exit_code(records)
     if req.json:
@@ -375,7 +375,7 @@ def _report(json_path: Path, guard: InterruptGuard, skip: bool, *, console: Cons
     so the page is what gives way (`fa-bench report` writes it later)."""
     from fa_bench.commands.report import write_run_report
 
-    skipped = Text(f"report skipped (Ctrl-C); write it with: fa-bench report {json_path}",
+    skipped = Text(f"report skipped ({guard.reason}); write it with: fa-bench report {json_path}",
                    style="yellow")  # fmt: skip
     if skip:
         err_console.print(skipped)

@@ -127,7 +127,12 @@ class Worker:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         # The options whole; plugin_path is where the caller stood (a plugin given as a
         # bare module name is found there), since the worker runs in the output folder.
-        args = {"options": opts.to_dict(), "plugin_path": opts.plugin_dir or os.getcwd()}
+        # parent_pid: the worker exits when this process dies (fa_bench.run.lifeline).
+        args = {
+            "options": opts.to_dict(),
+            "plugin_path": opts.plugin_dir or os.getcwd(),
+            "parent_pid": os.getpid(),
+        }
         self.log_path = Path(workdir) / WORKER_LOG
         trim_log(self.log_path)
         self._log = open(self.log_path, "ab")

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from fa_bench.run.lifeline import Lifeline, quit_quietly
+
 if TYPE_CHECKING:
     from fa_bench.results.record import CaseRecord
 
@@ -30,6 +32,8 @@ def _protocol_stream():
 
 def main(argv: list[str] | None = None) -> int:
     args = json.loads((argv if argv is not None else sys.argv[1:])[0])
+    # First, before torch's import: a runner that dies from here on takes the worker along.
+    lifeline = Lifeline(args.get("parent_pid")).start()
     proto = _protocol_stream()
 
     import torch
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before the first case: a device copy calibrates NVML's GB/s against bytes / time.
     env["telemetry"] = {**session.describe(), "calibration": session.calibrate(device)}
     proto.write(json.dumps({"op": "ready", "env": env}) + "\n")
-    for line in sys.stdin:
+    for line in lifeline.messages():
         msg = json.loads(line)
         if msg.get("op") == "exit":
             break
@@ -92,4 +96,7 @@ def result_line(record: CaseRecord) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the runner went away mid-write: nobody to tell, no traceback
+        quit_quietly()
