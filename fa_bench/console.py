@@ -29,6 +29,7 @@ from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old 
     progress_line,
 )
 from fa_bench.results.record import CaseRecord
+from fa_bench.words import plural
 
 PER_CASE_LIMIT = 40
 MARK = "*"  # beside a median that stopped at the time limit above the noise target
@@ -152,7 +153,7 @@ def _grouped(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
                      str(c["unsupported"]), Text(str(failed), "red" if failed else ""),
                      med, best])  # fmt: skip
         counts = ", ".join(f"{n} {s}" for s, n in sorted(c.items()))
-        blocks.append(Text(f"{impl} {mode} {dtype}: {len(rs)} cases ({counts}); "
+        blocks.append(Text(f"{impl} {mode} {dtype}: {plural(len(rs), 'case')} ({counts}); "
                            f"median {med}, best {best}"))  # fmt: skip
     title = "Results by implementation, mode and dtype"
     table = fit_table(title, _GROUP_COLS, rows, width)

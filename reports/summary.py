@@ -12,6 +12,7 @@ from fa_bench.case import Status
 from fa_bench.reports.figures import FAILED
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.reports.speedup import shape_key, speedups
+from fa_bench.words import plural
 
 _MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 
@@ -34,7 +35,8 @@ def _counts(merged: Merged) -> str:
     if failed:
         parts.append(f"{failed} failed")
     impls = ", ".join(merged.impls)
-    return f"{len(merged.cases)} cases of {impls} on {_join(merged.gpus)}: {', '.join(parts)}."
+    cases = plural(len(merged.cases), "case")
+    return f"{cases} of {impls} on {_join(merged.gpus)}: {', '.join(parts)}."
 
 
 def _speedup_sentences(merged: Merged, baseline: str) -> list[str]:
@@ -75,7 +77,7 @@ def _leaders(merged: Merged) -> str | None:
         return None
     wins = Counter(best[k][1].record.impl for k in contested)
     ordered = [f"{impl} in {n}" for impl, n in wins.most_common()]
-    return f"Fastest per shape: {_join(ordered)} of {len(contested)} shapes compared."
+    return f"Fastest per shape: {_join(ordered)} of {plural(len(contested), 'shape')} compared."
 
 
 def _oom_sentences(merged: Merged) -> list[str]:
@@ -96,7 +98,8 @@ def _failure_sentence(merged: Merged) -> list[str]:
     if not failed:
         return []
     detail = ", ".join(f"{n} {s}" for s, n in sorted(failed.items()))
-    return [f"{sum(failed.values())} cases failed ({detail}): see the failures list below."]
+    cases = plural(sum(failed.values()), "case")
+    return [f"{cases} failed ({detail}): see the failures list below."]
 
 
 def _time_limit_sentence(merged: Merged) -> list[str]:

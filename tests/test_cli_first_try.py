@@ -373,3 +373,12 @@ def test_compare_fail_on_takes_a_comma_list(tmp_path: Any) -> None:
     bad = runner.invoke(cli.app, ["compare", str(base), str(cur), "--fail-on", "new,worse"])
     assert bad.exit_code == 2, bad.output
     assert bad.output.startswith("error: --fail-on: 'worse' is not one of: slower, status")
+
+
+def test_counted_nouns_in_messages_agree_with_their_count(tmp_path: Any) -> None:
+    from fa_bench.results.files import JournalScan
+
+    one = JournalScan(bad=[(3, "not JSON")]).warning(tmp_path / "journal.jsonl")
+    assert one is not None and "skipped 1 unreadable line (" in one and "(s)" not in one
+    two = JournalScan(bad=[(3, "x"), (5, "y")]).warning(tmp_path / "journal.jsonl")
+    assert two is not None and "skipped 2 unreadable lines (" in two

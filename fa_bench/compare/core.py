@@ -36,6 +36,7 @@ from fa_bench.compare.match import (
 )
 from fa_bench.compare.stats import mann_whitney_p, quantile
 from fa_bench.results.record import CaseRecord, ResultsDoc
+from fa_bench.words import plural
 
 
 class Metric(str, Enum):
@@ -346,7 +347,7 @@ def _check_comparable(rows: list[Row], metric: Metric) -> None:
     )
     detail = ", ".join(f"{n} {what}" for what, n in sorted(why.items()))
     raise CompareError(
-        f"nothing comparable: none of the {len(rows)} cases common to both inputs has a "
+        f"nothing comparable: none of the {plural(len(rows), 'case')} common to both inputs has a "
         f"usable {metric.value} measurement on both sides ({detail})"
     )
 

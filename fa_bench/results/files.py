@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
+from fa_bench.words import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,7 +92,8 @@ class JournalScan:
         numbers = [n for n, _ in self.bad]
         shown = ", ".join(map(str, numbers[:10])) + (", ..." if len(numbers) > 10 else "")
         return (
-            f"{path}: skipped {len(self.bad)} unreadable line(s) (line{'s' * (len(numbers) > 1)} "
+            f"{path}: skipped {plural(len(self.bad), 'unreadable line')} "
+            f"(line{'s' * (len(numbers) > 1)} "
             f"{shown}; line "
             f"{self.bad[0][0]}: {self.bad[0][1]}); the cases they held run again"
         )

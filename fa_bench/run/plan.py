@@ -61,7 +61,7 @@ def new_plan(
     cases: Sequence[Case], options: RunOptions, suites: list[dict], argv: list[str]
 ) -> Plan:
     if not cases:
-        raise PlanError("the suite(s) and flags select no case")
+        raise PlanError("the chosen suites and flags select no case")
     run = {
         "id": uuid.uuid4().hex[:12],
         "started": now_iso(),

@@ -29,6 +29,7 @@ from fa_bench.results.files import append_journal, read_journal
 from fa_bench.results.record import CaseRecord, GpuRef, Placement
 from fa_bench.run.timing import TimingConfig, worker_threads
 from fa_bench.sweep import tuning
+from fa_bench.words import plural
 
 WORKER_LOG = "worker.log"
 WORKER_LOG_MAX = 16 << 20  # worker.log is cut back to its tail past this, at a worker start
@@ -246,7 +247,7 @@ def _visible_device(gpu: int) -> str:
     if visible:
         ids = [s.strip() for s in visible.split(",") if s.strip()]
         if gpu >= len(ids):
-            raise ValueError(f"--gpu {gpu}: only {len(ids)} GPU(s) visible ({visible})")
+            raise ValueError(f"--gpu {gpu}: only {plural(len(ids), 'GPU')} visible ({visible})")
         return ids[gpu]
     return str(gpu)
 

@@ -26,6 +26,7 @@ from multiprocessing import active_children, get_context
 from typing import TYPE_CHECKING
 
 from fa_bench.sweep.space import Point
+from fa_bench.words import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -183,9 +184,11 @@ def compile_phase(
             deadline_s=compile_deadline(budget_s, options.timeout_s, n, jobs),
             on_progress=lambda done, _: bar.update(task, completed=done),
         )  # fmt: skip
-    console.print(f"compiled {summary.get('built', 0)} configs ({n} groups) with {jobs} "
-                  f"processes in {summary['wall_s']:.0f} s; {summary.get('failed', 0)} "
-                  "failed and are left to the timing worker")  # fmt: skip
+    procs = plural(jobs, "process", "processes")
+    console.print(f"compiled {plural(summary.get('built', 0), 'config')} "
+                  f"({plural(n, 'group')}) with {procs} in {summary['wall_s']:.0f} s; "
+                  f"{summary.get('failed', 0)} failed and are left to the timing "
+                  "worker")  # fmt: skip
     if summary["stopped"]:
         err_console.print(Text.assemble(("warning:", "yellow"), " compile phase stopped early "
                                         f"({summary['stopped']}); the timing worker builds "
