@@ -173,9 +173,11 @@ def test_resume_finishes_an_interrupted_sweep_with_each_config_once(
 def test_resume_takes_the_sweeps_own_options_and_refuses_others(
     tmp_path: Path, fake: type[FakeRunner]
 ) -> None:
-    out = tmp_path / "s"
+    out, cache = tmp_path / "s", tmp_path / "tuning.json"
     fake.interrupt_after = 1
-    assert _sweep(*SMALL, "--max-time", "0.05", "--out", str(out))[0] == 130
+    save = ["--save-best", "--min-gain", "0", "--tuning-cache", str(cache)]
+    assert _sweep(*SMALL, *save, "--max-time", "0.05", "--out", str(out))[0] == 130
+    assert not cache.exists()  # an interrupted sweep saves nothing: its best is not known
     code, text = _sweep("sweep", "--resume", str(out), "--seqlen", "128", "--block-m", "64")
     assert code == 2, text
     assert "drop --seqlen, --block-m" in text
@@ -193,6 +195,9 @@ def test_resume_takes_the_sweeps_own_options_and_refuses_others(
     assert code == 0, text
     doc = _doc(out)
     assert doc["run"]["timing"]["max_time_s"] == 0.05 and doc["run"]["budget_minutes"] == 5
+    # --save-best of the plan, done when the sweep is complete
+    entries = json.loads(cache.read_text())["entries"]
+    assert [e["config"]["block_m"] for e in entries] == [16]
 
 
 def test_comma_lists_and_repeated_flags_plan_the_same_sweep(

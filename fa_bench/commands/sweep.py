@@ -168,11 +168,13 @@ def _new_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
     out = req.out or _DEFAULT_OUT / f"{now_iso().replace(':', '')}-sweep"
     lock = _claim_out(out)
     jobs = default_jobs(device) if req.compile_jobs is None else req.compile_jobs
+    # Absolute: a --resume from another folder saves to the same cache.
+    cache = str(cache_path.absolute()) if cache_path else None
     run = {"started": now_iso(), "argv": list(req.argv), "device": device,
            "smem_limit_bytes": smem, "space": space.to_dict(), "rules": req.rules,
            "budget_minutes": req.budget_minutes, "save_best": req.save_best,
-           "min_gain_pct": req.min_gain_pct, "compile_jobs": jobs,
-           "tuning_cache": str(cache_path) if cache_path else None, "resumed": []}  # fmt: skip
+           "min_gain_pct": req.min_gain_pct, "compile_jobs": jobs, "tuning_cache": cache,
+           "resumed": []}  # fmt: skip
     plan = SweepPlan(run=run, options=opts, points=points)
     write_plan(out, plan)
     return plan, out, lock
