@@ -45,6 +45,7 @@ from fa_bench.run.plan import (
 from fa_bench.run.preflight import cannot_run
 from fa_bench.run.runner import RunOptions
 from fa_bench.sweep import tuning
+from fa_bench.words import plural
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def resolve_device(requested: str, gpu: int | None) -> str:
     if has_cuda:
         count = torch.cuda.device_count()
         if gpu is not None and gpu >= count:
-            raise PlanError(f"--gpu {gpu}: only {count} GPU(s) visible (valid: 0..{count - 1})")
+            seen = plural(count, "GPU")
+            raise PlanError(f"--gpu {gpu}: only {seen} visible (valid: 0..{count - 1})")
         return "cuda"
     if gpu is not None:
         raise PlanError(f"--gpu {gpu}: no CUDA device is visible")
@@ -248,7 +250,8 @@ def _announce(
     where = {"single": "", "gpu": f" on GPUs {', '.join(str(p.index) for p in parts)}",
              "rank": f" as rank {rank.rank} of {rank.world_size}"}[kind]  # fmt: skip
     mode = f" ({'spread' if spread else 'replicate'})" if kind != "single" else ""
-    console.print(f"{total} cases ({done} already done){where}{mode} → {out}", markup=False)
+    console.print(f"{plural(total, 'case')} ({done} already done){where}{mode} → {out}",
+                  markup=False)  # fmt: skip
     opts, longest = parts[0].plan.options, max(len(p.plan.cases) for p in parts)  # in parallel
     guess = estimate_s(
         min(longest, total - done), opts.timing, opts.telemetry and opts.device == "cuda"
