@@ -91,13 +91,13 @@ def collect_env(device: object | None = None) -> dict:
         "driver_note": driver_note,
         "device": str(device) if device is not None else None,
         "gpus": gpus,
-        **cpu_threads(),
     }
 
 
 def cpu_threads() -> dict:
     """The threads CPU work ran with (the worker sets them: fa_bench.run.timing's
-    worker_threads), and the OpenMP/MKL settings it started with (None: unset)."""
+    worker_threads), and the OpenMP/MKL settings it started with (None: unset). The
+    worker's env only: in `fa-bench env` this process's count would say nothing of a run."""
     import torch
 
     return {

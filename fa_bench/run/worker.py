@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fa_bench import registry
     from fa_bench.case import Case
-    from fa_bench.env import collect_env
+    from fa_bench.env import collect_env, cpu_threads
     from fa_bench.run.execute import ExecOptions, run_case
     from fa_bench.run.runner import RunOptions
     from fa_bench.run.timing import worker_threads
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         check_accuracy=options.check_accuracy,
         telemetry=session,
     )
-    env = collect_env(device)
+    env = {**collect_env(device), **cpu_threads()}
     # Before the first case: a device copy calibrates NVML's GB/s against bytes / time.
     env["telemetry"] = {**session.describe(), "calibration": session.calibrate(device)}
     proto.write(json.dumps({"op": "ready", "env": env}) + "\n")
