@@ -343,7 +343,7 @@ def test_fake_peers_through_fa_bench_run(tmp_path: Path) -> None:
     )
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "fa_bench.cli", "run", "--suite", str(suite), "--out", str(out),
-           "--plugin", str(HERE / "plugins" / "fake_peers.py"), "--no-report", *FAST]  # fmt: skip
+           "--plugin", str(HERE / "plugins" / "fake_peers.py"), *FAST]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     cases = json.loads((out / "results.json").read_text())["cases"]
@@ -351,6 +351,12 @@ def test_fake_peers_through_fa_bench_run(tmp_path: Path) -> None:
     bad = [(c["id"], c["status"], c.get("error")) for c in cases if c["status"] != "ok"]
     assert not bad
     assert all(c["accuracy"]["passed"] for c in cases)
+    # The report and compare take the new implementations like any other.
+    page = (out / "report.html").read_text()
+    assert all(f"{name}-fake" in page for name in PEERS)
+    compared = CliRunner().invoke(app, ["compare", str(out), str(out)], env={"COLUMNS": "200"})
+    assert compared.exit_code == 0, compared.output
+    assert all(f"{name}-fake" in compared.output for name in PEERS)
 
 
 # ---------------------------------------------------------------------------------------
