@@ -319,3 +319,48 @@ def test_closing_the_terminal_keeps_results(tmp_path: Path, tiny_suite) -> None:
     assert partial.run["interrupted"] is True and 1 <= len(partial.cases) < 4
     workers = set(pids(tmp_path / "pids"))
     assert wait_until(lambda: not any(alive(p) for p in workers), 5), workers
+
+
+@pytest.mark.slow
+def test_a_stop_signal_in_the_compile_phase_stops_the_builds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep's builders are stopped with it (terminated), not waited for."""
+    from fa_bench.sweep import precompile as sweep_compile
+    from fa_bench.sweep.space import SweepSpace, sweep_points
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen: list = []  # the processes the phase stopped
+
+    def children() -> list:
+        kids = real()
+        seen.extend(kids)
+        return kids
+
+    def stopped(*args: object, **kw: object) -> None:
+        time.sleep(0.5)  # the builders have started (they are importing torch)
+        raise Interrupted(signal.SIGTERM)
+
+    real = sweep_compile.active_children
+    monkeypatch.setattr(sweep_compile, "active_children", children)
+    monkeypatch.setattr(sweep_compile, "_collect", stopped)
+    space = SweepSpace(block_m=(16, 32), block_n=(16,), warps=(4,), stages=(1,))
+    case = Case("triton", "fwd", "fp32", 1, 2, 2, 40, 40, 16, False)
+    points = sweep_points([case], space, capability=None, smem_limit_bytes=None,
+                          with_rules=False)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        sweep_compile.precompile(sweep_compile.compile_groups(points), device="cpu", gpu=None,
+                                 jobs=2)  # fmt: skip
+    assert seen and all(p.exitcode == -signal.SIGTERM for p in seen)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_a_sweep_builder_dies_with_the_sweep() -> None:
+    """The builders' initializer asks for the parent-death signal (prctl's own answer)."""
+    code = ("import ctypes; from fa_bench.sweep.precompile import _init; _init(None); "
+            "v = ctypes.c_int(); ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); "
+            "print(v.value)")  # fmt: skip
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert got.stdout.strip() == str(int(signal.SIGKILL)), got.stderr

@@ -19,12 +19,14 @@ compiles, the rest mostly hit the process's own cache.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from multiprocessing import active_children, get_context
 from typing import TYPE_CHECKING
 
+from fa_bench.run.lifeline import set_death_signal
 from fa_bench.sweep.space import Point
 from fa_bench.words import plural
 
@@ -57,6 +59,10 @@ def compile_groups(points: Sequence[Point]) -> list[list[Point]]:
 
 
 def _init(gpu: int | None) -> None:
+    # A builder dies with the sweep (fa_bench.run.lifeline), and leaves a terminal's
+    # Ctrl-C to it: the sweep stops the builds (terminate) and reports the stop once.
+    set_death_signal()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Before torch is imported in this process, as the timing worker pins its GPU.
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -119,6 +125,9 @@ def precompile(
         summary["stopped"] = _collect(pending, built, deadline_at, len(groups), on_progress)
     except Exception as exc:  # a broken pool must not cost the sweep its measurements
         summary["stopped"] = f"{type(exc).__name__}: {exc}"[:300]
+    except KeyboardInterrupt:  # a stop signal: the builds stop now, not when they finish
+        summary["stopped"] = "interrupted"
+        raise
     finally:
         if summary["stopped"]:
             # Builds still running would compete with the timing for CPU and GPU. The pool
