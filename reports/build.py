@@ -54,6 +54,8 @@ def _env_rows(doc: ResultsDoc, label: str) -> list[tuple[str, str]]:
     for key in ("hostname", "driver", "torch", "triton", "cuda", "cudnn", "python", "platform"):
         rows.append((key, _env_value(env, key)))
     rows += peer_packages(env)
+    if env.get("cpu_threads") is not None:  # the worker's (fa_bench/env.py cpu_threads)
+        rows.append(("CPU threads", _threads(env)))
     rows.append(("fa-bench", f"{run.get('fa_bench', '–')} ({run.get('git_sha') or 'no git'})"))
     rows.append(("started", str(run.get("started") or "–")))
     rows.append(("ended", str(run.get("ended") or "–")))
@@ -68,7 +70,14 @@ def where_line(doc: ResultsDoc, label: str) -> list[str]:
     env = doc.env
     items = [f"GPU {label}"]
     items += [f"{k} {_env_value(env, k)}" for k in _WHERE_KEYS if env.get(k) is not None]
+    if doc.run.get("device") == "cpu" and env.get("cpu_threads") is not None:
+        items.append(f"CPU threads {_threads(env)}")  # CPU timings depend on it
     return items + [f"{name} {version}" for name, version in peer_packages(env)]
+
+
+def _threads(env: dict) -> str:
+    omp = env.get("omp_num_threads")
+    return str(env["cpu_threads"]) + (f" (OMP_NUM_THREADS={omp})" if omp else "")
 
 
 def peer_packages(env: dict) -> list[tuple[str, str]]:

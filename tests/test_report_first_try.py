@@ -161,3 +161,10 @@ def test_time_limited_case_is_flagged_in_the_report() -> None:
     assert sum(note in h for h in hovers) == 1
     page = render([doc], plotlyjs="cdn")
     assert note in page and "1 case stopped at the time limit" in page
+
+
+def test_cpu_run_header_names_its_threads() -> None:
+    doc = _cpu_doc([_case("naive", "fwd", 2, 2, 128, False)])
+    doc.env.update(cpu_threads=1, omp_num_threads="1")
+    page = render([doc], plotlyjs="cdn")
+    assert "CPU threads 1 (OMP_NUM_THREADS=1)" in page
