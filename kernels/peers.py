@@ -142,16 +142,19 @@ def bshd(t: torch.Tensor) -> torch.Tensor:
 
 
 def warm_up(fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
-            v: torch.Tensor, backward: bool) -> None:  # fmt: skip
+            v: torch.Tensor, backward: bool,
+            refusals: tuple[type[BaseException], ...] = (AssertionError,)) -> None:  # fmt: skip
     """One call (and backward) now: JIT compilation happens here, outside the timed span,
-    and a case the kernel refuses with an assertion (FA4 checks its inputs with `assert`)
-    becomes `Unsupported` with the kernel's own words, not an error per case."""
+    and a case the kernel refuses (FA4 checks its inputs with `assert`, xFormers raises
+    NotImplementedError when none of its kernels takes the inputs: `refusals`) becomes
+    `Unsupported` with the kernel's own words, not an error per case."""
     args = [t.detach().requires_grad_(backward) for t in (q, k, v)]
     try:
         out = fn(*args)
         if backward:
             out.backward(torch.ones_like(out))
-    except AssertionError as exc:
-        raise Unsupported(f"the kernel refused this case: {exc}") from exc
+    except refusals as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unsupported(f"the kernel refused this case: {first}") from exc
     if q.device.type == "cuda":
         torch.cuda.synchronize(q.device)

@@ -442,3 +442,22 @@ def test_what_an_import_prints_stays_off_stdout(
     assert registry.get("fa4").unavailable_reason() is None
     out, err = capsys.readouterr()
     assert out == "" and "compiling..." in err
+
+
+def test_xformers_without_a_kernel_for_the_case_is_unsupported(
+    fakes: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_operator(*args: object, **kwargs: object) -> None:
+        raise NotImplementedError(
+            "No operator found for `memory_efficient_attention_forward` with inputs:\n"
+            "     query       : shape=(1, 8, 4, 16) (torch.float32)"
+        )
+
+    monkeypatch.setattr(sys.modules["xformers.ops"], "memory_efficient_attention", no_operator)
+    monkeypatch.setitem(registry._REGISTRY, "xformers-fake", _fake_impl("xformers"))
+    record = run_case(Case("xformers-fake", "fwd", "fp32", 1, 4, 4, 8, 8, 16, True), CPU, QUICK)
+    assert record.status is Status.UNSUPPORTED
+    assert record.error == (
+        "the kernel refused this case: No operator found for "
+        "`memory_efficient_attention_forward` with inputs:"
+    )
