@@ -40,6 +40,20 @@ CLI = [sys.executable, "-c", "from fa_bench.cli import main; main()"]
 STOPS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 
 
+@pytest.fixture(autouse=True)
+def _unhandled_signals_fail_the_test():
+    """An in-process SIGTERM or SIGHUP that fa-bench does not handle fails the test
+    instead of killing pytest (their default action)."""
+
+    def fail(signum: int, frame: object) -> None:
+        raise AssertionError(f"{signal.Signals(signum).name} reached no fa-bench handler")
+
+    old = {sig: signal.signal(sig, fail) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    yield
+    for sig, handler in old.items():
+        signal.signal(sig, handler)
+
+
 @pytest.mark.parametrize(("sig", "code"), STOPS)
 def test_the_guard_stops_on_each_signal_then_holds_the_next(sig: int, code: int) -> None:
     before = signal.getsignal(sig)
@@ -71,8 +85,10 @@ def test_an_ignored_signal_stays_ignored() -> None:
 def test_run_stopped_by_a_signal_writes_results_and_exits_128_plus_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: int, code: int
 ) -> None:
-    """In-process: the signal lands while the cases run (run_parts stands in for them)."""
+    """In-process: the signal lands while the cases run (run_parts stands in for them),
+    two more while results.csv is written: they are held, and skip the report."""
     import fa_bench.commands.run as run_cmd
+    from fa_bench.results import files
 
     out = tmp_path / "run"
     out.mkdir()
@@ -88,13 +104,23 @@ def test_run_stopped_by_a_signal_writes_results_and_exits_128_plus_it(
             return [(None, True)]
         raise AssertionError(f"{sig} did not stop the cases")
 
+    real_frame = files.to_frame
+
+    def to_frame(doc: object) -> object:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
+        time.sleep(0.1)
+        return real_frame(doc)  # type: ignore[arg-type]
+
     monkeypatch.setattr(run_cmd, "run_parts", stopped_parts)
+    monkeypatch.setattr(files, "to_frame", to_frame)
     con, err = io.StringIO(), io.StringIO()
-    got = run_command(RunRequest(resume=out, report=False), console=Console(file=con, width=300),
+    got = run_command(RunRequest(resume=out, report=True), console=Console(file=con, width=300),
                       err_console=Console(file=err, width=300))  # fmt: skip
-    assert got == code, err.getvalue()
+    assert got == code, err.getvalue()  # the first signal's
+    assert (out / "results.json").exists() and (out / "results.csv").exists()
     assert len(load_results(out).cases) == 1 and load_results(out).run["interrupted"] is True
-    assert f"fa-bench run --resume {out}" in err.getvalue()
+    assert f"fa-bench run --resume {out}" in err.getvalue() and "report skipped" in err.getvalue()
     assert "Ctrl-C" in err.getvalue() if sig == signal.SIGINT else sig.name in err.getvalue()
 
 
