@@ -382,3 +382,22 @@ def test_counted_nouns_in_messages_agree_with_their_count(tmp_path: Any) -> None
     assert one is not None and "skipped 1 unreadable line (" in one and "(s)" not in one
     two = JournalScan(bad=[(3, "x"), (5, "y")]).warning(tmp_path / "journal.jsonl")
     assert two is not None and "skipped 2 unreadable lines (" in two
+
+
+def test_env_gpu_table_keeps_name_and_uuid_whole_at_80_columns() -> None:
+    from rich.console import Console
+
+    from fa_bench.commands import info
+
+    gpu = {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718",
+           "memory_bytes": 150 * 2**30, "sm_count": 132, "compute_capability": "9.0",
+           "l2_bytes": 60 * 2**20}  # fmt: skip
+    env = {"hostname": "node-1", "torch": "2.13.0", "gpus": [gpu, {**gpu, "index": 1}]}
+    doc = {"env": env, "telemetry": [{"index": None, "available": False, "reason": "no NVML"}],
+           "impls": [{"name": "sdpa-cudnn", "available": True, "reason": None}]}  # fmt: skip
+    console = Console(width=80, force_terminal=False, record=True)
+    info.print_env(console, doc)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    assert text.count(gpu["uuid"]) == 2 and text.count("NVIDIA H200") == 2

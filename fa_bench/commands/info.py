@@ -183,11 +183,23 @@ def print_env(console: Console, doc: Mapping[str, Any]) -> None:
 
 
 def _print_gpus(console: Console, gpus: list[dict[str, Any]]) -> None:
-    """One table row per GPU, the long uuid under its name (80 columns hold the rest)."""
-    g = _table("index", "name / uuid", "memory GiB", "SMs", "capability", "L2 MiB", title="GPUs")
+    """One table row per GPU from WIDE columns; in a narrower console (a CI log) two lines
+    per GPU, so its 40-character uuid is never folded or cut."""
+    figures = []
     for d in gpus:
         mem_gib, l2_mib = d["memory_bytes"] / 2**30, (d["l2_bytes"] or 0) / 2**20
-        g.add_row(str(d["index"]), Text(f"{d['name']}\n{d['uuid']}"), f"{mem_gib:.1f}",
-                  str(d["sm_count"]), Text(str(d["compute_capability"])),
-                  f"{l2_mib:.0f}")  # fmt: skip
-    console.print(g)
+        figures.append((str(d["index"]), str(d["name"]), str(d["uuid"]), f"{mem_gib:.1f}",
+                        str(d["sm_count"]), str(d["compute_capability"]),
+                        f"{l2_mib:.0f}"))  # fmt: skip
+    if console.width >= WIDE:
+        g = _table("index", "name", "uuid", "memory GiB", "SMs", "capability", "L2 MiB",
+                   title="GPUs")  # fmt: skip
+        for row in figures:
+            g.add_row(*(Text(cell) for cell in row))
+        console.print(g)
+        return
+    console.print(Text("GPUs", style="bold"))
+    for index, name, uuid, mem, sms, cc, l2 in figures:
+        console.print(Text(f"GPU {index}: {name}, {mem} GiB, {sms} SMs, compute capability "
+                           f"{cc}, L2 {l2} MiB"))  # fmt: skip
+        console.print(Text(f"  {uuid}"), soft_wrap=True)
