@@ -461,3 +461,27 @@ def test_xformers_without_a_kernel_for_the_case_is_unsupported(
         "the kernel refused this case: No operator found for "
         "`memory_efficient_attention_forward` with inputs:"
     )
+
+
+def test_the_gpu_check_tool_compares_fa4_with_the_anchors() -> None:
+    """tools/gpu/fa4_vs_anchors.py: the table for docs/results-h200.md and the 5% check."""
+    import importlib.util
+
+    path = ROOT / "tools" / "gpu" / "fa4_vs_anchors.py"
+    spec = importlib.util.spec_from_file_location("fa4_vs_anchors", path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def case(impl: str, mode: str, tflops: float | None, status: str = "ok") -> dict:
+        return {"id": f"{impl}/{mode}", "impl": impl, "mode": mode, "dtype": "bf16",
+                "head_dim": 128, "seqlen_q": 16384, "causal": False, "status": status,
+                "tflops": tflops, "error": None if status == "ok" else "boom"}  # fmt: skip
+
+    lines, problems = tool.table([case("fa4", "fwd", 664 * 1.02), case("fa4", "bwd", 606 * 0.9),
+                                  case("sdpa-cudnn", "fwd", 612)])  # fmt: skip
+    row = next(line for line in lines if line.startswith("| 128 | 16k | no |"))
+    assert "| 677 / 545 | 664 / 606 | 1.020 / 0.900 | 612 / – |" in row
+    assert problems == ["fa4 bwd D=128 N=16384 causal=False: 0.900"]
+    _, problems = tool.table([case("fa4", "fwd", None, status="mismatch")])
+    assert problems == ["fa4/fwd: mismatch: boom"]
