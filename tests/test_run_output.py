@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,9 +263,16 @@ def test_a_plan_in_which_nothing_can_run_exits_2_before_starting(tmp_path: Path,
 def test_run_json_and_its_log_at_80_columns(tmp_path: Path, tiny_suite) -> None:
     suite = tiny_suite(["naive", "sdpa-cudnn"])
     out = tmp_path / "run"
+    chatty = tmp_path / "chatty.py"  # a plugin that prints as it loads: not into the JSON
+    chatty.write_text(
+        "import torch\nfrom fa_bench.registry import register\nprint('chatty plugin loaded')\n"
+        "register('chatty', description='prints')(lambda case, q, k, v: "
+        "lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))\n"
+    )
     env = {"COLUMNS": "80"}
     result = CliRunner().invoke(app, ["run", "-s", str(suite), "--device", "cpu", "--out",
-                                      str(out), "--json", *FAST], env=env)  # fmt: skip
+                                      str(out), "--json", "--plugin", str(chatty), *FAST],
+                                env=env)  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)  # stdout holds the JSON alone
     results = load_results(out)
@@ -275,12 +283,30 @@ def test_run_json_and_its_log_at_80_columns(tmp_path: Path, tiny_suite) -> None:
     assert doc["not_run"] == [{"impl": "sdpa-cudnn", "status": "unsupported", "cases": 2,
                                "reason": "sdpa-cudnn runs on cuda, not cpu"}]  # fmt: skip
     err = result.stderr
+    assert "chatty plugin loaded" in err
     assert "warning: sdpa-cudnn is unavailable here: CUDA not available" in err
     assert err.index("warning: sdpa-cudnn") < err.index("[1/4]")  # before the first case
     assert "sdpa-cudnn: 2 unsupported: sdpa-cudnn runs on cuda, not cpu" in err
     assert "…" not in err
     for r in results.cases:
         assert r.id in err
+
+
+def test_run_json_keeps_stdout_for_the_json_alone(monkeypatch, capsys) -> None:
+    from fa_bench.commands import run as run_mod
+
+    def chatty_run(req, *, console, err_console) -> int:  # prints as a plugin might
+        print("plugin chatter")
+        console.print("human output")
+        run_mod.write_summary(run_mod._JSON_OUT.get() or sys.stdout, {"counts": {"ok": 1}})
+        return 0
+
+    monkeypatch.setattr(run_mod, "_run", chatty_run)
+    err = Console(file=sys.stderr, width=80)
+    code = run_mod.run_command(run_mod.RunRequest(json=True), console=Console(), err_console=err)
+    got = capsys.readouterr()
+    assert code == 0 and json.loads(got.out) == {"counts": {"ok": 1}}
+    assert "plugin chatter" in got.err and "human output" in got.err
 
 
 def test_the_json_summary_of_an_interrupted_run_gives_the_resume_command() -> None:

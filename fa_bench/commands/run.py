@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.panel import Panel
@@ -46,6 +49,9 @@ from fa_bench.run.preflight import cannot_run
 from fa_bench.run.runner import RunOptions
 from fa_bench.sweep import tuning
 from fa_bench.words import plural
+
+# --json: the real stdout, while sys.stdout points at stderr (run_command)
+_JSON_OUT: ContextVar[TextIO | None] = ContextVar("run_json_out", default=None)
 
 
 @dataclass(frozen=True)
@@ -262,8 +268,19 @@ def _announce(
 
 def run_command(req: RunRequest, *, console: Console, err_console: Console) -> int:
     """Plan (or resume), execute with progress, write results; returns the exit code."""
-    if req.json:  # stdout holds only the JSON summary (write_summary); people read stderr
-        console = err_console
+    if not req.json:
+        return _run(req, console=console, err_console=err_console)
+    # stdout holds only the JSON summary: the human output, and anything a plugin prints
+    # while it loads or is checked here, goes to stderr meanwhile.
+    token = _JSON_OUT.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return _run(req, console=err_console, err_console=err_console)
+    finally:
+        _JSON_OUT.reset(token)
+
+
+def _run(req: RunRequest, *, console: Console, err_console: Console) -> int:
     try:
         rank = detect()
         if req.resume:
@@ -347,9 +364,9 @@ def _execute(
         code = 1 if missing else exit_code(records)
     if req.json:
         files = {"results_json": json_path, "results_csv": csv_path, "report_html": report}
-        write_summary(sys.stdout, summary_doc(records, out=out, total=total, written=files,
-                                              exit_code=code, interrupted=interrupted,
-                                              missing=missing))  # fmt: skip
+        doc = summary_doc(records, out=out, total=total, written=files, exit_code=code,
+                          interrupted=interrupted, missing=missing)  # fmt: skip
+        write_summary(_JSON_OUT.get() or sys.stdout, doc)
     return code
 
 
