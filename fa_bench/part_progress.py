@@ -56,14 +56,17 @@ class PartState:
     current: Case | None = None
     since: float = 0.0  # clock() when `current` started
     ended: str | None = None  # "done", "stopped", "stopped by an error: ..."
+    started: bool = False  # a case has started (so its worker is up)
 
     def describe(self, now: float) -> str:
         """`gpu 1: 40/42, running triton/bwd/... for 0:12`, or `gpu 0: done, 42/42`."""
         head = f"{self.label}: "
         if self.ended is not None:
             return f"{head}{self.ended}, {self.done}/{self.total}"
-        if self.current is None:
-            return f"{head}{self.done}/{self.total}, starting its worker"
+        if self.current is None:  # before its first case, between two, or after its last
+            where = "finishing" if self.done >= self.total else "starting its worker"
+            where = "between cases" if self.started and self.done < self.total else where
+            return f"{head}{self.done}/{self.total}, {where}"
         running = f"running {self.current.id} for {units.duration(now - self.since)}"
         return f"{head}{self.done}/{self.total}, {running}"
 
@@ -142,7 +145,7 @@ class PartsProgress:
     def start(self, n: int, case: Case) -> None:
         with self.lock:
             part = self.parts[n]
-            part.current, part.since = case, self.clock()
+            part.current, part.since, part.started = case, self.clock(), True
 
     def done(self, n: int, case: Case, record: CaseRecord) -> None:
         """Count a finished case; in a log, its line (every n-th, and every failed one)."""

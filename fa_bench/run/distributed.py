@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +81,20 @@ def detect(env: Mapping[str, str] | None = None) -> Rank:
     if world < 1 or rank >= world:
         raise DistributedError(f"{launcher}: rank {rank} is outside a world of size {world}")
     return Rank(rank, world, local, launcher, host)
+
+
+def tie_to_launcher(rank: Rank) -> bool:
+    """Under torchrun, make this rank stop when its launcher dies (SIGKILLed, crashed):
+    Linux sends it SIGTERM, which a run takes as a stop (its finished cases written, its
+    worker stopped, exit 143), instead of running on under PID 1 with nobody to wait for
+    it. torchrun starts the ranks from its main thread, so only its death fires this (the
+    signal follows the parent *thread*). srun's slurmstepd ends its tasks itself. True
+    when set."""
+    if rank.launcher != "torchrun":
+        return False
+    from fa_bench.run.lifeline import set_death_signal
+
+    return set_death_signal(signal.SIGTERM)
 
 
 def shard(cases: Sequence[Case], index: int, count: int) -> list[Case]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -142,9 +143,11 @@ def run_parts(
         return [outcome]
     stop = threading.Event()
     outcomes: list[tuple[dict | None, bool]] = [(None, True)] * len(parts)
+    finished = [threading.Event() for _ in parts]
     fatal: list[Exception] = []
 
     def work(n: int) -> None:
+        _unblock_stop_signals()  # the worker this thread starts must not inherit the block
         try:
             outcomes[n] = run_plan(parts[n].plan, parts[n].out, events(n), stop=stop)
             ended(n, "stopped" if outcomes[n][1] else "done")
@@ -154,19 +157,47 @@ def run_parts(
             ended(n, f"stopped: {exc}")
         except Exception as exc:  # a bug: this part stops, the others go on
             ended(n, f"stopped by an error: {type(exc).__name__}: {exc}")
+        finally:
+            finished[n].set()
 
     threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(len(parts))]
-    try:  # a signal while the threads start must stop the ones already started too
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.5)
+    # Waited for through `finished`, not Thread.join: a join cut short by a signal can leave
+    # the thread marked ended while it still runs (CPython before 3.13), and the results
+    # would then be written while a part is still stopping its worker.
+    try:
+        _start_all(threads)
+        for done in finished:
+            while not done.wait(0.5):
+                pass
     except KeyboardInterrupt:  # interrupts.Interrupted too: SIGTERM, SIGHUP
         stop.set()
-        for t in threads:
-            if t.ident is not None:  # started
-                t.join()
+        for done in finished:
+            done.wait()
     if fatal:
         raise fatal[0]
     return outcomes
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _start_all(threads: Sequence[threading.Thread]) -> None:
+    """Start every part's thread with the stop signals held back: a signal while one starts
+    would leave it running unseen (its `finished` never waited for); held, the signal lands
+    once all have started, and stops them all."""
+    block = (
+        hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    )
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS) if block else None
+    try:
+        for t in threads:
+            t.start()
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _unblock_stop_signals() -> None:
+    # A thread inherits the mask of the one that started it (blocked in _start_all).
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
