@@ -96,7 +96,7 @@ def test_plan_and_estimate_are_printed_before_the_first_config(
     assert code == 0, text
     before = fake.seen_output[0]
     # cases × configs, what is measured and pruned (and why), the estimate and its terms
-    assert "1 cases × up to 4 configs" in before and "= 6 points: 5 to measure" in before
+    assert "1 case × up to 4 configs" in before and "= 6 points: 5 to measure" in before
     assert "1 pruned (redundant 1)" in before
     assert "estimate: at most about" in before and "--max-time 1 s" in before
     assert "--timeout 300 s" in before and "interpreter" in before
@@ -291,3 +291,38 @@ def test_interrupted_interpreter_sweep_resumes_end_to_end(tmp_path: Path) -> Non
     assert len(ids) == len(set(ids)) == 6 and doc["run"]["measured"] == 5
     assert all(r["status"] in ("ok", "pruned") for r in doc["rows"])
     assert f"sweep {first + 1}/5" in done.stdout and "sweep 5/5" in done.stdout
+
+
+def test_resume_skips_torn_or_foreign_journal_lines_and_measures_those_points_again(
+    tmp_path: Path, fake: type[FakeRunner]
+) -> None:
+    out = tmp_path / "s"
+    fake.interrupt_after = 3
+    assert _sweep(*SMALL, "--out", str(out))[0] == 130
+    journal = out / JOURNAL
+    lines = journal.read_text().splitlines()
+    first = json.loads(lines[0])
+    wrong = {**json.loads(lines[1]), "case_id": "another/case"}  # not this plan's row
+    journal.write_text("\n".join([lines[0], json.dumps(wrong), '{"id": "x"}', lines[2][:20]])
+                       + "\n")  # fmt: skip
+    code, text = _sweep("sweep", "--resume", str(out))
+    assert code == 0, text
+    assert "3 lines skipped" in text and "resuming: 1 point already" in text
+    doc = _doc(out)
+    assert len({r["id"] for r in doc["rows"]}) == len(doc["rows"]) == 6
+    assert next(r for r in doc["rows"] if r["id"] == first["id"]) == first  # kept as it was
+
+
+def test_resume_of_a_broken_plan_exits_2_naming_the_file(
+    tmp_path: Path, fake: type[FakeRunner]
+) -> None:
+    out = tmp_path / "s"
+    fake.interrupt_after = 1
+    assert _sweep(*SMALL, "--out", str(out))[0] == 130
+    plan = json.loads((out / SWEEP_PLAN).read_text())
+    for key, value in (("compile_jobs", "x"), ("space", {"block_m": [0]})):
+        broken = {**plan, "run": {**plan["run"], key: value}}
+        (out / SWEEP_PLAN).write_text(json.dumps(broken))
+        code, text = _sweep("sweep", "--resume", str(out))
+        assert code == 2, text
+        assert f"{SWEEP_PLAN}: invalid plan" in text.replace("\n", "")

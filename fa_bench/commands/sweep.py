@@ -227,14 +227,15 @@ def _announce(plan: SweepPlan, out: Path, done: dict[str, dict], console: Consol
     if plan.options.device == "cpu":
         say("CPU: the kernel runs in Triton's interpreter; these timings check that the "
             "sweep works, they do not rank tiles for any GPU.")  # fmt: skip
-    cases = len({p.case.id for p in points})
-    say(f"{cases} cases × up to {space.size} configs (plus the heuristic's and the rules of "
-        f"thumb's where the product lacks them) = {len(points)} points: "
+    cases = plural(len({p.case.id for p in points}), "case")
+    say(f"{cases} × up to {plural(space.size, 'config')} (plus the heuristic's and the rules "
+        f"of thumb's where the product lacks them) = {plural(len(points), 'point')}: "
         f"{sum(not p.pruned for p in points)} to measure, {pruned_summary(points)} "
         f"→ {out}")  # fmt: skip
     if done:
-        say(f"resuming: {len(done)} points already in the journal, {len(measure)} to measure"
-            + ("" if measure else " (sweep.json is written again from them)"))  # fmt: skip
+        again = "" if measure else " (sweep.json is written again from them)"
+        say(f"resuming: {plural(len(done), 'point')} already in the journal, {len(measure)} "
+            f"to measure{again}")  # fmt: skip
     groups = len(compile_groups(left)) if run["compile_jobs"] else 0
     say(describe_estimate(len(measure), groups, run["compile_jobs"], plan.options,
                           run["budget_minutes"]))  # fmt: skip
@@ -245,13 +246,13 @@ def _execute(
     plan: SweepPlan, out: Path, guard: InterruptGuard, *, console: Console, err_console: Console
 ) -> int:
     """Build, measure, then write sweep.json (signals held meanwhile) and the page."""
-    from fa_bench.run.plan import now_iso
     from fa_bench.sweep.execute import build_doc, execute_points, write_doc
 
     done, skipped = journal_rows(out, plan.points)
     if skipped:
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {out / JOURNAL}: {skipped} "
-                                        "lines skipped (torn or not this sweep's)"))  # fmt: skip
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {out / JOURNAL}: "
+                                        f"{plural(skipped, 'line')} skipped (torn or not this "
+                                        "sweep's); their points are measured again"))  # fmt: skip
     left = _announce(plan, out, done, console)
     run = plan.run
     budget_s = run["budget_minutes"] * 60 if run["budget_minutes"] else None
@@ -276,12 +277,7 @@ def _execute(
     guard.hold()  # from here a signal cannot cut sweep.json short
     rows = [done[p.id] for p in plan.points if p.id in done]  # plan order, each point once
     env = env or _earlier_env(out)
-    doc_run = {"started": run["started"], "resumed": run["resumed"], "ended": now_iso(),
-               "argv": run["argv"], "device": plan.options.device,
-               "smem_limit_bytes": run["smem_limit_bytes"], "budget_minutes": run["budget_minutes"],
-               "stopped": stop, "points": len(plan.points),
-               "measured": sum(r["status"] != "pruned" for r in rows),
-               "timing": plan.options.timing.__dict__, "compile_phase": compiled}  # fmt: skip
+    doc_run = _doc_run(plan, rows, stop, compiled)
     doc = build_doc(doc_run, env or {}, run["space"], rows)
     path = write_doc(out, doc)
     show_best(doc, console)
@@ -301,6 +297,19 @@ def _execute(
             return 2
     # 128 + the signal that stopped it: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP.
     return guard.exit_code if stop == "interrupted" else 0
+
+
+def _doc_run(plan: SweepPlan, rows: list[dict], stop: str | None, compiled: dict) -> dict:
+    """sweep.json's `run`: the plan's, with how this call ended."""
+    from fa_bench.run.plan import now_iso
+
+    run = plan.run
+    return {"started": run["started"], "resumed": run["resumed"], "ended": now_iso(),
+            "argv": run["argv"], "device": plan.options.device,
+            "smem_limit_bytes": run["smem_limit_bytes"], "budget_minutes": run["budget_minutes"],
+            "stopped": stop, "points": len(plan.points),
+            "measured": sum(r["status"] != "pruned" for r in rows),
+            "timing": plan.options.timing.__dict__, "compile_phase": compiled}  # fmt: skip
 
 
 def _earlier_env(out: Path) -> dict | None:

@@ -49,8 +49,16 @@ def point_to_json(p: Point) -> dict:
 
 
 def point_from_json(d: dict) -> Point:
-    return Point(Case.from_dict(d["case"]), {str(k): int(v) for k, v in d["fields"].items()},
-                 bool(d["is_default"]), d["pruned"], tuple(d["rules"]))  # fmt: skip
+    """A point of sweep-plan.json; a wrong type is a TypeError naming the key."""
+    pruned, rules = d["pruned"], d["rules"]
+    if not (pruned is None or isinstance(pruned, str)):
+        raise TypeError(f"'pruned' must be a string or null, got {pruned!r}")
+    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+        raise TypeError(f"'rules' must be a list of strings, got {rules!r}")
+    if not isinstance(d["is_default"], bool):
+        raise TypeError(f"'is_default' must be true or false, got {d['is_default']!r}")
+    fields = {str(k): int(v) for k, v in d["fields"].items()}
+    return Point(Case.from_dict(d["case"]), fields, d["is_default"], pruned, tuple(rules))
 
 
 def write_plan(out: Path, plan: SweepPlan) -> Path:
@@ -58,8 +66,11 @@ def write_plan(out: Path, plan: SweepPlan) -> Path:
            "points": [point_to_json(p) for p in plan.points]}  # fmt: skip
     path = out / SWEEP_PLAN
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(sanitize(doc), indent=1, allow_nan=False), encoding="utf-8")
-    tmp.replace(path)  # never half a plan: --resume reads all of it or nothing
+    try:
+        tmp.write_text(json.dumps(sanitize(doc), indent=1, allow_nan=False), encoding="utf-8")
+        tmp.replace(path)  # never half a plan: --resume reads all of it or nothing
+    except OSError as exc:
+        raise SweepPlanError(f"{path}: cannot write it: {exc.strerror or exc}") from None
     return path
 
 
@@ -84,6 +95,7 @@ def load_plan(out: Path) -> SweepPlan:
         run = doc["run"]
         if not isinstance(run, dict) or not isinstance(run.setdefault("resumed", []), list):
             raise TypeError("'run' must be an object with a 'resumed' list")
+        _check_run(run)
         options = RunOptions.from_dict(doc["options"])
         points = [point_from_json(p) for p in doc["points"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -91,10 +103,33 @@ def load_plan(out: Path) -> SweepPlan:
     return SweepPlan(run=run, options=options, points=points)
 
 
+# The plan's own keys and their JSON types (bool is an int in Python: checked apart).
+_RUN_KEYS: dict[str, tuple[type, ...]] = {
+    "started": (str,), "argv": (list,), "device": (str,), "smem_limit_bytes": (int, type(None)),
+    "space": (dict,), "rules": (bool,), "budget_minutes": (int, float, type(None)),
+    "save_best": (bool,), "min_gain_pct": (int, float), "compile_jobs": (int,),
+    "tuning_cache": (str, type(None)),
+}  # fmt: skip
+
+
+def _check_run(run: dict) -> None:
+    """The keys `fa-bench sweep --resume` reads, each of its type (TypeError naming it)."""
+    for key, types in _RUN_KEYS.items():
+        value = run.get(key, KeyError)
+        if value is KeyError:
+            raise TypeError(f"'run.{key}' is missing")
+        wrong_bool = isinstance(value, bool) and bool not in types
+        if wrong_bool or not isinstance(value, types):
+            raise TypeError(f"'run.{key}' has the wrong type: {value!r}")
+    if run["compile_jobs"] < 0 or run["device"] not in ("cpu", "cuda"):
+        raise TypeError("'run.compile_jobs' must be >= 0 and 'run.device' cpu or cuda")
+    SweepSpace(**{axis: tuple(v) for axis, v in run["space"].items()})  # ValueError if bad
+
+
 def journal_rows(out: Path, points: list[Point]) -> tuple[dict[str, dict], int]:
     """({point id: its last journaled row}, lines skipped): a torn or foreign line (not
     JSON, not a row of this plan) is skipped and counted, never fatal."""
-    ids = {p.id for p in points}
+    ids = {p.id: p for p in points}
     rows: dict[str, dict] = {}
     skipped = 0
     try:
@@ -111,11 +146,27 @@ def journal_rows(out: Path, points: list[Point]) -> tuple[dict[str, dict], int]:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             skipped += 1
             continue
-        if isinstance(row, dict) and row.get("id") in ids and isinstance(row.get("status"), str):
+        if _is_row(row, ids):
             rows[row["id"]] = row
         else:
             skipped += 1
     return rows, skipped
+
+
+def _is_row(row: object, ids: dict[str, Point]) -> bool:
+    """A row of this plan as execute._row writes it (the keys sweep.json's summary and
+    the report read, of their types); anything else is measured again."""
+    if not isinstance(row, dict) or row.get("id") not in ids:
+        return False
+    point = ids[row["id"]]
+    number = (int, float, type(None))
+    return (row.get("case_id") == point.case.id and row.get("label") == point.label
+            and row.get("is_default") == point.is_default
+            and isinstance(row.get("status"), str) and isinstance(row.get("tflops", ""), number)
+            and isinstance(row.get("error", 0), (str, type(None)))
+            and isinstance(row.get("latency_ms", 0), (dict, type(None)))
+            and isinstance(row.get("config"), dict) and isinstance(row.get("fields"), dict)
+            and isinstance(row.get("rules"), list))  # fmt: skip
 
 
 def estimate_s(points: int, groups: int, jobs: int, options: RunOptions) -> float:

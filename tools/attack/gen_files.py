@@ -269,7 +269,8 @@ def _paths_setup(work: Path) -> None:
 def path_attacks(quick: bool, base_json: str) -> list[Attack]:
     run = ["run", "-s", "smoke", "-i", "naive", "-m", "fwd", "--seqlen", "32", "--no-causal",
            *FAST]  # fmt: skip
-    sweep = ["sweep", "-s", "smoke", "-m", "fwd", "--seqlen", "32", "--max-time", "0.05"]
+    sweep = ["sweep", "--device", "cpu", "-s", "smoke", "-m", "fwd", "--seqlen", "32",
+             "--max-time", "0.05"]  # fmt: skip
     # Never a device file: a page written by rename replaces /dev/full with a regular file.
     bad = ["{d}/file.txt", "{d}/file.txt/sub", "/proc/x", "/sys/x", "{d}/[/x]/file.txt/y",
            "{d}/fifo"]  # fmt: skip

@@ -12,8 +12,10 @@ MARKUP = [X, "v3[red]v4", "v5[[group]]v6", "<img src=x onerror=alert(1)>"]
 # A tiny valid run; each attack replaces one of its flags.
 RUN_BASE = {"-s": "smoke", "-i": "naive", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05",
             "--min-samples": "3", "--warmup": "0", "-o": "{d}/out"}  # fmt: skip
-SWEEP_BASE = {"-s": "smoke", "-m": "fwd", "--seqlen": "32", "--max-time": "0.05",
-              "--min-samples": "3", "--warmup": "0", "-o": "{d}/out"}  # fmt: skip
+# --device cpu: without it a machine with no GPU refuses every sweep first (exit 2).
+SWEEP_BASE = {"--device": "cpu", "-s": "smoke", "-m": "fwd", "--seqlen": "32",
+              "--max-time": "0.05", "--min-samples": "3", "--warmup": "0",
+              "-o": "{d}/out"}  # fmt: skip
 
 RUN_FLAGS: dict[str, list[str]] = {
     "--warmup": [*BAD_NUMBERS[:3], "-1", "1e308", "", X],
@@ -50,6 +52,7 @@ SWEEP_FLAGS: dict[str, list[str]] = {
     "--warmup": ["inf", "nan"],
     "--timeout": ["inf", "nan"],
     "--max-time": ["inf", "nan"],
+    "--resume": ["{d}/none", "{d}/r1[/x]r2", "/proc/self", "{d}/file.txt"],
 }
 COMPARE_FLAGS: dict[str, list[str]] = {
     "--threshold": ["nan", "inf", "-5%", X, "latency=", "foo=5%", "5%%", "", "1e309%"],
@@ -79,7 +82,6 @@ def _argv(command: str, base: dict[str, str], flag: str, value: str) -> list[str
 MAYBE_FINE = {("run", "--seed", "-1"), ("run", "--merge-timeout", "inf"),
               ("compare", "--filter", ",,,"), ("compare", "--filter", "|||"),
               ("run", "--gpus", "0,0"), ("run", "--seed", "99999999999999999999999"),
-              ("sweep", "--block-m", "17"), ("sweep", "--warps", "3"),
               ("sweep", "--compile-jobs", "0")}  # fmt: skip
 
 
