@@ -208,6 +208,27 @@ def test_a_stop_signal_mid_run_keeps_results_stops_the_worker_and_resume_finishe
 
 
 @pytest.mark.slow
+def test_a_scheduler_signalling_every_process_loses_no_case(tmp_path: Path, tiny_suite) -> None:
+    """Slurm signals every process of a job step, the worker too (here: first). The worker
+    leaves the stop to its runner, so the case it was running is not recorded as an error
+    (which --resume would keep) but left for --resume."""
+    suite = tiny_suite(["test-slow"], seqlens=[16, 24, 32])
+    out = tmp_path / "out"
+    proc = start_run(tmp_path, suite, out, 2)
+    try:
+        wait_for(proc, lambda: len(pids(tmp_path / "pids")) >= 2, 120, "no second case")
+        os.kill(pids(tmp_path / "pids")[-1], signal.SIGTERM)  # mid-case
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stdout + stderr
+    partial = load_results(out)
+    assert len(partial.cases) >= 1 and all(c.status.value == "ok" for c in partial.cases)
+
+
+@pytest.mark.slow
 def test_a_killed_run_takes_its_worker_along(tmp_path: Path, tiny_suite) -> None:
     """SIGKILL cannot be handled: the worker itself notices that its runner is gone."""
     suite = tiny_suite(["test-slow"], seqlens=[16, 24])

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import NoReturn, TextIO
 
 from fa_bench.run.interrupts import STOP_SIGNALS
@@ -49,6 +50,10 @@ def set_death_signal(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
+def _unheeded(signum: int, frame: FrameType | None) -> None:
+    """A stop signal that reached the worker: the runner decides, and stops it."""
+
+
 def quit_quietly() -> NoReturn:
     """Leave at once: no atexit handlers, no flush of a pipe whose reader is gone."""
     os._exit(ORPHAN_EXIT)
@@ -65,7 +70,10 @@ class Lifeline:
 
     def start(self) -> Lifeline:
         for sig in STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
+            # A handler that does nothing, not SIG_IGN: an ignored signal stays ignored
+            # across exec, so the compilers and compile pools the worker starts could not
+            # be stopped with SIGTERM; a handler is reset to the default there.
+            signal.signal(sig, _unheeded)
         set_death_signal()
         # The runner may have died before prctl was set (the worker starts in ~0.1 s).
         if self.parent_gone():
