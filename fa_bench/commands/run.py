@@ -20,6 +20,7 @@ from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.commands.run_summary import summary_doc, write_summary
 from fa_bench.console import make_progress, print_summary
 from fa_bench.errors import UsageError, print_error
+from fa_bench.part_progress import MergeWait, parts_progress
 from fa_bench.results.files import (
     JOURNAL,
     WRITE_ERROR_EXIT,
@@ -29,11 +30,26 @@ from fa_bench.results.files import (
     write_results,
 )
 from fa_bench.run import plugin_files
-from fa_bench.run.distributed import Merged, Rank, detect, part_dir, wait_and_merge
+from fa_bench.run.distributed import (
+    Merged,
+    Rank,
+    detect,
+    part_dir,
+    tie_to_launcher,
+    wait_and_merge,
+)
 from fa_bench.run.folder_lock import FolderLock
 from fa_bench.run.interrupts import InterruptGuard
 from fa_bench.run.limits import check_case_sizes, check_out_dir, estimate_s, human_duration
-from fa_bench.run.multi import Part, load_layout, parse_gpus, run_parts, save_layout, split
+from fa_bench.run.multi import (
+    Part,
+    fake_gpus,
+    load_layout,
+    parse_gpus,
+    run_parts,
+    save_layout,
+    split,
+)
 from fa_bench.run.plan import (
     Plan,
     PlanError,
@@ -196,9 +212,10 @@ def _split_new(req: RunRequest, plan: Plan, out: Path, rank: Rank) -> tuple[str,
             part.plan.options = replace(part.plan.options, gpu=gpu)
         return "rank", spread, [part]
     if req.gpus is not None:
-        if plan.options.device != "cuda" or req.gpu is not None:
+        fake = fake_gpus(plan.options.device)  # tests only: CPU "GPUs" (run/multi.py)
+        if (plan.options.device != "cuda" and not fake) or req.gpu is not None:
             raise PlanError("--gpus needs CUDA devices and replaces --gpu")
-        indices = parse_gpus(req.gpus, torch.cuda.device_count())
+        indices = parse_gpus(req.gpus, fake or torch.cuda.device_count())
         parts = split(plan, out, "gpu", indices, spread)
         save_layout(out, "gpu", parts, spread)
         return "gpu", spread, parts
@@ -283,6 +300,7 @@ def run_command(req: RunRequest, *, console: Console, err_console: Console) -> i
 def _run(req: RunRequest, *, console: Console, err_console: Console) -> int:
     try:
         rank = detect()
+        tie_to_launcher(rank)  # a rank stops (exit 143) when torchrun dies
         if req.resume:
             kind, spread, parts, out = _resume(req, rank, req.resume, console)
         else:
@@ -322,7 +340,9 @@ def _execute(
         if warning:
             err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     total, done = _announce(parts, kind, spread, rank, out, console)
-    with make_progress(console, total=total, already_done=done) as progress:
+    progress = (make_progress(console, total=total, already_done=done) if kind == "single"
+                else parts_progress(console, parts, kind))  # a row or line per GPU / rank
+    with progress:
         outcomes = run_parts(parts, progress)
     guard.hold()  # from here a Ctrl-C cannot cut results.json or results.csv short
     written = [
@@ -335,9 +355,13 @@ def _execute(
         records = ordered_records(parts[0].plan, out)
     elif kind == "rank" and rank.rank != 0:
         console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges", markup=False)
+        if interrupted:  # a stop signal: this rank's finished cases are kept, say how to go on
+            err_console.print(Text(f"interrupted ({guard.reason}); {_resume_hint(kind, out)}",
+                                   style="yellow"))  # fmt: skip
+            return guard.exit_code
         return exit_code(ordered_records(parts[0].plan, parts[0].out))
     else:
-        merged = _merge(req, kind, spread, parts, rank, out, guard)
+        merged = _merge(req, kind, spread, parts, rank, out, guard, interrupted, console)
         if merged is None:
             err_console.print(Text(f"interrupted while merging; this part's results are in "
                                    f"{parts[0].out}", style="yellow"))  # fmt: skip
@@ -357,7 +381,7 @@ def _execute(
     if req.report:
         report = _report(json_path, guard, extra, console=console, err_console=err_console)
     if interrupted:
-        kept = f": {len(records)} of {total} cases kept; finish with: fa-bench run --resume {out}"
+        kept = f": {len(records)} of {plural(total, 'case')} kept; {_resume_hint(kind, out)}"
         err_console.print(Text.assemble((guard.headline, "yellow"), kept))
         code = guard.exit_code  # 128 + the signal: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP
     else:
@@ -370,19 +394,27 @@ def _execute(
     return code
 
 
+def _resume_hint(kind: str, out: Path) -> str:
+    if kind == "rank":  # every rank finishes its own part: relaunch them all
+        return f"finish with the same launcher (torchrun/srun) running: fa-bench run --resume {out}"
+    return f"finish with: fa-bench run --resume {out}"
+
+
 def _merge(
     req: RunRequest, kind: str, spread: bool, parts: list[Part], rank: Rank, out: Path,
-    guard: InterruptGuard,
+    guard: InterruptGuard, interrupted: bool, console: Console,
 ) -> Merged | None:  # fmt: skip
-    """The parts merged, or None when Ctrl-C ended the wait for the other ranks (which
-    can be long: unlike the writing of results, it may be interrupted)."""
+    """The parts merged, or None when a stop signal ended the wait for the other ranks
+    (which can be long: unlike the writing of results, it may be interrupted). Rank 0
+    says whom it waits for; once stopped itself, it merges what has ended, without waiting."""
     indices = [p.index for p in parts] if kind == "gpu" else range(rank.world_size)
     folders = [(i, part_dir(out, kind, i)) for i in indices]
-    timeout = req.merge_timeout_s if kind == "rank" else 0.0
+    timeout = req.merge_timeout_s if kind == "rank" and not interrupted else 0.0
+    on_wait = MergeWait(console, dict(folders), timeout)
     guard.allow()
     try:
         return wait_and_merge(out, folders, mode="spread" if spread else "replicate",
-                              timeout_s=timeout)  # fmt: skip
+                              timeout_s=timeout, on_wait=on_wait)  # fmt: skip
     except KeyboardInterrupt:
         return None
     finally:
