@@ -67,6 +67,8 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except UsageError as exc:
             raise typer.Exit(print_error(err_console, exc)) from None
+        except BrokenPipeError:  # `fa-bench list impls | head`: click's quiet exit, no "bug"
+            raise
         except JournalWriteError as exc:  # `run` says more itself; here `sweep` and the rest
             print_error(err_console, f"{exc.strerror}; what was written before it is kept")
             raise typer.Exit(WRITE_ERROR_EXIT) from None

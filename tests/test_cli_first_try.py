@@ -401,3 +401,17 @@ def test_env_gpu_table_keeps_name_and_uuid_whole_at_80_columns() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text
     assert text.count(gpu["uuid"]) == 2 and text.count("NVIDIA H200") == 2
+
+
+def test_a_closed_pipe_is_a_quiet_exit_not_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fa_bench.commands import info
+
+    def closed(*_a: Any, **_kw: Any) -> None:
+        raise BrokenPipeError(32, "Broken pipe")  # `fa-bench list suites | head -1`
+
+    monkeypatch.setattr(info, "print_suites", closed)
+    result = runner.invoke(cli.app, ["list", "suites"])
+    assert result.exit_code == 1
+    assert "internal error" not in result.output
