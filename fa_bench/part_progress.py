@@ -64,8 +64,9 @@ class PartState:
         if self.ended is not None:
             return f"{head}{self.ended}, {self.done}/{self.total}"
         if self.current is None:  # before its first case, between two, or after its last
-            where = "finishing" if self.done >= self.total else "starting its worker"
-            where = "between cases" if self.started and self.done < self.total else where
+            where = "finishing" if self.done >= self.total else "between cases"
+            if not self.started and self.done < self.total:  # CUDA, NVML and torch start up
+                where = f"starting its worker for {units.duration(now - self.since)}"
             return f"{head}{self.done}/{self.total}, {where}"
         running = f"running {self.current.id} for {units.duration(now - self.since)}"
         return f"{head}{self.done}/{self.total}, {running}"
@@ -99,6 +100,8 @@ class PartsProgress:
 
     def __enter__(self) -> PartsProgress:
         self.started = self.last_print = self.clock()
+        for part in self.parts:
+            part.since = self.started  # the workers start now
         if self.live:
             self.progress = Progress(
                 TextColumn("{task.description}", markup=False),

@@ -155,7 +155,7 @@ def test_heartbeat_thread_prints_in_a_log_without_any_event() -> None:
     with progress:
         progress.start(0, case())
         assert wait_for(lambda: "running" in buf.getvalue(), 10)
-    assert "gpu 1: 0/1, starting its worker" in buf.getvalue()
+    assert "gpu 1: 0/1, starting its worker for 0:0" in buf.getvalue()
 
 
 def test_live_display_has_a_row_per_gpu_with_its_case() -> None:
