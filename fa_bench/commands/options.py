@@ -62,6 +62,7 @@ Suites = Annotated[
         "--suite",
         "-s",
         panel=CASES,
+        metavar="NAME|FILE",
         help="Built-in suite name or TOML file; repeatable (sweep takes its triton cases). "
         "Default: 'standard' on a GPU, 'smoke' on a CPU-only machine.",
     ),
@@ -234,6 +235,7 @@ TuningCache = Annotated[
     _opt(
         "--tuning-cache",
         panel=MEASURE,
+        metavar="FILE|off",
         help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
         "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
     ),
@@ -243,6 +245,7 @@ Plugins = Annotated[
     _opt(
         "--plugin",
         panel=CASES,
+        metavar="MODULE|FILE",
         help="Module or .py file that registers more implementations; repeatable.",
     ),
 ]
@@ -281,6 +284,7 @@ GpuList = Annotated[
     _opt(
         "--gpus",
         panel=GPUS,
+        metavar="all|N[,N...]",
         help="Run on several GPUs at once: 'all' or indices like 0,3,5 (one worker each).",
     ),
 ]
