@@ -292,12 +292,12 @@ def test_without_prctl_the_worker_still_exits_with_its_parent(tmp_path: Path) ->
 
 SWEEP = ["sweep", "-s", "smoke", "--device", "cpu", "--dtype", "fp32", "--mode", "fwd",
          "--seqlen", "40", "--head-dim", "16", "--batch", "1", "--heads", "2", "--kv-heads", "1",
-         "--no-causal", "--block-m", "16,32", "--block-n", "16,32", "--warps", "1,2,4",
+         "--no-causal", "--block-m", "16,32", "--block-n", "16,32", "--warps", "4",
          "--stages", "1", *FAST]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_sweep_stopped_by_sigterm_keeps_what_it_measured(tmp_path: Path) -> None:
+def test_sweep_stopped_by_sigterm_keeps_what_it_measured_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.Popen([*CLI, *SWEEP, "--out", str(out)], cwd=tmp_path, env=env,
@@ -315,8 +315,17 @@ def test_sweep_stopped_by_sigterm_keeps_what_it_measured(tmp_path: Path) -> None
     assert proc.returncode == 143, stdout + stderr
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["run"]["stopped"] == "interrupted"
-    ok = [r for r in doc["rows"] if r["status"] == "ok"]
-    assert 1 <= len(ok) < 12 and "SIGTERM" in stderr and "Traceback" not in stderr
+    ok = {r["id"] for r in doc["rows"] if r["status"] == "ok"}
+    assert 1 <= len(ok) < 5 and "SIGTERM" in stderr and "Traceback" not in stderr
+    assert f"fa-bench sweep --resume {out}" in stderr.replace("\n", "")
+
+    done = subprocess.run([*CLI, "sweep", "--resume", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)) and ok <= set(ids) and doc["run"]["points"] == len(ids)
+    assert all(r["status"] in ("ok", "pruned") for r in rows)
 
 
 @pytest.mark.slow
