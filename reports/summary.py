@@ -52,7 +52,8 @@ def _speedup_sentences(merged: Merged, baseline: str) -> list[str]:
             (
                 med,
                 f"{impl} is {med:.2f}× {baseline}{where} on median over "
-                f"{len(pairs)} {'/'.join(dtypes)} {'/'.join(modes)} cases",
+                f"{len(pairs)} {'/'.join(dtypes)} {'/'.join(modes)} "
+                f"{'case' if len(pairs) == 1 else 'cases'}",
             )
         )
     ranked.sort(key=lambda t: -t[0])
