@@ -291,10 +291,12 @@ class MergeWait:
 
 
 def parts_progress(console: Console, parts: Sequence[Part], kind: str) -> PartsProgress:
-    """The progress of `fa-bench run`'s parts: one per GPU ("gpu 3") or this rank ("rank 1")."""
+    """The progress of `fa-bench run`'s parts: one per GPU ("gpu 3") or this rank ("rank 1").
+    Ranks always print lines: the ranks of a node share their launcher's terminal, where
+    several live displays would overwrite each other."""
     rows = []
     for p in parts:
         planned = {c.id for c in p.plan.cases}
         done = len({r.id for r in read_journal(p.out)} & planned)
         rows.append((f"{kind} {p.index}", len(p.plan.cases), done))
-    return PartsProgress(console, rows)
+    return PartsProgress(console, rows, live=False if kind == "rank" else None)

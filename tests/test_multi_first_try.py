@@ -25,7 +25,7 @@ from rich.console import Console
 
 from fa_bench.case import Case, Status
 from fa_bench.errors import UsageError
-from fa_bench.part_progress import MergeWait, PartsProgress
+from fa_bench.part_progress import MergeWait, PartsProgress, parts_progress
 from fa_bench.results.files import (
     append_journal,
     build_document,
@@ -170,6 +170,18 @@ def test_live_display_has_a_row_per_gpu_with_its_case() -> None:
     text = buf.getvalue()
     assert "gpu 0" in text and "gpu 1" in text and "1/2" in text
     assert f"running {c.id}" in text
+
+
+def test_ranks_print_lines_even_on_a_terminal(tmp_path: Path) -> None:
+    """The ranks of a node share torchrun's terminal: one live display each would draw over
+    the others, so a rank prints lines, prefixed with its rank."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, force_terminal=True, color_system=None)
+    plan = new_plan([case()], RunOptions(device="cpu"), [], ["fa-bench"])
+    part = split(plan, tmp_path, "rank", range(2), spread=True)[1]
+    assert not parts_progress(console, [part], "rank").live
+    gpus = split(plan, tmp_path, "gpu", range(2), spread=False)
+    assert parts_progress(console, gpus, "gpu").live
 
 
 def test_a_part_stopped_by_an_error_is_named_and_the_others_go_on() -> None:
