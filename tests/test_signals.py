@@ -422,3 +422,24 @@ def test_a_sweep_builder_dies_with_the_sweep() -> None:
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)  # fmt: skip
     assert got.stdout.strip() == str(int(signal.SIGKILL)), got.stderr
+
+
+@pytest.mark.slow
+def test_a_worker_whose_reader_went_away_exits_without_a_traceback(tmp_path: Path) -> None:
+    """Its protocol pipe broken (the runner gone), the worker's first write fails: a quiet
+    exit, not a BrokenPipeError traceback in worker.log."""
+    args = {"options": RunOptions(device="cpu", telemetry=False).to_dict(),
+            "parent_pid": os.getpid()}  # fmt: skip
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fa_bench.run.worker", json.dumps(args)],
+                                cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err)  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # nobody reads the protocol any more; stdin stays open
+    try:
+        proc.wait(timeout=120)  # it ends by itself, after its import, at its first write
+    finally:
+        proc.kill()
+    stderr = log.read_text()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
