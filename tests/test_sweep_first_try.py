@@ -10,6 +10,7 @@ end runs the real worker under Triton's CPU interpreter and interrupts it.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -326,3 +327,32 @@ def test_resume_of_a_broken_plan_exits_2_naming_the_file(
         code, text = _sweep("sweep", "--resume", str(out))
         assert code == 2, text
         assert f"{SWEEP_PLAN}: invalid plan" in text.replace("\n", "")
+
+
+def test_the_compile_phase_in_a_log_prints_a_line_per_tenth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fa_bench.sweep import precompile as sweep_compile
+    from fa_bench.sweep.space import SweepSpace, sweep_points
+
+    def fake_precompile(groups: list, *, on_progress: object, **kw: object) -> tuple[dict, dict]:
+        n = len(groups)
+        for done in [1, 2, 2, *range(3, n + 1)]:  # a wait that ended with nothing new: 2 twice
+            on_progress(done, n)  # type: ignore[operator]
+        return {}, {"built": n, "failed": 0, "wall_s": 1.0, "stopped": None}
+
+    monkeypatch.setattr(sweep_compile, "precompile", fake_precompile)
+    cases = [Case("triton", "fwd", "fp32", 1, 2, 2, 256, 256, 32, False)]
+    space = SweepSpace(block_m=(16, 32, 64, 128, 256), block_n=(16, 32, 64, 128, 256),
+                       warps=(4,), stages=(1,))  # fmt: skip
+    points = sweep_points(cases, space, capability=None, smem_limit_bytes=None, with_rules=False)
+    n = len(sweep_compile.compile_groups(points))
+    assert n >= 20
+    console = Console(file=io.StringIO(), width=80)  # not a terminal
+    opts = RunOptions(device="cuda", timeout_s=300.0)
+    sweep_compile.compile_phase(2, points, opts, None, console, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    lines = [int(d) for d in re.findall(rf"^compiling (\d+)/{n} groups, \d+ s$", text, re.M)]
+    step = n // 10
+    assert lines == sorted({*range(step, n + 1, step), n})  # each once, about ten in all
+    assert "\x1b[" not in text and f"compiled {n} configs" in text

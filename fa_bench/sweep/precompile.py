@@ -183,15 +183,26 @@ def compile_phase(
     n = len(groups)
     if jobs < 1 or n == 0:
         return {}, {"jobs": 0, "groups": n, "wall_s": 0.0, "stopped": None}
-    # A live bar only on a terminal: in a log it is escape codes (the summary line says it).
+    # A live bar only on a terminal: in a log it is escape codes, so there a plain line
+    # every tenth of the groups (a GPU's phase can take minutes: a log shows it is alive).
+    live = console.is_terminal
     columns = (rp.BarColumn(), rp.MofNCompleteColumn(), rp.TimeElapsedColumn())
-    bar = rp.Progress("compiling", *columns, console=console, disable=not console.is_terminal)
+    bar = rp.Progress("compiling", *columns, console=console, disable=not live)
+    step, t0, shown = max(1, n // 10), time.monotonic(), [0]
+
+    def on_progress(done: int, total: int) -> None:
+        bar.update(task, completed=done)
+        if not live and done > shown[0] and (done % step == 0 or done == total):
+            shown[0] = done
+            console.print(f"compiling {done}/{total} groups, {time.monotonic() - t0:.0f} s",
+                          highlight=False)  # fmt: skip
+
     with bar:
         task = bar.add_task("compile", total=n)
         built, summary = precompile(
             groups, device=options.device, gpu=options.gpu, jobs=jobs,
             deadline_s=compile_deadline(budget_s, options.timeout_s, n, jobs),
-            on_progress=lambda done, _: bar.update(task, completed=done),
+            on_progress=on_progress,
         )  # fmt: skip
     procs = plural(jobs, "process", "processes")
     console.print(f"compiled {plural(summary.get('built', 0), 'config')} "
