@@ -443,3 +443,17 @@ def test_a_worker_whose_reader_went_away_exits_without_a_traceback(tmp_path: Pat
         proc.kill()
     stderr = log.read_text()
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+@pytest.mark.slow
+def test_a_worker_whose_runner_died_before_it_started_exits_at_once() -> None:
+    """The runner died while the worker was starting, before prctl could take hold."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a PID that no longer runs: the runner, died meanwhile
+    code = (f"from fa_bench.run.lifeline import Lifeline; Lifeline({gone.pid}).start(); "
+            "import time; time.sleep(60)")  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        assert child.wait(timeout=30) == 0  # at once and quietly, its stdin still open
+    finally:
+        child.kill()

@@ -64,7 +64,10 @@ class Lifeline:
     (stdin lines) on a thread, so that the end of the runner is seen even mid-case."""
 
     def __init__(self, parent_pid: int | None, stdin: TextIO | None = None) -> None:
-        self.parent_pid = parent_pid if parent_pid is not None else os.getppid()
+        self.parent_pid = parent_pid
+        # The watched parent is the one seen now: the runner, or a launcher between the
+        # two (a Windows venv's python.exe starts the real interpreter as its child).
+        self._ppid = os.getppid()
         self._stdin = stdin if stdin is not None else sys.stdin
         self._lines: queue.Queue[str] = queue.Queue()
 
@@ -76,14 +79,28 @@ class Lifeline:
             signal.signal(sig, _unheeded)
         set_death_signal()
         # The runner may have died before prctl was set (the worker starts in ~0.1 s).
-        if self.parent_gone():
+        if self._runner_gone_already():
             quit_quietly()
         threading.Thread(target=self._watch, name="lifeline-watchdog", daemon=True).start()
         threading.Thread(target=self._read, name="lifeline-reader", daemon=True).start()
         return self
 
     def parent_gone(self) -> bool:
-        return os.getppid() != self.parent_pid
+        return os.getppid() != self._ppid
+
+    def _runner_gone_already(self) -> bool:
+        """The runner died before prctl took hold (the worker was already reparented).
+        POSIX only: Windows' os.kill would terminate the process it asks about. The
+        reader's EOF covers this too; this check just does not wait for the first read."""
+        if self.parent_pid is None or self._ppid == self.parent_pid or os.name != "posix":
+            return False
+        try:
+            os.kill(self.parent_pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, someone else's (EPERM): a launcher stands between
+        return False
 
     def _watch(self) -> None:
         event = threading.Event()
