@@ -9,14 +9,15 @@ run on under PID 1 until its case ends. Three ties, any one of which suffices:
   runner starts a worker from the thread that drives it (the main thread, or a part's
   thread under --gpus) and closes it before that thread ends, so only the runner's death
   fires it.
-- a watchdog thread, anywhere: getppid() is no longer the runner (the worker was
-  reparented) -> exit.
+- a watchdog thread, anywhere: getppid() is no longer the parent seen at start (the
+  worker was reparented) -> exit.
 - the protocol: the runner's end of the worker's stdin closes when it dies; a reader
   thread sees EOF even while the main thread is busy with a case -> exit.
 
 The exit is quiet (os._exit, no traceback, no BrokenPipeError): nobody is left to read.
-The worker ignores the stop signals (SIGINT, SIGTERM, SIGHUP): a scheduler that signals
-every process of a job must not kill it mid-case before the runner has stopped the run;
+The worker does not stop on SIGINT, SIGTERM or SIGHUP (a handler that does nothing): a
+scheduler that signals every process of a job must not kill it mid-case, which the runner
+would record as the case's error, before the runner has stopped the run;
 the runner kills it (SIGKILL) when it stops, and the ties above cover a runner that died.
 """
 
