@@ -554,3 +554,42 @@ def test_rank_0_stopped_mid_run_does_not_wait_for_the_other_ranks(
     assert load_results(out / "rank-000").run["interrupted"]
     merged = load_results(out)
     assert merged.run["missing_ranks"] == [1] and len(merged.cases) >= 1
+
+
+CHATTY_PLUGIN = """
+import sys
+import torch
+from fa_bench.registry import register
+
+@register("test-chatty", description="prints megabytes to stdout and stderr while it prepares")
+def chatty(case, q, k, v):
+    line = "x" * 1023 + "\\n"
+    sys.stdout.write(line * 2048)  # 2 MiB each: far past a pipe's 64 KiB buffer
+    sys.stderr.write(line * 2048)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_floods_its_output_does_not_stall_a_gpus_run(
+    tmp_path: Path, tiny_suite
+) -> None:
+    """One way a multi-GPU run can hang: a child's output captured in a pipe nobody reads,
+    which blocks the child once the buffer is full. The worker's stdout is the protocol
+    (read by a thread all along, an implementation's prints go to stderr) and its stderr a
+    file (worker.log): megabytes of prints per case on both GPUs still finish."""
+    (tmp_path / "chatty.py").write_text(CHATTY_PLUGIN, encoding="utf-8")
+    suite = tiny_suite(["test-chatty"], seqlens=[16, 24, 32, 40])
+    out = tmp_path / "out"
+    proc = start(tmp_path, ["-s", str(suite), "--gpus", "all", "--spread", "--out", str(out),
+                            "--plugin", str(tmp_path / "chatty.py")])  # fmt: skip
+    try:
+        text, _ = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, text[-3000:]
+    assert [c.status for c in load_results(out).cases] == [Status.OK] * 4
+    assert "xxxxxxxx" not in text  # not in fa-bench's own output
+    assert (out / "gpu-0" / "worker.log").stat().st_size > 4 << 20
