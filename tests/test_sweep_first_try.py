@@ -327,6 +327,13 @@ def test_resume_of_a_broken_plan_exits_2_naming_the_file(
         code, text = _sweep("sweep", "--resume", str(out))
         assert code == 2, text
         assert f"{SWEEP_PLAN}: invalid plan" in text.replace("\n", "")
+    # planned on a GPU, resumed where there is none: refused before any point runs
+    (out / SWEEP_PLAN).write_text(json.dumps({**plan, "options": {**plan["options"],
+                                                                  "device": "cuda"}}))  # fmt: skip
+    code, text = _sweep("sweep", "--resume", str(out))
+    flat = " ".join(text.split())
+    assert code == 2 and f"--resume {out}: planned on GPU 0, but here no CUDA device" in flat
+    assert len(fake.runs) == 1  # the first call's config only
 
 
 def test_the_compile_phase_in_a_log_prints_a_line_per_tenth(

@@ -194,6 +194,14 @@ def _resume_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
             f"{', '.join(extra)} (only --budget-minutes may be given with it)"
         )
     plan = load_plan(out)
+    if plan.options.device == "cuda":  # planned on a GPU: this machine must have it too
+        from fa_bench.commands.run import resolve_device
+
+        try:
+            resolve_device("cuda", plan.options.gpu)
+        except UsageError as exc:
+            raise SweepInputError(f"--resume {out}: planned on GPU {plan.options.gpu or 0}, "
+                                  f"but here {str(exc).split(': ', 1)[-1]}") from None  # fmt: skip
     lock = FolderLock(out, "--resume").acquire()
     if req.budget_minutes is not None:
         plan.run["budget_minutes"] = req.budget_minutes
