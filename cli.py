@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 
 from fa_bench.case import DType, Mode
 from fa_bench.commands import options as o
+from fa_bench.commands import view_options as v
 from fa_bench.commands.compare import compare_command
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
 from fa_bench.commands.lists import choice_items, int_items, split_items
@@ -214,8 +215,8 @@ def sweep(
 
 @app.command()
 def report(
-    results: o.ReportInputs, out: o.ReportOut = None, baseline: o.Baseline = None,
-    title: o.Title = None, plotlyjs: o.PlotlyJsOpt = o.PlotlyJs.INLINE,
+    results: v.ReportInputs, out: v.ReportOut = None, baseline: v.Baseline = None,
+    title: v.Title = None, plotlyjs: v.PlotlyJsOpt = v.PlotlyJs.INLINE,
 ) -> None:  # fmt: skip
     """Build one self-contained interactive HTML report from one or more runs."""
     code = report_command(inputs=list(results), out=out, baseline=baseline, title=title,
@@ -226,11 +227,11 @@ def report(
 
 @app.command()
 def compare(
-    baseline: o.CompareBaseline, current: o.CompareCurrent, threshold: o.Thresholds = None,
-    preset: o.PresetOpt = o.Preset.default,  # type: ignore[attr-defined]
-    metric: o.MetricOpt = o.Metric.LATENCY, markdown: o.MarkdownOut = None,
-    json_out: o.JsonOut = None, fail_on: o.FailOnOpt = None, filter_: o.CaseFilterOpt = None,
-    allow_env_mismatch: o.AllowEnvMismatch = False,
+    baseline: v.CompareBaseline, current: v.CompareCurrent, threshold: v.Thresholds = None,
+    preset: v.PresetOpt = v.Preset.default,  # type: ignore[attr-defined]
+    metric: v.MetricOpt = v.Metric.LATENCY, markdown: v.MarkdownOut = None,
+    json_out: v.JsonOut = None, fail_on: v.FailOnOpt = None, filter_: v.CaseFilterOpt = None,
+    allow_env_mismatch: v.AllowEnvMismatch = False,
 ) -> None:  # fmt: skip
     """Compare two runs case by case and fail (exit 1) when a case got slower beyond the
     noise and the threshold, or its status regressed."""
@@ -252,13 +253,13 @@ def _wide_console() -> Console:
 
 
 @app.command("list")
-def list_(what: o.ListWhat, plugin: o.Plugins = None, json_out: o.InfoJson = False) -> None:
+def list_(what: v.ListWhat, plugin: o.Plugins = None, json_out: v.InfoJson = False) -> None:
     """List the built-in suites or the registered implementations (and whether each can
     run here)."""
     from fa_bench import registry
     from fa_bench.commands import info
 
-    if what == o.ListKind.SUITES:
+    if what == v.ListKind.SUITES:
         suites = info.suite_rows()
         if json_out:
             info.print_json(suites)
@@ -274,7 +275,7 @@ def list_(what: o.ListWhat, plugin: o.Plugins = None, json_out: o.InfoJson = Fal
 
 
 @app.command()
-def env(plugin: o.Plugins = None, json_out: o.InfoJson = False) -> None:
+def env(plugin: o.Plugins = None, json_out: v.InfoJson = False) -> None:
     """Show this machine: GPUs, driver, versions, and which implementations can run."""
     from fa_bench import registry
     from fa_bench.commands import info

@@ -452,7 +452,9 @@ def test_ctrl_c_may_end_the_wait_for_other_ranks(
     guard.hold()
     rank = Rank(rank=0, world_size=2, local_rank=0, launcher="torchrun")
     req = RunRequest(merge_timeout_s=5.0)
-    assert run_cmd._merge(req, "rank", False, [], rank, tmp_path, guard) is None
+    quiet = Console(file=io.StringIO())
+    merged = run_cmd._merge(req, "rank", False, [], rank, tmp_path, guard, False, quiet)
+    assert merged is None
     assert raising == [True] and guard.raising is False  # held again for the writing
 
 

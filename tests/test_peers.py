@@ -22,9 +22,9 @@ import torch
 from conftest import FAST, HERE
 from typer.testing import CliRunner
 
-from cli import app
 from fa_bench import registry
 from fa_bench.case import Case, DType, Mode, Status
+from fa_bench.cli import app
 from fa_bench.env import PEER_PACKAGES, collect_env, package_versions
 from fa_bench.kernels import fa4_impl, flash_attn_impl, peers, xformers_impl
 from fa_bench.registry import Unsupported

@@ -17,7 +17,6 @@ import typer
 from fa_bench.case import DType, Mode
 from fa_bench.commands.lists import INTS, metavar
 from fa_bench.commands.surface import print_version
-from fa_bench.compare.core import PRESETS, FailOn, Metric
 
 CASES, WHERE, MEASURE, GPUS = "Cases", "Where and output", "Measurement", "Several GPUs or nodes"
 
@@ -28,24 +27,16 @@ class DeviceChoice(str, Enum):
     CPU = "cpu"
 
 
-class PlotlyJs(str, Enum):
-    INLINE = "inline"
-    CDN = "cdn"
-
-
-Preset = Enum("Preset", {name: name for name in PRESETS}, type=str)  # type: ignore[misc]
-
-
-def _opt(*names: str, help: str, panel: str | None = None, **kw: object) -> typer.models.OptionInfo:
+def opt(*names: str, help: str, panel: str | None = None, **kw: object) -> typer.models.OptionInfo:
     return typer.Option(*names, help=help, rich_help_panel=panel, **kw)  # type: ignore[arg-type]
 
 
 # --- the app's own ---------------------------------------------------------------------
 
-Debug = Annotated[bool, _opt("--debug", help="On an internal error (exit 1), print its traceback.")]
+Debug = Annotated[bool, opt("--debug", help="On an internal error (exit 1), print its traceback.")]
 Version = Annotated[
     bool,
-    _opt(
+    opt(
         "--version",
         "-V",
         is_eager=True,
@@ -58,7 +49,7 @@ Version = Annotated[
 
 Suites = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--suite",
         "-s",
         panel=CASES,
@@ -71,7 +62,7 @@ Suites = Annotated[
 # = `--seqlen 512 --seqlen 1024`), converted and checked by commands/lists.py in cli.py.
 Modes = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--mode",
         "-m",
         panel=CASES,
@@ -82,7 +73,7 @@ Modes = Annotated[
 ]
 DTypes = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--dtype",
         panel=CASES,
         metavar=metavar(DType),
@@ -91,7 +82,7 @@ DTypes = Annotated[
 ]
 Seqlens = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--seqlen",
         panel=CASES,
         metavar=INTS,
@@ -100,13 +91,13 @@ Seqlens = Annotated[
 ]
 HeadDims = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--head-dim", panel=CASES, metavar=INTS, help="Head dimension; repeatable or a comma list."
     ),
 ]
 Batches = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--batch",
         panel=CASES,
         metavar=INTS,
@@ -115,11 +106,11 @@ Batches = Annotated[
 ]
 Heads = Annotated[
     list[str] | None,
-    _opt("--heads", panel=CASES, metavar=INTS, help="Query heads; repeatable or a comma list."),
+    opt("--heads", panel=CASES, metavar=INTS, help="Query heads; repeatable or a comma list."),
 ]
 KvHeads = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--kv-heads",
         panel=CASES,
         metavar=INTS,
@@ -128,7 +119,7 @@ KvHeads = Annotated[
 ]
 Causal = Annotated[
     bool | None,
-    _opt(
+    opt(
         "--causal/--no-causal",
         panel=CASES,
         help="Only causal, or only non-causal cases (default: the suite's).",
@@ -137,7 +128,7 @@ Causal = Annotated[
 
 MaxCases = Annotated[
     int,
-    _opt(
+    opt(
         "--max-cases",
         panel=CASES,
         min=1,
@@ -155,14 +146,14 @@ WEEK_S = 7 * DAY_S
 
 Device = Annotated[
     DeviceChoice,
-    _opt("--device", panel=WHERE, help="auto (CUDA when present, else CPU), cuda or cpu."),
+    opt("--device", panel=WHERE, help="auto (CUDA when present, else CPU), cuda or cpu."),
 ]
 Gpu = Annotated[
-    int | None, _opt("--gpu", panel=WHERE, min=0, help="GPU index to run on (default 0).")
+    int | None, opt("--gpu", panel=WHERE, min=0, help="GPU index to run on (default 0).")
 ]
 Out = Annotated[
     Path | None,
-    _opt(
+    opt(
         "--out",
         "-o",
         panel=WHERE,
@@ -172,7 +163,7 @@ Out = Annotated[
 # The two defaults live in commands/flags.py (RunRequest, SweepRequest), with the why.
 Timeout = Annotated[
     float | None,
-    _opt(
+    opt(
         "--timeout",
         panel=MEASURE,
         min=1,
@@ -183,7 +174,7 @@ Timeout = Annotated[
 ]
 TargetNoise = Annotated[
     float,
-    _opt(
+    opt(
         "--target-noise",
         panel=MEASURE,
         min=1e-4,
@@ -195,11 +186,11 @@ TargetNoise = Annotated[
 # At most a million: past that, --max-time ends the timing first on any device.
 MinSamples = Annotated[
     int,
-    _opt("--min-samples", panel=MEASURE, min=2, max=1_000_000, help="Samples to take at least."),
+    opt("--min-samples", panel=MEASURE, min=2, max=1_000_000, help="Samples to take at least."),
 ]
 CpuThreads = Annotated[
     int | None,
-    _opt(
+    opt(
         "--cpu-threads",
         panel=MEASURE,
         min=1,
@@ -210,7 +201,7 @@ CpuThreads = Annotated[
 ]
 MaxTime = Annotated[
     float | None,
-    _opt(
+    opt(
         "--max-time",
         panel=MEASURE,
         min=0.01,
@@ -220,7 +211,7 @@ MaxTime = Annotated[
 ]
 Warmup = Annotated[
     float | None,
-    _opt(
+    opt(
         "--warmup",
         panel=MEASURE,
         min=0.0,
@@ -232,7 +223,7 @@ Warmup = Annotated[
 ]
 TuningCache = Annotated[
     str | None,
-    _opt(
+    opt(
         "--tuning-cache",
         panel=MEASURE,
         metavar="FILE|off",
@@ -242,7 +233,7 @@ TuningCache = Annotated[
 ]
 Plugins = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--plugin",
         panel=CASES,
         metavar="MODULE|FILE",
@@ -254,7 +245,7 @@ Plugins = Annotated[
 
 Impls = Annotated[
     list[str] | None,
-    _opt(
+    opt(
         "--impl",
         "-i",
         panel=CASES,
@@ -265,7 +256,7 @@ Impls = Annotated[
 ]
 Resume = Annotated[
     Path | None,
-    _opt(
+    opt(
         "--resume",
         panel=WHERE,
         help="Finish an interrupted run in this folder, with its own cases and options.",
@@ -273,15 +264,15 @@ Resume = Annotated[
 ]
 L2Flush = Annotated[
     bool,
-    _opt("--l2-flush/--no-l2-flush", panel=MEASURE, help="Flush the GPU's L2 between timed calls."),
+    opt("--l2-flush/--no-l2-flush", panel=MEASURE, help="Flush the GPU's L2 between timed calls."),
 ]
 CudaGraph = Annotated[
-    bool, _opt("--cuda-graph", panel=MEASURE, help="Time CUDA-graph replays (forward cases only).")
+    bool, opt("--cuda-graph", panel=MEASURE, help="Time CUDA-graph replays (forward cases only).")
 ]
-Seed = Annotated[int, _opt("--seed", panel=MEASURE, help="Seed for the random inputs.")]
+Seed = Annotated[int, opt("--seed", panel=MEASURE, help="Seed for the random inputs.")]
 GpuList = Annotated[
     str | None,
-    _opt(
+    opt(
         "--gpus",
         panel=GPUS,
         metavar="all|N[,N...]",
@@ -290,7 +281,7 @@ GpuList = Annotated[
 ]
 Spread = Annotated[
     bool | None,
-    _opt(
+    opt(
         "--spread/--replicate",
         panel=GPUS,
         help="With --gpus or under torchrun/srun: share the cases among GPUs (--spread) "
@@ -299,7 +290,7 @@ Spread = Annotated[
 ]
 MergeTimeout = Annotated[
     float,
-    _opt(
+    opt(
         "--merge-timeout",
         panel=GPUS,
         min=0,
@@ -309,7 +300,7 @@ MergeTimeout = Annotated[
 ]
 Telemetry = Annotated[
     bool,
-    _opt(
+    opt(
         "--telemetry/--no-telemetry",
         panel=MEASURE,
         help="NVML telemetry per case (HBM GB/s, SM/tensor activity, clocks, power, energy) "
@@ -318,7 +309,7 @@ Telemetry = Annotated[
 ]
 WriteReport = Annotated[
     bool,
-    _opt(
+    opt(
         "--report/--no-report",
         panel=WHERE,
         help="Write report.html (self-contained interactive page) beside results.json.",
@@ -326,7 +317,7 @@ WriteReport = Annotated[
 ]
 RunJson = Annotated[
     bool,
-    _opt(
+    opt(
         "--json",
         panel=WHERE,
         help="Print the run's summary as JSON on stdout (files written, counts by status, "
@@ -340,23 +331,23 @@ RunJson = Annotated[
 # the default space (the GPU's, or the CPU interpreter's tiny one: docs/sweep.md).
 BlockM = Annotated[
     list[str] | None,
-    _opt("--block-m", metavar=INTS, help="BLOCK_M values; repeatable or a comma list."),
+    opt("--block-m", metavar=INTS, help="BLOCK_M values; repeatable or a comma list."),
 ]
 BlockN = Annotated[
     list[str] | None,
-    _opt("--block-n", metavar=INTS, help="BLOCK_N values; repeatable or a comma list."),
+    opt("--block-n", metavar=INTS, help="BLOCK_N values; repeatable or a comma list."),
 ]
 Warps = Annotated[
     list[str] | None,
-    _opt("--warps", metavar=INTS, help="num_warps values; repeatable or a comma list."),
+    opt("--warps", metavar=INTS, help="num_warps values; repeatable or a comma list."),
 ]
 Stages = Annotated[
     list[str] | None,
-    _opt("--stages", metavar=INTS, help="num_stages values; repeatable or a comma list."),
+    opt("--stages", metavar=INTS, help="num_stages values; repeatable or a comma list."),
 ]
 SweepResume = Annotated[
     Path | None,
-    _opt(
+    opt(
         "--resume",
         panel=WHERE,
         help="Finish an interrupted sweep in this folder, with its own points and options "
@@ -365,14 +356,14 @@ SweepResume = Annotated[
 ]
 Rules = Annotated[
     bool,
-    _opt(
+    opt(
         "--rules/--no-rules",
         help="Also measure each rule of thumb's square tile the product lacks (docs/sweep.md).",
     ),
 ]
 BudgetMinutes = Annotated[
     float | None,
-    _opt(
+    opt(
         "--budget-minutes",
         min=0.01,
         max=WEEK_S / 60,
@@ -381,14 +372,14 @@ BudgetMinutes = Annotated[
 ]
 SaveBest = Annotated[
     bool,
-    _opt(
+    opt(
         "--save-best",
         help="Write each case's best config to the tuning cache (used by `run`'s triton).",
     ),
 ]
 MinGain = Annotated[
     float,
-    _opt(
+    opt(
         "--min-gain",
         min=0.0,
         max=1000.0,
@@ -399,7 +390,7 @@ MinGain = Annotated[
 ]
 CompileJobs = Annotated[
     int | None,
-    _opt(
+    opt(
         "--compile-jobs",
         min=0,
         max=1024,
@@ -408,103 +399,3 @@ CompileJobs = Annotated[
     ),
 ]
 
-# --- list, env, report -----------------------------------------------------------------
-
-
-class ListKind(str, Enum):
-    SUITES = "suites"
-    IMPLS = "impls"
-
-
-ListWhat = Annotated[ListKind, typer.Argument(help="What to list: suites or impls.")]
-InfoJson = Annotated[
-    bool, _opt("--json", help="Print it as JSON on stdout (for scripts), not as tables.")
-]
-ReportInputs = Annotated[
-    list[str],
-    typer.Argument(
-        help="results.json files, run folders holding one, or report.html pages "
-        "(several are merged into one comparison).",
-        show_default=False,
-    ),
-]
-ReportOut = Annotated[
-    Path | None,
-    _opt(
-        "--out",
-        "-o",
-        help="Page to write: report.html beside a single input by default; required when "
-        "several inputs are merged.",
-    ),
-]
-Baseline = Annotated[
-    str | None,
-    _opt(
-        "--baseline",
-        "-b",
-        help="Implementation the speedups are relative to "
-        "(default: sdpa, else sdpa-cudnn, sdpa-flash, naive, else the first).",
-    ),
-]
-Title = Annotated[str | None, _opt("--title", help="Page title.")]
-PlotlyJsOpt = Annotated[
-    PlotlyJs,
-    _opt(
-        "--plotlyjs",
-        help="inline: embed plotly.js (self-contained, ~5 MB, opens offline); "
-        "cdn: load it from cdn.plot.ly (small file, needs network).",
-    ),
-]
-
-# --- compare ---------------------------------------------------------------------------
-
-CompareBaseline = Annotated[
-    Path, typer.Argument(help="Baseline: results.json, report.html, or a folder holding either.")
-]
-CompareCurrent = Annotated[
-    Path, typer.Argument(help="Current run: results.json, report.html, or a folder.")
-]
-Thresholds = Annotated[
-    list[str] | None,
-    _opt(
-        "--threshold",
-        "-t",
-        help="Smallest change that counts: '5%' or '0.05' for --metric, or METRIC=5% for "
-        "one metric; repeatable. Overrides the preset.",
-    ),
-]
-PresetOpt = Annotated[
-    Preset,
-    _opt(  # type: ignore[valid-type]
-        "--preset",
-        help="Thresholds: default (5%, alpha 0.01), strict (2%, alpha 0.05), "
-        "permissive (10%, alpha 0.001).",
-    ),
-]
-# No short flag: `-m` is --mode in run and sweep (one meaning per letter in the whole CLI).
-MetricOpt = Annotated[Metric, _opt("--metric", help="What to compare.")]
-MarkdownOut = Annotated[
-    Path | None,
-    _opt("--markdown", help="Write a Markdown summary (pull-request comment, step summary)."),
-]
-JsonOut = Annotated[Path | None, _opt("--json", help="Write the verdicts as JSON.")]
-FailOnOpt = Annotated[
-    list[str] | None,
-    _opt(
-        "--fail-on",
-        metavar=metavar(FailOn),
-        help="Also fail (exit 1) on these verdicts; repeatable or a comma list. slower and status "
-        "(ok → mismatch, ok → oom, ...) always fail.",
-    ),
-]
-CaseFilterOpt = Annotated[
-    str | None,
-    _opt(
-        "--filter",
-        help="Only cases matching key=glob terms, comma-separated, '|' between "
-        "alternatives, e.g. 'impl=triton|sdpa-cudnn,mode=fwd'; a bare glob matches the id.",
-    ),
-]
-AllowEnvMismatch = Annotated[
-    bool, _opt("--allow-env-mismatch", help="Compare even when the GPU models differ.")
-]

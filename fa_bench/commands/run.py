@@ -340,8 +340,11 @@ def _execute(
         if warning:
             err_console.print(Text.assemble(("warning:", "yellow"), " ", warning))
     total, done = _announce(parts, kind, spread, rank, out, console)
-    progress = (make_progress(console, total=total, already_done=done) if kind == "single"
-                else parts_progress(console, parts, kind))  # a row or line per GPU / rank
+    progress = (
+        make_progress(console, total=total, already_done=done)
+        if kind == "single"
+        else parts_progress(console, parts, kind)
+    )  # a row or line per GPU / rank
     with progress:
         outcomes = run_parts(parts, progress)
     guard.hold()  # from here a Ctrl-C cannot cut results.json or results.csv short
