@@ -1,19 +1,35 @@
 """The `fa-bench` console script: imports the app, then runs it.
 
-Importing the app takes a second or more (torch); a Ctrl-C in that time would otherwise
-print a KeyboardInterrupt traceback from deep inside torch's import. Nothing has run yet
-then, so it is a plain exit 130.
+Importing the app takes a second or more (torch). A Ctrl-C in that time must not raise
+KeyboardInterrupt: raised inside a callback from torch's C++ (pybind11) it is not a
+traceback but `terminate called ...` and an abort (exit -6, seen under load). Nothing
+has run yet then, so the handler leaves at once with exit 130 and one line; the app
+installs its own handling once it runs.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from types import FrameType
+
+_NOTE = b"interrupted while starting: nothing ran\n"
+
+
+def _leave(signum: int, frame: FrameType | None) -> None:
+    os.write(2, _NOTE)  # async-signal-safe, unlike print
+    os._exit(128 + signum)
 
 
 def main() -> None:
+    previous = signal.signal(signal.SIGINT, _leave)
     try:
         from fa_bench.cli import main as cli_main
-    except KeyboardInterrupt:
-        print("interrupted while starting: nothing ran", file=sys.stderr)
-        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
