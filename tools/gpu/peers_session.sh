@@ -10,6 +10,8 @@
 #                                             #   the standard bf16 run of fa4/cudnn/triton,
 #                                             #   stopped by SIGTERM before the call's limit
 #   bash tools/gpu/peers_session.sh finish    # --resume it, check fa4 against the anchors
+#   bash tools/gpu/peers_session.sh xcheck    # instead of main (after fa4-a, fa4-b): fa4 in
+#                                             #   fa-bench against do_bench on one GPU
 #
 # .fa4/ comes from ../shared/tools/fa4-wheels.sh, .whl/ from ../shared/tools/device-prep.sh.
 set -u
@@ -19,14 +21,23 @@ OUT=${OUT:-fa-bench-out/out}
 mkdir -p "$OUT" fa-bench-out
 PEERS=(-s standard --dtype bf16 -i fa4 -i sdpa-cudnn -i triton --out fa-bench-out/peers)
 
-case "${1:-}" in
-fa4-a) mkdir -p "$HOME/fa4" && cp .fa4/a/* "$HOME/fa4/" && ls "$HOME/fa4" ;;
-fa4-b) cp .fa4/b/part.aa "$HOME/fa4/" && ls -la "$HOME/fa4" ;;
-main)
+install() {
   cat "$HOME/fa4/part.aa" .fa4/c/part.ab > "$HOME/fa4/$(cat .fa4/c/NAME)" && rm "$HOME/fa4/part.aa" \
     && python3 -m pip install -q --no-index --no-deps --target "$HOME/fa4site" "$HOME"/fa4/*.whl \
     && python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl \
-    && python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+    && python3 -m pip install -q --no-deps --no-build-isolation -e .
+}
+
+case "${1:-}" in
+fa4-a) mkdir -p "$HOME/fa4" && cp .fa4/a/* "$HOME/fa4/" && ls "$HOME/fa4" ;;
+fa4-b) cp .fa4/b/part.aa "$HOME/fa4/" && ls -la "$HOME/fa4" ;;
+xcheck)
+  install || exit 1
+  python3 tools/gpu/fa4_crosscheck.py fa-bench-out/xcheck 2>&1 | grep -v Warning | tail -40 \
+    | tee "$OUT/fa4_crosscheck.md"
+  ;;
+main)
+  install || exit 1
   { fa-bench --version; fa-bench env | cat; fa-bench list impls | cat; } 2>&1 | tee "$OUT/env.log"
   fa-bench env --json > "$OUT/env.json"
   python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_peers.py 2>&1 | tail -15 | tee "$OUT/gpu-tests.log"
@@ -49,5 +60,5 @@ finish)
   cp fa-bench-out/peers/report.html "$OUT/peers-report.html" 2>/dev/null
   cp fa-bench-out/spread/results.json "$OUT/spread-results.json" 2>/dev/null
   ;;
-*) echo "usage: $0 fa4-a|fa4-b|main|finish" >&2; exit 2 ;;
+*) echo "usage: $0 fa4-a|fa4-b|main|finish|xcheck" >&2; exit 2 ;;
 esac
