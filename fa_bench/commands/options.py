@@ -398,4 +398,3 @@ CompileJobs = Annotated[
         "on GPU, 0 on CPU; 0 = build each config as it is timed).",
     ),
 ]
-
