@@ -3,8 +3,9 @@ arbitrary sequence lengths, head dims that are multiples of 8 up to 256, and any
 whose last one is 1.
 
 Reads top-down: the launchers of the `@triton.jit` kernels (which live in
-fa_bench.kernels.flash_kernels, the forward, and flash_kernels_bwd, the backward
-preprocessing, dK/dV and dQ; imported at the first launch, see `_kernels`), then the
+fa_bench.kernels.flash_kernels, the forward, flash_kernels_bwd, the backward
+preprocessing, dK/dV and dQ, and flash_kernels_bwd1, the one-pass backward; imported at
+the first launch, see `_kernels`), then the
 `torch.autograd.Function`, then `flash_attention`.
 
 Conventions inside the kernels:
@@ -13,8 +14,17 @@ Conventions inside the kernels:
   (causal with seqlen_q > seqlen_k) gets lse2 = +inf, so the backward's
   p = exp2(s2 - lse2) is 0 there and its gradients are 0 with no special case;
 - causal is bottom-right: query i sees key j iff j <= i + (seqlen_k - seqlen_q);
-- the backward is deterministic: dK/dV programs own one KV block and loop over every query
-  head of the GQA group; dQ is a separate kernel; no atomics anywhere.
+- two backwards, both with dK/dV programs that own one KV block and loop over every query
+  head of the GQA group (so dK/dV need no atomics):
+  - one-pass (the default, `deterministic=False`; flash_kernels_bwd1.py): the same
+    program also computes its share of dQ (dS K) and adds it into a zeroed fp32
+    workspace (B, Hq, Sq, D) with atomic adds (or a TMA reduce-add with
+    `FlashConfig(use_tma=True)` on sm_90+); a small kernel writes dQ = scale ·
+    workspace in the input dtype. Five matmuls per (key block, query block) pair; dQ's
+    last bits depend on the order of the adds;
+  - deterministic (`deterministic=True`; flash_kernels_bwd.py): dQ is a separate
+    kernel that recomputes S and dP (seven matmuls per pair); no atomics anywhere, so
+    repeated calls give bitwise identical gradients.
 """
 
 from __future__ import annotations
@@ -59,13 +69,15 @@ def _kernels() -> SimpleNamespace:
     """The `@triton.jit` kernels, imported (with triton) at the first launch: whether
     triton interprets is fixed when triton and the kernels are first imported, so
     importing this module must not import them (see the package docstring)."""
-    from fa_bench.kernels import flash_kernels, flash_kernels_bwd
+    from fa_bench.kernels import flash_kernels, flash_kernels_bwd, flash_kernels_bwd1
 
     return SimpleNamespace(
         fwd=flash_kernels._fwd_kernel,
         preprocess=flash_kernels_bwd._bwd_preprocess_kernel,
         dkdv=flash_kernels_bwd._bwd_dkdv_kernel,
         dq=flash_kernels_bwd._bwd_dq_kernel,
+        one_pass=flash_kernels_bwd1._bwd1_kernel,
+        dq_post=flash_kernels_bwd1._bwd1_dq_postprocess_kernel,
     )
 
 
@@ -205,19 +217,27 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
     return o, lse2
 
 
-def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig):
-    batch, heads_q, seq_q, head_dim = q.shape
-    heads_kv, seq_k = k.shape[1], k.shape[2]
-    group = heads_q // heads_kv
-    pad = pad_pow2(head_dim)
-    do = _last_dim_unit(do)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _preprocess(do, o, lse2):
+    """delta = rowsum(dO ∘ O) in fp32, (B, Hq, Sq): both backwards start with it."""
+    batch, heads_q, seq_q, head_dim = o.shape
     delta = torch.empty_like(lse2)
     rows = _PREPROCESS_ROWS
     _kernels().preprocess[(_cdiv(seq_q, rows), batch * heads_q)](
         o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=rows,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_pow2(head_dim), BLOCK_M=rows,
     )  # fmt: skip
+    return delta
+
+
+def _backward_deterministic(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig):
+    """The two-kernel backward: dK/dV, then dQ recomputing S and dP (seven matmuls per
+    tile pair, no atomics, bitwise reproducible)."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    group = heads_q // heads_kv
+    pad = pad_pow2(head_dim)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = _preprocess(do, o, lse2)
     # dK/dV holds `held` keys and streams query rows; dQ holds `held` query rows and
     # streams keys (see kernels/flash_config.py).
     held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
@@ -241,6 +261,50 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
     return dq, dk, dv
 
 
+def _backward_one_pass(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig):
+    """The one-pass backward: one program per key block streams the query blocks (five
+    matmuls per tile pair) and adds its dQ share into a zeroed fp32 workspace; a small
+    kernel then writes dQ = scale · workspace in q's dtype."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    pad = pad_pow2(head_dim)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    delta = _preprocess(do, o, lse2)
+    dq_ws = torch.zeros((batch, heads_q, seq_q, head_dim), device=q.device, dtype=torch.float32)
+    held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
+    # the descriptor's reduce-add needs what the forward's TMA loads need (the workspace
+    # is contiguous fp32 with head_dim a multiple of 8: always aligned)
+    use_tma = cfg.use_tma and _tma_ok(dq_ws)
+    if use_tma:
+        _ensure_tma_allocator()
+    blocks, heads = _cdiv(seq_k, held), batch * heads_kv
+    # causal: the key block on the slow axis, so every head's heaviest blocks go first
+    grid = (heads, blocks) if causal else (blocks, heads)
+    _kernels().one_pass[grid](
+        q, k, v, do, dk, dv, lse2, delta, dq_ws,
+        *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
+        heads_q, heads_kv, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_HELD=held, BLOCK_STREAMED=streamed,
+        CAUSAL=causal, EVEN_Q=seq_q % streamed == 0, EVEN_K=seq_k % held == 0,
+        USE_TMA=use_tma, DOT_PREC=_dot_precision(q.dtype),
+        num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
+    )  # fmt: skip
+    rows = _PREPROCESS_ROWS
+    _kernels().dq_post[(_cdiv(seq_q, rows), batch * heads_q)](
+        dq_ws, dq, *_strides(dq), heads_q, seq_q, scale,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=rows,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def _backward(
+    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig, deterministic: bool
+):
+    do = _last_dim_unit(do)
+    run = _backward_deterministic if deterministic else _backward_one_pass
+    return run(do, q, k, v, o, lse2, causal, scale, cfg)
+
+
 # ---------------------------------------------------------------------------------------
 # Autograd
 # ---------------------------------------------------------------------------------------
@@ -248,18 +312,21 @@ def _backward(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config):
+    def forward(ctx, q, k, v, causal, scale, config, deterministic):
         o, lse2 = _forward(q, k, v, causal, scale, config)
         ctx.save_for_backward(q, k, v, o, lse2)
         ctx.causal, ctx.scale, ctx.config = causal, scale, config
+        ctx.deterministic = deterministic
         ctx.mark_non_differentiable(lse2)
         return o, lse2
 
     @staticmethod
     def backward(ctx, do, _dlse2):
         q, k, v, o, lse2 = ctx.saved_tensors
-        dq, dk, dv = _backward(do, q, k, v, o, lse2, ctx.causal, ctx.scale, ctx.config)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = _backward(
+            do, q, k, v, o, lse2, ctx.causal, ctx.scale, ctx.config, ctx.deterministic
+        )
+        return dq, dk, dv, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,6 +343,7 @@ def flash_attention(
     scale: float | None = None,
     return_lse: bool = False,
     config: FlashConfig | None = None,
+    deterministic: bool = False,
 ):
     """softmax(q kᵀ · scale [+ bottom-right causal mask]) v, differentiable in q, k, v.
 
@@ -290,13 +358,18 @@ def flash_attention(
     scores, (batch, heads_q, seqlen_q) fp32, not differentiable. `config` overrides the
     tile heuristic (`fa_bench.kernels.flash_config.default_config`); no tuning cache is
     read here.
+
+    `deterministic=False` (the default) runs the one-pass backward: dQ sums the key blocks'
+    shares with fp32 atomic adds, so it can differ in the last bits from run to run.
+    `deterministic=True` runs the two-kernel backward (a separate dQ kernel, no atomics):
+    bitwise identical gradients on repeated calls, two more matmuls per tile pair.
     """
     _validate(q, k, v, scale)
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)
     causal = bool(causal)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     cfg = _resolve_config(config, q, k.shape[2], causal)
-    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg)
+    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, bool(deterministic))
     if not return_lse:
         return o
     # internal +inf marks rows without keys; the public lse is log(0) = -inf there
