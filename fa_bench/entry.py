@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from types import FrameType
 
 _NOTE = b"interrupted while starting: nothing ran\n"
@@ -32,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
