@@ -1,4 +1,6 @@
-"""Registers our Triton FlashAttention (`fa_bench.kernels.flash_attention`) as `triton`.
+"""Registers our Triton FlashAttention (`fa_bench.kernels.flash_attention`) as `triton`
+(the default one-pass backward) and `triton-deterministic` (the two-kernel backward,
+`deterministic=True`; the same forward, configs and tuning cache).
 
 This adapter is where the application meets the kernel library: it picks the config a
 case runs with (a sweep's explicit fields, else the tuning cache of fa_bench.sweep.tuning
@@ -65,23 +67,17 @@ def case_config(
     )
 
 
-@register(
-    "triton",
-    description=(
-        "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
-        "exp2, TMA loads on Hopper, deterministic backward, GQA, bottom-right causal"
-    ),
-    modes=(Mode.FWD, Mode.BWD, Mode.FWD_BWD),
-    dtypes=(DType.FP32, DType.FP16, DType.BF16),
-    devices=("cuda", "cpu"),
-    check=_check,
-)
-def triton_flash(
-    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
+def _prepare(
+    case: Case,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    options: dict | None,
+    *,
+    deterministic: bool,
+    name: str,
 ) -> Prepared:
-    """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
-    heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
-    when it has this case's key. The backend label says which config ran and why."""
+    """The builder of both registered names: they differ only in the backward they run."""
     from fa_bench.kernels.flash_attention import flash_attention
     from fa_bench.sweep.vocab import config_label
 
@@ -89,7 +85,7 @@ def triton_flash(
     causal = case.causal
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return flash_attention(q, k, v, causal=causal, config=config)
+        return flash_attention(q, k, v, causal=causal, config=config, deterministic=deterministic)
 
     if q.device.type == "cuda":
         # Compile the forward (and backward) kernels here, outside the timed span.
@@ -99,4 +95,46 @@ def triton_flash(
         if grad:
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize(q.device)
-    return Prepared(fn=fn, backend=f"triton:{config_label(config, case.mode.value)} ({source})")
+    return Prepared(fn=fn, backend=f"{name}:{config_label(config, case.mode.value)} ({source})")
+
+
+_SUPPORT: dict = dict(
+    modes=(Mode.FWD, Mode.BWD, Mode.FWD_BWD),
+    dtypes=(DType.FP32, DType.FP16, DType.BF16),
+    devices=("cuda", "cpu"),
+    check=_check,
+)
+
+
+@register(
+    "triton",
+    description=(
+        "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
+        "exp2, GQA, bottom-right causal; one-pass backward (five matmuls per tile pair, dQ "
+        "summed by fp32 atomics: not bitwise reproducible)"
+    ),
+    **_SUPPORT,
+)
+def triton_flash(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
+) -> Prepared:
+    """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
+    heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
+    when it has this case's key. The backend label says which config ran and why."""
+    return _prepare(case, q, k, v, options, deterministic=False, name="triton")
+
+
+@register(
+    "triton-deterministic",
+    description=(
+        "`triton` with deterministic=True: the two-kernel backward (a separate dQ kernel, "
+        "seven matmuls per tile pair, no atomics: bitwise identical gradients); same forward"
+    ),
+    **_SUPPORT,
+)
+def triton_flash_deterministic(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
+) -> Prepared:
+    """As `triton_flash` (the same configs, tuning cache and sweep fields), with the
+    deterministic backward."""
+    return _prepare(case, q, k, v, options, deterministic=True, name="triton-deterministic")
