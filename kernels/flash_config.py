@@ -5,12 +5,14 @@ Each kernel program *holds* one tile in registers for its whole life and *stream
 tiles of the other operand through a loop:
 
 - forward: a program holds `block_m` query rows and streams `block_n` keys per step;
-- backward: the dK/dV kernel holds `bwd_block_n` keys and streams `bwd_block_m` query
-  rows per step; the dQ kernel holds `bwd_block_n` query rows and streams `bwd_block_m`
-  keys per step. So in the backward `bwd_block_n` is the held tile (BLOCK_HELD in the
-  kernels) and `bwd_block_m` the streamed one (BLOCK_STREAMED) of both kernels: the
-  triton fused-attention tutorial's BLOCK_M1 = BLOCK_N2 small, BLOCK_N1 = BLOCK_M2
-  large. Both backward kernels share `bwd_num_warps/bwd_num_stages`.
+- backward: the one-pass kernel (the default) and the deterministic dK/dV kernel hold
+  `bwd_block_n` keys and stream `bwd_block_m` query rows per step; the deterministic dQ
+  kernel holds `bwd_block_n` query rows and streams `bwd_block_m` keys per step. So in
+  the backward `bwd_block_n` is the held tile (BLOCK_HELD in the kernels) and
+  `bwd_block_m` the streamed one (BLOCK_STREAMED) of every kernel: the triton
+  fused-attention tutorial's BLOCK_M1 = BLOCK_N2 small, BLOCK_N1 = BLOCK_M2 large. All
+  backward kernels share `bwd_num_warps/bwd_num_stages`; the one-pass kernel's dQ goes
+  through a descriptor's reduce-add when `use_tma` (below) is set and TMA is available.
 
 The field names are the keys of tuning caches and sweep.json files, so they stay as
 they are.
@@ -58,9 +60,10 @@ class FlashConfig:
     bwd_block_n: int = 128
     bwd_num_warps: int = 8
     bwd_num_stages: int = 2
-    # Forward only: load Q/K/V and store O through device-side tensor descriptors (TMA).
-    # Taken only where the GPU has TMA (sm_90+) and the tensors meet its 16-byte alignment;
-    # otherwise the pointer path runs (same results).
+    # Load Q/K/V and store O of the forward through device-side tensor descriptors (TMA),
+    # and add the one-pass backward's dQ shares with a descriptor's reduce-add instead of
+    # pointer atomics. Taken only where the GPU has TMA (sm_90+) and the tensors meet its
+    # 16-byte alignment; otherwise the pointer path runs (same results).
     use_tma: bool = False
     # Forward only: `tl.range(..., warp_specialize=True)` on the KV loop (TMA path only).
     warp_specialize: bool = False
@@ -129,6 +132,8 @@ def default_config(
       (2026-11-29 sweeps, docs/sweep.md);
     - forward, head_dim 256: 64 × 64 tiles, 4 warps and 2 stages: Q (32 KB) plus two
       K/V stages (2 × 64 KB) fit the 227 KB of shared memory;
+    - backward: the tiles below were measured on the deterministic backward (dK/dV and
+      dQ kernels) and are the one-pass kernel's starting point until it is swept;
     - backward, head_dim 128: dK/dV holds 128 keys in two fp32 accumulators, which needs
       8 warps to stay under 255 registers per thread; query tiles of 64 rows (32 lost
       10-25%); 3 stages beat 2 by 5-13%;

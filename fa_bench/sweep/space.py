@@ -4,7 +4,9 @@ A sweep point is a case plus the FlashConfig fields its mode decides:
 - mode `fwd`: block_m (query rows per program), block_n (keys per step), num_warps,
   num_stages of the forward kernel;
 - mode `bwd`: bwd_block_m (rows streamed per step), bwd_block_n (rows each program
-  holds: keys in dK/dV, queries in dQ), bwd_num_warps, bwd_num_stages.
+  holds: keys in the one-pass kernel and in dK/dV, queries in the deterministic dQ
+  kernel), bwd_num_warps, bwd_num_stages. The sweep times `triton`, whose backward is the
+  one-pass kernel; `triton-deterministic` reads the same fields (and tuning cache).
 The other fields stay at the heuristic's values. The heuristic's own config is always in
 the space (marked `is_default`) so the sweep measures how much the best beats it, and so
 is each rule of thumb's square tile (`rules_of_thumb`, marked in `rules`) with the
@@ -17,9 +19,14 @@ a recorded row with its reason, never silently dropped:
    the device: `shared_memory_per_block_optin`, 227 KB on the H200). The estimate counts
    only the buffers that grow with num_stages: forward `stages × (K + V tile)` =
    stages · 2 · block_n · D_pad · itemsize; backward `stages × 2 streamed tiles` =
-   stages · 2 · bwd_block_m · D_pad · itemsize. It is a lower bound (Q, the accumulators
-   and layout conversions come on top), so a pruned config cannot fit; one that passes
-   and still exceeds the limit fails at compile time and is recorded as `error`.
+   stages · 2 · bwd_block_m · D_pad · itemsize (Q and dO: the same streamed pair in the
+   one-pass kernel and in the deterministic ones). It is a lower bound (the held K/V,
+   the accumulators and layout conversions come on top; the one-pass kernel's TMA
+   reduce-add, `use_tma`, not a swept field, stages its bwd_block_m × D_pad fp32 dQ
+   share too), so a pruned config cannot fit; one that passes and still exceeds the
+   limit fails at compile time and is recorded as `error`. Compiled for sm_90 by triton
+   3.6.0 on a CPU (2026-11-30), the one-pass kernel at bf16, head_dim 128, 128 held keys,
+   64 streamed rows, 8 warps, 3 stages asked 97 KB (the estimate: 96 KB).
    Checked against the H200: 128×128 tiles at head_dim 128 with 4 stages need 256 KB by
    this estimate (Triton reported 296 KB: OutOfResources), 3 stages 192 KB (ran).
    Without a device (CPU interpreter) there is no limit to check and the rule is skipped.
