@@ -2,8 +2,8 @@
 # Issue 18's GPU check in one device call (one H200, under 9 minutes): the one-pass
 # backward's and the deterministic backward's GPU tests, the standard suite's backward at
 # 4k and 16k for triton / triton-deterministic / sdpa-cudnn, a short sweep of the
-# one-pass tiles, a summary (TFLOP/s and the ratio to sdpa-cudnn), then, if time is left,
-# fp16 and an A/B of the dQ adds (pointer atomics vs the TMA reduce-add).
+# one-pass tiles, an A/B of its dQ adds (pointer atomics vs the TMA reduce-add), a summary
+# (TFLOP/s and the ratio to sdpa-cudnn), then, if time is left, fp16.
 #
 # From the repository root, after the device prefix of ../shared/tools/device-prep.sh
 # (carry [".whl"]; it installs fa-bench editable):
@@ -77,6 +77,11 @@ step "run $D1" 130 fa-bench run "${RUN[@]}" --dtype "$D1" --out "$WORK/run-$D1" 
   > "$OUT/run.log" 2>&1
 cp "$WORK/run-$D1/results.json" "$OUT/results-$D1.json" 2>> "$STEPS"
 
+# (e) the one-pass dQ adds: scalar pointer atomics (the default) vs the TMA reduce-add
+# (use_tma=True), with the deterministic backward for scale (do_bench; not on a CPU)
+[ -z "${DEV[*]}" ] && step "dQ adds: atomics vs TMA reduce-add" 60 python3 tools/gpu/issue18_tma_ab.py \
+  > "$WORK/tma_ab.md" 2>&1
+
 # (c) a short sweep of the one-pass backward's tiles: bf16, head_dim 128, 16k
 step "sweep $D1 d$SWEEP_D $SWEEP_SEQ" 110 fa-bench sweep -s standard --mode bwd \
   --dtype "$D1" --seqlen "$SWEEP_SEQ" --block-m 64,128 --block-n 64,128 --warps 4,8 \
@@ -87,14 +92,13 @@ cp "$WORK/sweep/sweep.json" "$OUT/sweep.json" 2>> "$STEPS"
 # (d) the summary: backward TFLOP/s per impl and shape, ÷ sdpa-cudnn
 python3 tools/gpu/issue18_summary.py "$WORK/run-$D1" > "$OUT/summary.md" 2>&1
 grep -E "^best|^sweep:" "$OUT/sweep.log" >> "$OUT/summary.md" 2>/dev/null
+cat "$WORK/tma_ab.md" >> "$OUT/summary.md" 2>/dev/null
 
-# then, as time allows: fp16, and the dQ adds A/B
+# then, as time allows: fp16
 step "run $D2" 120 fa-bench run "${RUN[@]}" --dtype "$D2" --out "$WORK/run-$D2" \
   >> "$OUT/run.log" 2>&1
 if [ -f "$WORK/run-$D2/results.json" ]; then
   cp "$WORK/run-$D2/results.json" "$OUT/results-$D2.json"
   python3 tools/gpu/issue18_summary.py "$WORK/run-$D2" >> "$OUT/summary.md" 2>&1
 fi
-[ -z "${DEV[*]}" ] && step "dQ adds: atomics vs TMA reduce-add" 60 python3 tools/gpu/issue18_tma_ab.py \
-  >> "$OUT/summary.md" 2>&1
 echo "done after ${SECONDS} s" | tee -a "$STEPS"

@@ -44,7 +44,7 @@ def main() -> None:
             def step(o=o, inputs=(q, k, v), do=do) -> None:
                 torch.autograd.grad(o, inputs, do, retain_graph=True)
 
-            ms = do_bench(step, warmup=50, rep=300)
+            ms = do_bench(step, warmup=25, rep=200)
             cells.append(f"{work / ms / 1e9:.1f} TFLOP/s ({ms:.3f} ms)")
         print(f"| {d} | {n} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
 
