@@ -227,7 +227,8 @@ TuningCache = Annotated[
         "--tuning-cache",
         panel=MEASURE,
         metavar="FILE|off",
-        help="Tuning cache for `triton` (written by `fa-bench sweep --save-best`), or "
+        help="Tuning cache for `triton` and `triton-deterministic` (written by "
+        "`fa-bench sweep --save-best`), or "
         "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
     ),
 ]
