@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass
 from enum import Enum
 
@@ -10,6 +12,25 @@ class Mode(str, Enum):
     FWD = "fwd"
     BWD = "bwd"
     FWD_BWD = "fwd_bwd"
+    # Inference decoding: Sq new tokens per sequence against a KV cache; forward only.
+    DECODE = "decode"
+
+    @property
+    def backward(self) -> bool:
+        """Whether the case times (or needs gradients for) a backward pass."""
+        return self in (Mode.BWD, Mode.FWD_BWD)
+
+
+# The modes an implementation claims unless it names its own: decode needs its own inputs
+# (a cache and per-sequence lengths), so an implementation opts into it explicitly.
+PREFILL_MODES = (Mode.FWD, Mode.BWD, Mode.FWD_BWD)
+
+# Decode bounds: Sq new tokens per sequence (speculative decoding when > 1) and the
+# tokens per page of a paged cache (0 = contiguous).
+DECODE_MAX_SEQLEN_Q = 16
+PAGE_SIZE_MIN = 16
+PAGE_SIZE_MAX = 256
+PAGE_SIZE_STEP = 16
 
 
 class DType(str, Enum):
@@ -41,10 +62,39 @@ class Status(str, Enum):
         return self in (Status.ERROR, Status.TIMEOUT, Status.MISMATCH)
 
 
+def check_page_size(value: object) -> str | None:
+    """Why `value` is not a decode page size, or None (0 = contiguous cache)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"page_size must be an integer, got {value!r}"
+    if value == 0:
+        return None
+    if not (PAGE_SIZE_MIN <= value <= PAGE_SIZE_MAX) or value % PAGE_SIZE_STEP:
+        return (
+            f"page_size must be 0 (contiguous) or a multiple of {PAGE_SIZE_STEP} from "
+            f"{PAGE_SIZE_MIN} to {PAGE_SIZE_MAX}, got {value}"
+        )
+    return None
+
+
+def check_ctx_spread(value: object) -> str | None:
+    """Why `value` is not a context-length spread, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"ctx_spread must be a number in (0, 1], got {value!r}"
+    if not (0 < value <= 1):  # also refuses NaN
+        return f"ctx_spread must be in (0, 1] (1 = equal lengths), got {value!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class Case:
     """One point of a suite. Causal with seqlen_q != seqlen_k is bottom-right aligned:
-    query i attends keys j <= i + (seqlen_k - seqlen_q), the flash-attention convention."""
+    query i attends keys j <= i + (seqlen_k - seqlen_q), the flash-attention convention.
+
+    Decode (`Mode.DECODE`): seqlen_q is Sq, the new tokens per sequence (1..16); seqlen_k
+    the longest context, the cache capacity; always causal, bottom-right per sequence
+    against its own context length (`context_lengths()`). `page_size` (0 = contiguous
+    cache) and `ctx_spread` (1.0 = equal lengths) apply to decode only.
+    """
 
     impl: str
     mode: Mode
@@ -56,6 +106,9 @@ class Case:
     seqlen_k: int
     head_dim: int
     causal: bool
+    # Decode only; the defaults keep every other case, its id and older files as they were.
+    page_size: int = 0
+    ctx_spread: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))
@@ -70,6 +123,50 @@ class Case:
             )
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be true or false, got {self.causal!r}")
+        self._check_decode()
+
+    def _check_decode(self) -> None:
+        for reason in (check_page_size(self.page_size), check_ctx_spread(self.ctx_spread)):
+            if reason:
+                raise ValueError(reason)
+        # Stored as a float so that 1 and 1.0 give one id and one JSON spelling.
+        object.__setattr__(self, "ctx_spread", float(self.ctx_spread))
+        if self.mode is not Mode.DECODE:
+            if self.page_size != 0:
+                raise ValueError(f"page_size applies to decode only, got {self.page_size}")
+            if self.ctx_spread != 1.0:
+                raise ValueError(f"ctx_spread applies to decode only, got {self.ctx_spread}")
+            return
+        if not self.causal:
+            raise ValueError("causal must be true for decode (each query sees its own prefix)")
+        if self.seqlen_q > DECODE_MAX_SEQLEN_Q:
+            raise ValueError(
+                f"seqlen_q (new tokens per sequence) must be 1..{DECODE_MAX_SEQLEN_Q} for "
+                f"decode, got {self.seqlen_q}"
+            )
+        if self.seqlen_k < self.seqlen_q:
+            raise ValueError(
+                f"seqlen_k (the context, {self.seqlen_k}) must be at least seqlen_q "
+                f"({self.seqlen_q}) for decode"
+            )
+
+    def context_lengths(self) -> tuple[int, ...]:
+        """The batch's context lengths L_b, from the case alone (the same on every machine).
+
+        Equal (seqlen_k each) when ctx_spread is 1; else evenly spaced from seqlen_k down to
+        max(seqlen_q, ceil(ctx_spread * seqlen_k)), then shuffled by a fixed seed so the
+        longest sequence is not always the first.
+        """
+        s_max, b = self.seqlen_k, self.batch
+        if self.ctx_spread == 1.0 or b == 1:
+            return (s_max,) * b
+        # Rounded first so that e.g. 0.1 * 30 = 3.0000000000000004 gives 3, not 4.
+        low = max(self.seqlen_q, math.ceil(round(self.ctx_spread * s_max, 9)))
+        span = s_max - low
+        # Integer rounding (half up) of s_max - i * span / (b - 1): no float drift.
+        lengths = [s_max - (2 * i * span + (b - 1)) // (2 * (b - 1)) for i in range(b)]
+        random.Random(0x5EED + b).shuffle(lengths)
+        return tuple(lengths)
 
     @property
     def max_seqlen(self) -> int:
@@ -84,15 +181,14 @@ class Case:
             f"b{self.batch}-hq{self.heads_q}-hkv{self.heads_kv}"
             f"-sq{self.seqlen_q}-sk{self.seqlen_k}-d{self.head_dim}"
         )
-        return "/".join(
-            [
-                self.impl,
-                self.mode.value,
-                self.dtype.value,
-                shape,
-                "causal" if self.causal else "full",
-            ]
-        )
+        if self.mode is Mode.DECODE:
+            # Always causal, so the last part names the cache layout and the spread instead.
+            last = "contig" if self.page_size == 0 else f"page{self.page_size}"
+            if self.ctx_spread != 1.0:
+                last += f"-spread{self.ctx_spread:g}"
+        else:
+            last = "causal" if self.causal else "full"
+        return "/".join([self.impl, self.mode.value, self.dtype.value, shape, last])
 
     @property
     def label(self) -> str:
@@ -103,6 +199,13 @@ class Case:
             else f"Sq={self.seqlen_q},Sk={self.seqlen_k}"
         )
         heads = f"H={self.heads_q}" + (f"/{self.heads_kv}" if self.heads_kv != self.heads_q else "")
+        if self.mode is Mode.DECODE:
+            cache = "contig" if self.page_size == 0 else f"page={self.page_size}"
+            spread = f" spread={self.ctx_spread:g}" if self.ctx_spread != 1.0 else ""
+            return (
+                f"{self.impl} decode {self.dtype.value} B={self.batch} {heads} "
+                f"Sq={self.seqlen_q},ctx={self.seqlen_k} D={self.head_dim} {cache}{spread}"
+            )
         return (
             f"{self.impl} {self.mode.value} {self.dtype.value} B={self.batch} {heads} {seq} "
             f"D={self.head_dim}{' causal' if self.causal else ''}"
@@ -112,10 +215,20 @@ class Case:
         # Not dataclasses.asdict: it deep-copies, and a report of 100k cases calls this for
         # each; every field here is immutable.
         d = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        if self.mode is not Mode.DECODE:
+            # Always the defaults here: left out so results files of the other modes stay
+            # byte for byte what they were before decode existed.
+            for name in _OPTIONAL:
+                del d[name]
         d["mode"] = self.mode.value
         d["dtype"] = self.dtype.value
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Case:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        """Dicts written before page_size and ctx_spread existed get their defaults."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d or k not in _OPTIONAL})
+
+
+# Fields that a dict may lack (files written before they existed); the rest are required.
+_OPTIONAL = frozenset({"page_size", "ctx_spread"})

@@ -6,6 +6,11 @@ are counted exactly), backward = 2.5× forward (five matmuls against two), fwd_b
 
 Bytes are the least any implementation must move through HBM: every input read once and
 every output written once; K and V counted with the KV head count.
+
+Decode (forward only) counts each sequence against its own context length L_b
+(`Case.context_lengths()`): FLOPs 4·Hq·D·Σ_b pairs(Sq, L_b), bytes the valid K/V cache
+(Σ_b L_b·Hkv·D, twice) plus q and o, no LSE. The cache's unused tail is not counted: a
+kernel has no reason to read it.
 """
 
 from __future__ import annotations
@@ -43,7 +48,21 @@ def forward_flops(case: Case) -> int:
     )
 
 
+def decode_flops(case: Case) -> int:
+    """2·D for QK^T plus 2·D for PV, per attended pair, each sequence against its own L_b."""
+    pairs = sum(attended_pairs(case.seqlen_q, n, True) for n in case.context_lengths())
+    return 4 * case.heads_q * case.head_dim * pairs
+
+
+def decode_bytes(case: Case) -> int:
+    """Read the valid K and V of every sequence and q; write o."""
+    kv = sum(case.context_lengths()) * case.heads_kv * case.head_dim * 2 * case.dtype.itemsize
+    return kv + 2 * _q_bytes(case)
+
+
 def case_flops(case: Case) -> float:
+    if case.mode is Mode.DECODE:
+        return decode_flops(case)
     fwd = forward_flops(case)
     return {
         Mode.FWD: fwd,
@@ -74,6 +93,8 @@ def backward_bytes(case: Case) -> int:
 
 def case_bytes(case: Case) -> int:
     """fwd_bwd counts the two passes as separate kernels: O and LSE go through HBM between them."""
+    if case.mode is Mode.DECODE:
+        return decode_bytes(case)
     return {
         Mode.FWD: forward_bytes(case),
         Mode.BWD: backward_bytes(case),

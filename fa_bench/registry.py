@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fa_bench.case import Case, DType, Mode
+from fa_bench.case import PREFILL_MODES, Case, DType, Mode
 from fa_bench.errors import UsageError
 
 AttnFn = Callable[..., object]
@@ -68,7 +68,7 @@ class Impl:
     name: str
     builder: Callable[..., Prepared | AttnFn]
     description: str
-    modes: frozenset[Mode] = frozenset(Mode)
+    modes: frozenset[Mode] = frozenset(PREFILL_MODES)  # decode is opt-in: it needs a cache
     dtypes: frozenset[DType] = frozenset(DType)
     devices: frozenset[str] = frozenset({"cuda", "cpu"})
     # False where the backward cannot be replayed with retain_graph=True (compiled
@@ -136,7 +136,7 @@ def register(
     name: str,
     *,
     description: str,
-    modes: Iterable[Mode] = tuple(Mode),
+    modes: Iterable[Mode] = PREFILL_MODES,
     dtypes: Iterable[DType] = tuple(DType),
     devices: Iterable[str] = ("cuda", "cpu"),
     backward_reruns: bool = True,

@@ -31,6 +31,8 @@ __all__ = ["CaseRecord", "GpuRef", "Latency", "Placement", "ResultsDoc", "Result
 
 LATENCY_KEYS = ("median", "mean", "min", "max", "p20", "p80", "stdev", "n", "samples")
 _CASE_KEYS = tuple(f.name for f in dataclasses.fields(Case))
+# Case fields added later (decode's page_size, ctx_spread): older files lack them.
+_OPTIONAL_CASE_KEYS = ("page_size", "ctx_spread")
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,8 @@ def _check_types(d: dict, where: str) -> None:
         schema.string(d, key, where, null=False)
     for key in _INTS:
         schema.integer(d, key, where, null=False)
+    schema.integer(d, "page_size", where, default=0)
+    schema.number(d, "ctx_spread", where, default=1.0)
     if not isinstance(d["causal"], bool):
         raise ResultsError(f"{where}: causal must be true or false, got {schema.show(d['causal'])}")
     valid_status = {s.value for s in Status}
@@ -306,12 +310,12 @@ def _check_types(d: dict, where: str) -> None:
 
 
 REQUIRED_KEYS = (
-    "id", *_CASE_KEYS, "device", "status", "error", "latency_ms", "tflops", "gbps_model",
-    "peak_mem_bytes", "accuracy", "telemetry",
+    "id", *(k for k in _CASE_KEYS if k not in _OPTIONAL_CASE_KEYS), "device", "status",
+    "error", "latency_ms", "tflops", "gbps_model", "peak_mem_bytes", "accuracy", "telemetry",
 )  # fmt: skip
 _KNOWN_KEYS = frozenset(
-    (*REQUIRED_KEYS, "backend", "derived", "timing", "flops", "bytes_model", "traceback",
-     "prepare_s", "wall_s", "host", "gpu")
+    (*REQUIRED_KEYS, *_OPTIONAL_CASE_KEYS, "backend", "derived", "timing", "flops",
+     "bytes_model", "traceback", "prepare_s", "wall_s", "host", "gpu")
 )  # fmt: skip
 
 
