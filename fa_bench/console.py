@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
@@ -21,6 +22,7 @@ from rich.text import Text
 
 from fa_bench import units
 from fa_bench.case import Case, Status
+from fa_bench.console_decode import decode_summary
 from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old home)
     STATUS_STYLE,
     PlainProgress,
@@ -28,6 +30,7 @@ from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old 
     make_progress,
     progress_line,
 )
+from fa_bench.results.bandwidth import is_decode
 from fa_bench.results.record import CaseRecord
 from fa_bench.words import plural
 
@@ -102,8 +105,20 @@ _CASE_COLS = (
 )  # fmt: skip
 
 
-def summary(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
-    """The results as a table that fits `width`, or one block of lines per record."""
+def summary(
+    records: Sequence[CaseRecord], width: int, env: dict[str, Any] | None = None
+) -> list[Table | Text]:
+    """The results as a table that fits `width`, or one block of lines per record; decode
+    cases in their own table, bandwidth first, measured against `env`'s ceilings."""
+    decode = [r for r in records if is_decode(r.case)]
+    if not decode:
+        return _prefill_summary(records, width)
+    prefill = [r for r in records if not is_decode(r.case)]
+    out = _prefill_summary(prefill, width) if prefill else []
+    return out + decode_summary(decode, width, env, PER_CASE_LIMIT)
+
+
+def _prefill_summary(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
     if len(records) > PER_CASE_LIMIT:
         return _grouped(records, width)
     rows: list[list[str | Text]] = [
@@ -209,10 +224,13 @@ def time_limit_note(records: Sequence[CaseRecord]) -> Text | None:
     )
 
 
-def print_summary(console: Console, records: Sequence[CaseRecord]) -> None:
-    """The end of a run: results, failures, why cases did not run, the time-limit note."""
+def print_summary(
+    console: Console, records: Sequence[CaseRecord], env: dict[str, Any] | None = None
+) -> None:
+    """The end of a run: results, failures, why cases did not run, the time-limit note.
+    `env` (the run's, with its bandwidth ceilings) gives decode cases their fractions."""
     width = console.width
-    for item in [*summary(records, width), *failures(records, width)]:
+    for item in [*summary(records, width, env), *failures(records, width)]:
         console.print(item, soft_wrap=isinstance(item, Text))
     lines = reasons(records)
     if lines:

@@ -37,6 +37,7 @@ from rich.text import Text
 from fa_bench import units
 from fa_bench.case import Case, Status
 from fa_bench.progress import STATUS_STYLE, every_n, progress_line
+from fa_bench.results.bandwidth import is_decode
 from fa_bench.results.files import read_journal
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.distributed import journal_progress
@@ -170,6 +171,7 @@ class PartsProgress:
                 self._print(progress_line(
                     part.done, part.total, record.status.value, case.id,
                     median_ms=record.median_ms, tflops=record.tflops,
+                    gbps=record.gbps_model if is_decode(case) else None,
                     elapsed_s=elapsed, eta_s=eta, prefix=part.label,
                 ))  # fmt: skip
             if failed:

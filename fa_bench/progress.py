@@ -28,6 +28,7 @@ from rich.text import Text
 
 from fa_bench import units
 from fa_bench.case import Case, Status
+from fa_bench.results.bandwidth import is_decode
 from fa_bench.results.record import CaseRecord
 
 STATUS_STYLE = {
@@ -55,16 +56,20 @@ def progress_line(
     *,
     median_ms: float | None = None,
     tflops: float | None = None,
+    gbps: float | None = None,
     elapsed_s: float,
     eta_s: float | None,
     prefix: str = "",
 ) -> str:
     """One plain line for a finished case, e.g. `[12/42] ok  naive/fwd/...  81.2 µs
-    1.20 GFLOP/s  (0:07 elapsed, eta 0:18)`; `prefix` names the GPU or rank."""
+    1.20 GFLOP/s  (0:07 elapsed, eta 0:18)`; `prefix` names the GPU or rank. `gbps`, given
+    for a decode case (memory-bound), comes before the FLOP/s."""
     width = len(str(total))
     parts = [f"{prefix} " if prefix else "", f"[{done:>{width}}/{total}] {status:<11} {case_id}"]
     if median_ms is not None:
         parts.append(f"  {units.latency(median_ms)}")
+    if gbps is not None:
+        parts.append(f"  {units.bandwidth(gbps)}")
     if tflops is not None:
         parts.append(f"  {units.flops(tflops)}")
     eta = "" if eta_s is None else f", eta {units.duration(eta_s)}"
@@ -202,6 +207,7 @@ class PlainProgress:
                 self.done_count, self.total, status.value, case.id,
                 median_ms=record.median_ms if record else None,
                 tflops=record.tflops if record else None,
+                gbps=record.gbps_model if record and is_decode(case) else None,
                 elapsed_s=elapsed, eta_s=eta, prefix=self.prefix,
             )  # fmt: skip
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -97,13 +97,21 @@ def _columns(n_facets: int) -> int:
     return 1 if n_facets == 1 else 2 if n_facets <= 4 else 3 if n_facets <= 9 else 4
 
 
-def panel_grid(facets: list[tuple], y_title: str, *, height_per_row: int = 270) -> go.Figure:
+def panel_grid(
+    facets: list[tuple],
+    y_title: str,
+    *,
+    height_per_row: int = 270,
+    titles: list[str] | None = None,
+    x_title: str = "sequence length N (keys)",
+) -> go.Figure:
+    """A grid of panels, one per facet, titled `titles` (default: `facet_title`)."""
     cols = _columns(len(facets))
     rows = math.ceil(len(facets) / cols)
     fig = make_subplots(
         rows=rows,
         cols=cols,
-        subplot_titles=[facet_title(k) for k in facets],
+        subplot_titles=titles if titles is not None else [facet_title(k) for k in facets],
         horizontal_spacing=0.3 / cols,  # room for each panel's own y title
         vertical_spacing=min(0.35 / rows, 0.12),
     )
@@ -120,7 +128,7 @@ def panel_grid(facets: list[tuple], y_title: str, *, height_per_row: int = 270) 
         # figure's log axes), and a panel read alone must say what it plots.
         fig.update_yaxes(title_text=y_title, title_font_size=11, row=row, col=col)
         if i + cols >= len(facets):  # the lowest panel of its column
-            fig.update_xaxes(title_text="sequence length N (keys)", row=row, col=col)
+            fig.update_xaxes(title_text=x_title, row=row, col=col)
     return fig
 
 

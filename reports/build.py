@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fa_bench.env import cudnn_version
-from fa_bench.reports import figures, per_gpu, roofline, speedup, summary, tables
+from fa_bench.reports import decode, figures, per_gpu, roofline, speedup, summary, tables
 from fa_bench.reports.embed import embed_json
 from fa_bench.reports.figures import Figure
 from fa_bench.reports.merge import Merged, ReportError, choose_baseline, merge, run_labels
@@ -24,9 +24,11 @@ PLOTLYJS_CHOICES = ("inline", "cdn")
 
 def build_all(merged: Merged, baseline: str) -> list[Figure]:
     """The page's figures in page order, leaving out those with nothing to draw."""
+    prefill = decode.without_decode(merged)  # decode has its own, bandwidth-first view
     built = [
-        figures.tflops_figure(merged),
-        figures.memory_figure(merged),
+        figures.tflops_figure(prefill),
+        decode.decode_figure(merged),
+        figures.memory_figure(prefill),
         speedup.speedup_figure(merged, baseline),
         roofline.roofline_figure(merged),
         roofline.bandwidth_figure(merged),

@@ -23,13 +23,20 @@ def shape_key(c: MergedCase) -> tuple:
         k.heads_kv,
         k.seqlen_q,
         k.seqlen_k,
+        # Decode cases of one shape differ by cache layout and spread: never one key.
+        k.page_size,
+        k.ctx_spread,
     )
 
 
 def shape_label(key: tuple) -> str:
-    mode, dtype, d, causal, b, hq, hkv, sq, sk = key
-    seq = f"N={sq}" if sq == sk else f"Sq={sq},Sk={sk}"
+    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread = key
     heads = f"H={hq}" + (f"/{hkv}" if hkv != hq else "")
+    if mode == "decode":  # always causal: the cache layout and the spread instead
+        cache = "contig" if page == 0 else f"page{page}"
+        cache += f" spread{spread:g}" if spread != 1.0 else ""
+        return f"decode {dtype} d{d} Sq={sq},ctx={sk} B={b} {heads} {cache}"
+    seq = f"N={sq}" if sq == sk else f"Sq={sq},Sk={sk}"
     return f"{mode} {dtype} d{d} {'causal' if causal else 'full'} {seq} B={b} {heads}"
 
 
@@ -71,8 +78,8 @@ ROW_PX = 20  # one case per row: its label and in-cell text need this much heigh
 def display_key(key: tuple) -> tuple:
     """Cases grouped by (mode, dtype, head dim, masking), then by sequence length, as the
     throughput plot's x axis runs; batch and heads break ties."""
-    mode, dtype, d, causal, b, hq, hkv, sq, sk = key
-    return (mode, dtype, d, causal, sq, sk, b, hq, hkv)
+    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread = key
+    return (mode, dtype, d, causal, sq, sk, b, hq, hkv, page, spread)
 
 
 def colour_range(log_ratios: list[float]) -> float:

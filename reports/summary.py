@@ -14,7 +14,8 @@ from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.reports.speedup import shape_key, speedups
 from fa_bench.words import plural
 
-_MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+_MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward",
+               "decode": "decode"}  # fmt: skip
 
 
 def _kseq(n: int) -> str:

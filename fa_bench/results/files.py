@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.results.bandwidth import fractions, is_decode
 from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
 from fa_bench.words import plural
 
@@ -159,7 +160,8 @@ def write_results(out_dir: Path, doc: ResultsDoc) -> tuple[Path, Path]:
 
 
 def to_frame(doc: ResultsDoc) -> pd.DataFrame:
-    """One row per case, raw samples left out, nested objects flattened with dots."""
+    """One row per case, raw samples left out, nested objects flattened with dots; decode
+    cases add hbm_fraction and copy_fraction (fa_bench.results.bandwidth)."""
     import pandas as pd
 
     rows = []
@@ -174,6 +176,9 @@ def to_frame(doc: ResultsDoc) -> pd.DataFrame:
             for sub, val in (case.get(key) or {}).items():
                 if not isinstance(val, (dict, list)):
                     row[f"{key}.{sub}"] = val
+        if is_decode(record.case):  # memory-bound: how near its GPU's ceilings (derived)
+            hbm, copy = fractions(record, doc.env)
+            row.update(hbm_fraction=hbm, copy_fraction=copy)
         gpu = record.gpu
         if gpu is not None:  # runs over several GPUs keep each case's own
             row.update({"gpu": gpu.name, "gpu.index": gpu.index, "gpu.uuid": gpu.uuid})
