@@ -171,6 +171,7 @@ def render(
     title = title or f"fa-bench: {', '.join(suite_names) or 'results'} on {', '.join(merged.gpus)}"
     figs = build_all(merged, base)
     case_rows = tables.case_rows(merged)
+    columns = tables.case_columns(merged)  # decode cases add their cache, spread, fractions
     return _template(plotlyjs).render(
         sweeps=sweep_sections,
         title=title,
@@ -184,8 +185,8 @@ def render(
         figures=figs,  # the sweep heatmaps are drawn inside their own sections
         figures_json=jinja2.utils.markupsafe.Markup(figures.figures_json(figs + sweep_figs)),
         table=case_rows,
-        table_html=tables.case_rows_html(case_rows),  # escaped there, cell by cell
-        columns=tables.CASE_COLUMNS,
+        table_html=tables.case_rows_html(case_rows, columns.index("status")),  # escaped there
+        columns=columns,
         telemetry_note=tables.telemetry_note(merged),
         failures=tables.failure_rows(merged),
         telemetry_flags=tables.throttle_rows(merged),

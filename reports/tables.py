@@ -14,6 +14,7 @@ from markupsafe import Markup, escape
 from fa_bench.case import Status
 from fa_bench.reports.figures import time_limit_note
 from fa_bench.reports.merge import Merged, MergedCase, group_by
+from fa_bench.results.bandwidth import fractions, is_decode
 
 CASE_COLUMNS = (
     "GPU",
@@ -38,6 +39,34 @@ CASE_COLUMNS = (
     "message",
 )
 STATUS_COLUMN = CASE_COLUMNS.index("status")  # its cell is coloured by the case's status
+# With decode cases the table also names each case's cache and spread (two decode cases
+# differ by those alone) and its fractions of the GPU's ceilings, beside GB/s. A page
+# without decode cases keeps the columns it always had.
+_AFTER_CAUSAL, _AFTER_GBPS = CASE_COLUMNS.index("causal") + 1, CASE_COLUMNS.index("GB/s") + 1
+DECODE_CASE_COLUMNS = (
+    *CASE_COLUMNS[:_AFTER_CAUSAL], "cache", "spread", *CASE_COLUMNS[_AFTER_CAUSAL:_AFTER_GBPS],
+    "% copy BW", "% HBM peak", *CASE_COLUMNS[_AFTER_GBPS:],
+)  # fmt: skip
+
+
+def has_decode(merged: Merged) -> bool:
+    return any(is_decode(c.record.case) for c in merged.cases)
+
+
+def case_columns(merged: Merged) -> tuple[str, ...]:
+    return DECODE_CASE_COLUMNS if has_decode(merged) else CASE_COLUMNS
+
+
+def _decode_cells(c: MergedCase, merged: Merged) -> tuple[list[dict], list[dict]]:
+    """(cache and spread, the two fractions) of a case; '–' for a prefill case."""
+    k = c.record.case
+    if not is_decode(k):
+        return [_cell(None, "")] * 2, [_cell(None, "")] * 2
+    cache = _cell("contig" if k.page_size == 0 else f"page{k.page_size}", k.page_size)
+    spread = _cell(f"{k.ctx_spread:g}", k.ctx_spread)
+    hbm, copy = fractions(c.record, merged.docs[c.run].env)
+    pct = [_cell(None, "") if f is None else _cell(f"{f:.1%}", f) for f in (copy, hbm)]
+    return [cache, spread], pct
 
 
 def _cell(text: object, sort: float | str | None = None) -> dict:
@@ -61,6 +90,7 @@ def _message(c: MergedCase) -> str:
 
 def case_rows(merged: Merged) -> list[dict]:
     rows = []
+    decode = has_decode(merged)
     for c in merged.cases:
         r, k, lat = c.record, c.record.case, c.record.latency_ms
         peak = r.peak_mem_bytes
@@ -91,11 +121,15 @@ def case_rows(merged: Merged) -> list[dict]:
             _cell(r.backend),
             _cell(_message(c) or None, ""),
         ]
+        if decode:
+            layout, pct = _decode_cells(c, merged)
+            cells[_AFTER_GBPS:_AFTER_GBPS] = pct  # the later insert first: indices hold
+            cells[_AFTER_CAUSAL:_AFTER_CAUSAL] = layout
         rows.append({"status": r.status.value, "cells": cells})
     return rows
 
 
-def case_rows_html(rows: list[dict]) -> Markup:
+def case_rows_html(rows: list[dict], status_column: int = STATUS_COLUMN) -> Markup:
     """The all-cases table's body rows, each cell escaped: what a template loop over `rows`
     would write, byte for byte, at a fraction of its cost (a loop of 20 cells per case
     was the largest step of a 100k-case report)."""
@@ -106,7 +140,7 @@ def case_rows_html(rows: list[dict]) -> Markup:
         for i, cell in enumerate(row["cells"]):
             sort = cell["sort"]
             num = ' class="num"' if isinstance(sort, Number) else ""
-            cls = f' class="status-{status}"' if i == STATUS_COLUMN else ""
+            cls = f' class="status-{status}"' if i == status_column else ""
             tds.append(f'<td data-sort="{escape(sort)}"{num}{cls}>{escape(cell["text"])}</td>')
         out.append(f'<tr data-status="{status}">{"".join(tds)}</tr>\n')
     return Markup("".join(out))

@@ -25,6 +25,8 @@ from fa_bench.results.files import load_results, to_frame
 from fa_bench.results.record import CaseRecord, Latency, ResultsDoc
 from tests.report_fixture import make_case
 
+# A results file of prefill cases, written before decode existed (an H200 run).
+OLD_RESULTS = Path(__file__).parent.parent / "docs/data/refactor-ab-h200-2026-11-30-before.json"
 COPY, PEAK = 4200.0, 4800.0  # GB/s: what the synthetic env's worker measured / NVML says
 
 
@@ -100,7 +102,7 @@ def test_results_csv_has_the_fractions_for_decode_only(tmp_path: Path) -> None:
     assert (ok["hbm_fraction"] - ok["gbps_model"] / PEAK).abs().max() < 1e-12
     assert frame[frame["mode"] == "fwd"]["copy_fraction"].isna().all()
     # A results file of prefill cases only gets no new column.
-    old = load_results(Path("docs/data/refactor-ab-h200-2026-11-30-before.json"))
+    old = load_results(OLD_RESULTS)
     assert "copy_fraction" not in to_frame(old).columns
 
 
@@ -179,8 +181,34 @@ def test_prefill_figures_leave_decode_out_and_speedup_keeps_layouts_apart() -> N
 
 
 def test_a_report_of_an_older_results_file_is_unchanged_by_decode() -> None:
-    old = load_results(Path("docs/data/refactor-ab-h200-2026-11-30-before.json"))
+    old = load_results(OLD_RESULTS)
     merged = merge([old])
     assert decode.without_decode(merged) is merged
     assert decode.decode_figure(merged) is None
     assert "decode" not in [f.id for f in build.build_all(merged, "sdpa")]
+
+
+def test_the_page_has_the_decode_view_and_its_table_columns() -> None:
+    from fa_bench.reports import tables
+
+    doc = decode_doc()
+    page = build.render([doc], plotlyjs="cdn", generated="2026-11-30T00:00:00+00:00")
+    assert 'id="section-decode"' in page and "Decode: bandwidth vs context length" in page
+    merged = merge([doc])
+    columns = tables.case_columns(merged)
+    assert columns == tables.DECODE_CASE_COLUMNS
+    for name in ("cache", "spread", "% copy BW", "% HBM peak"):
+        assert f'<th scope="col">{name}</th>' in page
+    rows = tables.case_rows(merged)
+    assert all(len(r["cells"]) == len(columns) for r in rows)
+    status = columns.index("status")
+    assert all(r["cells"][status]["text"] == r["status"] for r in rows)
+    ours = next(r for r, c in zip(rows, merged.cases, strict=True) if c.record.id ==
+                "triton/decode/bf16/b8-hq32-hkv8-sq1-sk4096-d128/page64")  # fmt: skip
+    cell = dict(zip(columns, (x["text"] for x in ours["cells"]), strict=True))
+    assert cell["cache"] == "page64" and cell["% copy BW"] == f"{3512.0 / COPY:.1%}"
+    assert 'class="status-ok">ok</td>' in str(tables.case_rows_html(rows, status))
+    # A page without decode cases keeps the columns it always had.
+    old = merge([load_results(OLD_RESULTS)])
+    assert tables.case_columns(old) == tables.CASE_COLUMNS
+    assert all(len(r["cells"]) == len(tables.CASE_COLUMNS) for r in tables.case_rows(old))
