@@ -1,4 +1,5 @@
-"""Our Triton FlashAttention as a library: `flash_attention` and its `FlashConfig`.
+"""Our Triton FlashAttention as a library: `flash_attention` and its `FlashConfig`, and
+`decode_attention` (split-KV decoding against a contiguous or paged KV cache).
 
 Importing this package is cheap and decides nothing: it imports torch but not triton,
 touches no device and defines no kernel. The first call of `flash_attention` imports
@@ -13,7 +14,8 @@ The registry adapters (reference.py: naive, SDPA backends, FlexAttention; triton
 the benchmark to be importable.
 """
 
+from fa_bench.kernels.decode_attention import decode_attention
 from fa_bench.kernels.flash_attention import flash_attention
 from fa_bench.kernels.flash_config import FlashConfig
 
-__all__ = ["FlashConfig", "flash_attention"]
+__all__ = ["FlashConfig", "decode_attention", "flash_attention"]

@@ -1,0 +1,351 @@
+"""Decode attention (FlashDecoding) in Triton: Sq = 1..16 new query tokens per sequence
+against a KV cache, contiguous or paged, with ragged context lengths, GQA and split-KV.
+
+The layout is flash-attn's `flash_attn_with_kvcache`: q (B, Sq, Hq, D); a contiguous cache
+(B, S_max, Hkv, D), or a paged one (num_pages, page_size, Hkv, D) with block_table
+(B, max_pages) int32 naming each sequence's pages in order; cache_seqlens (B,) int32, the
+context length L_b of each sequence, which already counts its Sq new tokens. Query token t
+of sequence b sees keys j <= L_b - Sq + t (bottom-right causal: Sq > 1 is speculative
+decoding's verification step).
+
+How it runs (the kernels are in fa_bench.kernels.decode_kernels):
+- grid (B · Hkv · row blocks, num_splits). A program reads its split of one sequence's
+  keys once, block by block, for all GROUP = Hq / Hkv query heads and all Sq tokens at
+  once: its rows are the GROUP · Sq (token, head) pairs, padded to a power of two of at
+  least 16 (`tl.dot`), at most `_MAX_ROWS` per row block (a wider group, e.g. MQA with 64
+  heads and Sq 16, takes several row blocks, each reading the keys again);
+- a split is a contiguous run of `cdiv(cdiv(L_b, BLOCK_N), num_splits)` key blocks of its
+  own sequence, so short sequences of a ragged batch leave their last splits empty
+  (lse = -inf, weight 0 in the combine);
+- one split: the program writes o and lse directly. Several: each writes an fp32 partial
+  output and its lse into a workspace, and a combine kernel merges them by their lse;
+- key blocks: BLOCK_N = 64 keys for a contiguous cache; for a paged one the largest power
+  of two up to 64 that divides page_size (so a block never straddles pages: 16 for page
+  sizes 16, 48, 80, ...; 64 for 64, 128, 192, 256), one block-table read per block;
+- num_splits=None (`choose_num_splits`): enough splits that B · Hkv · row blocks · splits
+  fills the GPU's SMs about twice over, but no split under `_MIN_BLOCKS_PER_SPLIT` key
+  blocks of the longest context the cache can hold (its capacity: reading the actual
+  lengths would cost a device sync), at most `MAX_SPLITS`. Under the interpreter the SM
+  count is fixed (`_INTERPRETER_SMS`).
+
+Page sizes: multiples of 16 from 16 to 256 (any multiple of 16 tiles; 256 is the largest
+the case model asks for). Head dims: multiples of 8 up to 256, padded to a power of two
+inside. fp16/bf16, and fp32 for the interpreter.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from types import SimpleNamespace
+
+import torch
+
+from fa_bench.kernels.flash_attention import _dot_precision, _interpreting, _last_dim_unit
+from fa_bench.kernels.flash_config import HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, pad_pow2
+
+_LOG2E = 1.4426950408889634
+_LN2 = 0.6931471805599453
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_SEQ_Q = 16
+PAGE_SIZE_MIN, PAGE_SIZE_MAX, PAGE_SIZE_STEP = 16, 256, 16
+MAX_SPLITS = 128
+# Keys per block: 64 keeps a bf16 d128 block at 16 KB per operand, several in flight.
+_BLOCK_N = 64
+# Rows (token, head pairs) per program: 64 rows of fp32 accumulators at d256 still fit.
+_MAX_ROWS = 64
+_MIN_BLOCKS_PER_SPLIT = 4
+_WAVES = 2
+_INTERPRETER_SMS = 4
+
+
+@functools.cache
+def _kernels() -> SimpleNamespace:
+    """The `@triton.jit` kernels, imported (with triton) at the first launch: importing
+    this module must not decide whether triton interprets (see the package docstring)."""
+    from fa_bench.kernels import decode_kernels
+
+    return SimpleNamespace(
+        split=decode_kernels._decode_split_kernel, combine=decode_kernels._decode_combine_kernel
+    )
+
+
+def _cdiv(n: int, d: int) -> int:
+    return (n + d - 1) // d
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+# ---------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------
+
+
+def _shape(t: object) -> str:
+    return str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table) -> None:
+    """Shapes, dtypes and devices: everything that reads no tensor's values."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D, got shape {_shape(t)}")
+    batch, seq_q, heads_q, head_dim = q.shape
+    if q.dtype not in _DTYPES:
+        raise ValueError(f"q has dtype {q.dtype}; valid: float16, bfloat16, float32")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype}, q has {q.dtype}: they must match")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}: they must match")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(
+            f"k_cache {_shape(k_cache)} and v_cache {_shape(v_cache)} must have one shape"
+        )
+    if not 1 <= seq_q <= MAX_SEQ_Q:
+        raise ValueError(f"q's Sq (dim 1) is {seq_q}; valid: 1 to {MAX_SEQ_Q}; q {_shape(q)}")
+    if min(batch, heads_q) < 1:
+        raise ValueError(f"q {_shape(q)} has an empty batch or head dimension")
+    _, cap_or_page, heads_kv, cache_dim = k_cache.shape
+    if cache_dim != head_dim:
+        raise ValueError(f"k_cache's head_dim is {cache_dim}, q's {head_dim}: they must match")
+    if head_dim % HEAD_DIM_MULTIPLE or not 0 < head_dim <= MAX_HEAD_DIM:
+        raise ValueError(
+            f"q's head_dim is {head_dim}; valid: a multiple of {HEAD_DIM_MULTIPLE} "
+            f"up to {MAX_HEAD_DIM}"
+        )
+    if heads_kv < 1 or heads_q % heads_kv:
+        raise ValueError(
+            f"q's heads ({heads_q}) must be a multiple of k_cache's heads ({heads_kv})"
+        )
+    if block_table is None:
+        if k_cache.shape[0] != batch:
+            raise ValueError(
+                f"k_cache's batch is {k_cache.shape[0]}, q's {batch}: they must match "
+                "(or pass block_table for a paged cache)"
+            )
+        if cap_or_page < 1:
+            raise ValueError(f"k_cache {_shape(k_cache)} holds no positions")
+    else:
+        _check_block_table(block_table, batch, cap_or_page, q.device)
+    _check_seqlens(cache_seqlens, batch, q.device)
+    if q.device.type == "cpu" and not _interpreting():
+        raise ValueError("q is on the CPU: that needs the Triton interpreter (TRITON_INTERPRET=1)")
+    if q.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q is on {q.device}; valid devices: cuda, or cpu with the interpreter")
+
+
+def _check_block_table(block_table, batch: int, page_size: int, device: torch.device) -> None:
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError(
+            f"block_table must be int32 (B, max_pages), got {block_table.dtype} "
+            f"{_shape(block_table)}"
+        )
+    if block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(f"block_table {_shape(block_table)} must be ({batch}, max_pages >= 1)")
+    if block_table.device != device:
+        raise ValueError(f"block_table is on {block_table.device}, q on {device}")
+    if page_size % PAGE_SIZE_STEP or not PAGE_SIZE_MIN <= page_size <= PAGE_SIZE_MAX:
+        raise ValueError(
+            f"page_size (k_cache's dim 1) is {page_size}; valid: a multiple of "
+            f"{PAGE_SIZE_STEP} from {PAGE_SIZE_MIN} to {PAGE_SIZE_MAX}"
+        )
+
+
+def _check_seqlens(cache_seqlens, batch: int, device: torch.device) -> None:
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise ValueError(
+            f"cache_seqlens must be a torch.Tensor, got {type(cache_seqlens).__name__}"
+        )
+    if cache_seqlens.dtype != torch.int32 or tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(
+            f"cache_seqlens must be int32 ({batch},), got {cache_seqlens.dtype} "
+            f"{_shape(cache_seqlens)}"
+        )
+    if cache_seqlens.device != device:
+        raise ValueError(f"cache_seqlens is on {cache_seqlens.device}, q on {device}")
+
+
+def _check_values(
+    seq_q: int, k_cache: torch.Tensor, cache_seqlens: torch.Tensor, block_table
+) -> None:
+    """The checks that read cache_seqlens and block_table (a device-to-host copy)."""
+    lengths = cache_seqlens.cpu().long()
+    if block_table is None:
+        capacity = k_cache.shape[1]
+    else:
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    bad = ((lengths < seq_q) | (lengths > capacity)).nonzero()
+    if len(bad):
+        b = int(bad[0])
+        raise ValueError(
+            f"cache_seqlens[{b}] is {int(lengths[b])}; valid: Sq ({seq_q}) to the cache's "
+            f"capacity ({capacity})"
+        )
+    if block_table is None:
+        return
+    page_size, num_pages = k_cache.shape[1], k_cache.shape[0]
+    table = block_table.cpu().long()
+    used = torch.arange(table.shape[1])[None, :] < ((lengths + page_size - 1) // page_size)[:, None]
+    bad = (used & ((table < 0) | (table >= num_pages))).nonzero()
+    if len(bad):
+        b, i = (int(x) for x in bad[0])
+        raise ValueError(
+            f"block_table[{b}, {i}] is {int(table[b, i])}; valid: 0 to {num_pages - 1} "
+            f"(k_cache holds {num_pages} pages)"
+        )
+
+
+def _check_options(scale, num_splits) -> None:
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0
+    ):
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    if num_splits is not None and (
+        isinstance(num_splits, bool)
+        or not isinstance(num_splits, int)
+        or not 1 <= num_splits <= MAX_SPLITS
+    ):
+        raise ValueError(
+            f"num_splits must be None or an integer from 1 to {MAX_SPLITS}, got {num_splits!r}"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Tiles and splits
+# ---------------------------------------------------------------------------------------
+
+
+def block_n_for(page_size: int | None) -> int:
+    """Keys per block: `_BLOCK_N` for a contiguous cache (page_size None); for a paged
+    one the largest power of two up to `_BLOCK_N` that divides page_size."""
+    if page_size is None:
+        return _BLOCK_N
+    return min(_BLOCK_N, page_size & -page_size)
+
+
+def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
+    """(rows per program, row blocks) for GROUP · Sq rows."""
+    block = min(_MAX_ROWS, pad_pow2(group * seq_q))
+    return block, _cdiv(group * seq_q, block)
+
+
+def choose_num_splits(programs: int, capacity: int, block_n: int, sms: int) -> int:
+    """Splits per sequence so that programs · splits fills `sms` SMs about `_WAVES` times,
+    each split keeping at least `_MIN_BLOCKS_PER_SPLIT` key blocks of a `capacity`-long
+    context; 1 when the programs alone fill the GPU; at most MAX_SPLITS."""
+    wanted = _cdiv(_WAVES * sms, programs)
+    most = max(1, _cdiv(capacity, block_n) // _MIN_BLOCKS_PER_SPLIT)
+    return max(1, min(wanted, most, MAX_SPLITS))
+
+
+# ---------------------------------------------------------------------------------------
+# Launch
+# ---------------------------------------------------------------------------------------
+
+
+def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, num_splits):
+    batch, seq_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    group = heads_q // heads_kv
+    paged = block_table is not None
+    page_size = k_cache.shape[1] if paged else None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    block_n = block_n_for(page_size)
+    block_rows, row_blocks = row_tiles(group, seq_q)
+    programs = batch * heads_kv * row_blocks
+    if num_splits is None:
+        sms = _INTERPRETER_SMS if _interpreting() else _sm_count(q.device.index or 0)
+        num_splits = choose_num_splits(programs, capacity, block_n, sms)
+    o = torch.empty((batch, seq_q, heads_q, head_dim), device=q.device, dtype=q.dtype)
+    lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    split = num_splits > 1
+    if split:
+        o_part = torch.empty(
+            (batch, seq_q, heads_q, num_splits, head_dim), device=q.device, dtype=torch.float32
+        )
+        lse_part = torch.empty(o_part.shape[:-1], device=q.device, dtype=torch.float32)
+    else:
+        o_part = lse_part = o  # unused: SPLIT=False never touches them
+    # paged: the page stride goes where the block's page is known; contiguous: the batch's
+    ks, vs = k_cache.stride(), v_cache.stride()
+    k_strides = (0, ks[0], ks[1], ks[2]) if paged else (ks[0], 0, ks[1], ks[2])
+    v_strides = (0, vs[0], vs[1], vs[2]) if paged else (vs[0], 0, vs[1], vs[2])
+    # the kernels index both with unit strides along their last dimension
+    cache_seqlens = cache_seqlens.contiguous()
+    table = block_table.contiguous() if paged else cache_seqlens  # a placeholder if contiguous
+    pad = pad_pow2(head_dim)
+    _kernels().split[(programs, num_splits)](
+        q, k_cache, v_cache, cache_seqlens, table, o, lse2, o_part, lse_part,
+        q.stride(0), q.stride(1), q.stride(2), *k_strides, *v_strides,
+        table.stride(0), o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
+        heads_kv, row_blocks, scale * _LOG2E,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, GROUP=group, SEQ_Q=seq_q,
+        BLOCK_ROWS=block_rows, BLOCK_N=block_n,
+        PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
+        DOT_PREC=_dot_precision(q.dtype),
+    )  # fmt: skip
+    if split:
+        _kernels().combine[(batch * seq_q * heads_q,)](
+            o_part, lse_part, o, lse2,
+            o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
+            heads_q, seq_q, num_splits,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits),
+        )  # fmt: skip
+    return o, lse2
+
+
+# ---------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    cache_seqlens: torch.Tensor,
+    block_table: torch.Tensor | None = None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+    return_lse: bool = False,
+    check_values: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of Sq new tokens per sequence against a KV cache (forward only).
+
+    q (B, Sq, Hq, D), 1 <= Sq <= 16; k_cache, v_cache contiguous (B, S_max, Hkv, D) or,
+    with `block_table` (B, max_pages) int32, paged (num_pages, page_size, Hkv, D) with
+    page_size a multiple of 16 from 16 to 256; `cache_seqlens` (B,) int32, each from Sq to
+    the capacity (S_max, or max_pages · page_size). Hq a multiple of Hkv (GQA: query head
+    h reads KV head h // (Hq / Hkv)); D a multiple of 8 up to 256; fp16, bf16 or fp32 (the
+    interpreter); any strides whose last one is 1. `scale` defaults to 1/sqrt(D).
+    Query token t of sequence b sees cache positions j <= cache_seqlens[b] - Sq + t;
+    positions past a sequence's length are never read into the result.
+
+    Returns o (B, Sq, Hq, D) in q's dtype, and with `return_lse=True` also the natural-log
+    log-sum-exp of each row's scaled scores, (B, Hq, Sq) fp32. `num_splits` (1 to 128)
+    overrides the split-KV heuristic (see the module docstring).
+
+    Bad arguments raise ValueError naming them. `check_values=False` skips the two checks
+    that read cache_seqlens' and block_table's values (a device-to-host copy and a sync on
+    a GPU): for a caller that checked them once before timing repeated calls; a length
+    beyond the cache or a page index outside it is then undefined behaviour.
+    """
+    _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
+    _check_options(scale, num_splits)
+    if check_values:
+        _check_values(q.shape[1], k_cache, cache_seqlens, block_table)
+    q, k_cache, v_cache = (_last_dim_unit(t) for t in (q, k_cache, v_cache))
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    o, lse2 = _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits)
+    if not return_lse:
+        return o
+    return o, lse2 * _LN2

@@ -1,0 +1,237 @@
+"""The `@triton.jit` kernels of our decode attention (FlashDecoding): a split-KV kernel
+and the combine kernel that merges the splits by their log-sum-exp. Launched by
+fa_bench.kernels.decode_attention, which documents the layouts and the rules (the number
+of splits, the key block, the row block).
+
+Conventions, shared with the prefill kernels (fa_bench.kernels.flash_attention):
+- scores live in the log2 domain: s2 = (q·k) · scale · log2(e), so exp2 replaces exp, and
+  the kernels write lse2 = log2(sum_j exp2(s2_j)); the launcher turns it into a natural
+  log for the caller;
+- causal is bottom-right: query token t of a sequence with context length L (and Sq new
+  tokens) sees keys j <= L - Sq + t.
+
+One program of the split kernel owns one (sequence, KV head, row block, split). Its rows
+are the (query token, query head) pairs of the KV head's GQA group, row r = t · GROUP + g,
+so one load of a key block serves every query head of the group and every new token (the
+whole point of decoding with GQA: the cache is read once, not GROUP times). A split is a
+contiguous run of key blocks of its own sequence; a split past the sequence's last block
+is empty and writes lse2 = -inf with a zero output, which the combine weighs by 0.
+
+Paged caches: a key block never straddles a page (the launcher picks BLOCK_N dividing
+PAGE_SIZE), so each block costs one block-table read and its rows are contiguous in one
+page.
+
+Triton decides when these functions are defined whether to interpret them, so
+TRITON_INTERPRET must be set before this module (or triton) is first imported.
+"""
+
+import triton
+import triton.language as tl
+
+from fa_bench.kernels.flash_kernels import check_shapes
+
+
+@triton.jit
+def _load_block(ptrs, cols, seqlen, offs_d, HEAD_DIM: tl.constexpr, MASKED, MASK_D):
+    """Load a (BLOCK_N, HEAD_DIM_PAD) key or value block. MASKED: keys past the sequence
+    length read as 0 (a contiguous cache may end mid-block; a page's stale tail may hold
+    anything, NaN included, and must not reach the sums); MASK_D: padding columns."""
+    if MASKED and MASK_D:
+        return tl.load(
+            ptrs, mask=(cols[:, None] < seqlen) & (offs_d[None, :] < HEAD_DIM), other=0.0
+        )
+    elif MASKED:
+        return tl.load(ptrs, mask=cols[:, None] < seqlen, other=0.0)
+    elif MASK_D:
+        return tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    else:
+        return tl.load(ptrs)
+
+
+@triton.jit
+def _attend(
+    # the online-softmax state of the program's rows, the rows' queries, and the last key
+    # each row sees (seqlen - SEQ_Q + t)
+    acc, l_i, m_i, q, last_key,
+    # K/V bases of this (sequence, KV head): the batch offset is in them for a contiguous
+    # cache, the page offset is added per block for a paged one
+    k_base, v_base, stride_kp, stride_ks, stride_vp, stride_vs, bt_base,
+    # the keys [lo, hi) to stream, the sequence length and the log2-domain scale
+    lo, hi, seqlen, offs_d, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
+    # PAGED / PAGE_SIZE: constexpr so that a contiguous cache pays no block-table read and
+    # the page arithmetic of a power-of-two page is shifts
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    # MASKED: this loop covers the blocks that hold the causal diagonal or the sequence's
+    # end; the other loop only blocks every row sees whole, so it pays no mask
+    MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        if PAGED:
+            page = tl.load(bt_base + start_n // PAGE_SIZE).to(tl.int64)
+            in_page = start_n % PAGE_SIZE + offs_n
+            k_rows = page * stride_kp + in_page * stride_ks
+            v_rows = page * stride_vp + in_page * stride_vs
+        else:
+            k_rows = cols.to(tl.int64) * stride_ks
+            v_rows = cols.to(tl.int64) * stride_vs
+        k = _load_block(
+            k_base + k_rows[:, None] + offs_d[None, :], cols, seqlen, offs_d, HEAD_DIM,
+            MASKED, MASK_D,
+        )  # fmt: skip
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        if MASKED:
+            keep = (cols[None, :] < seqlen) & (cols[None, :] <= last_key[:, None])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            # a row that has seen no key in this split keeps m = -inf: subtract 0 instead
+            m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(qk - m_safe[:, None])
+            alpha = tl.math.exp2(m_i - m_safe)
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+            alpha = tl.math.exp2(m_i - m_ij)
+        v = _load_block(
+            v_base + v_rows[:, None] + offs_d[None, :], cols, seqlen, offs_d, HEAD_DIM,
+            MASKED, MASK_D,
+        )  # fmt: skip
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _decode_split_kernel(
+    # tensors: q (B, Sq, Hq, D); the caches (contiguous (B, S_max, Hkv, D) or paged
+    # (num_pages, page_size, Hkv, D)); cache_seqlens (B,) int32; block_table (B, max_pages)
+    # int32 (paged only); o (B, Sq, Hq, D) and lse2 (B, Hq, Sq) fp32, written directly when
+    # there is one split; else the fp32 workspaces o_part (B, Sq, Hq, splits, D) and
+    # lse_part (B, Sq, Hq, splits), contiguous
+    Q, K, V, SeqLens, BlockTable, Out, Lse, OPart, LsePart,
+    # strides in elements; the last dimension's stride is 1. stride_kb is the batch stride
+    # of a contiguous cache (0 when paged), stride_kp the page stride (0 when contiguous)
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_kp, stride_ks, stride_kh,
+    stride_vb, stride_vp, stride_vs, stride_vh,
+    stride_btb, stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+    # sizes and scale · log2(e)
+    heads_kv, row_blocks, qk_scale,
+    # constexpr: the register tiles (HEAD_DIM_PAD, BLOCK_ROWS, BLOCK_N) must be
+    # compile-time; GROUP and SEQ_Q turn the row -> (token, head) split into shifts and
+    # the causal bound into constants; SPLIT selects the workspace store
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    GROUP: tl.constexpr, SEQ_Q: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One program: the rows of one row block of one (sequence, KV head) against one
+    split of that sequence's keys."""
+    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_ROWS, BLOCK_N)
+    if PAGED:
+        tl.static_assert(PAGE_SIZE % BLOCK_N == 0, "a key block must not straddle pages")
+    MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    num_splits = tl.num_programs(1)
+    row_block = pid % row_blocks
+    off_bh = pid // row_blocks
+    off_b = (off_bh // heads_kv).to(tl.int64)
+    off_hk = (off_bh % heads_kv).to(tl.int64)
+    seqlen = tl.load(SeqLens + off_b)
+
+    # rows r = t * GROUP + g: query token t, query head off_hk * GROUP + g
+    rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = rows < GROUP * SEQ_Q
+    tok = rows // GROUP
+    head = off_hk * GROUP + rows % GROUP
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_ptrs = (
+        Q + off_b * stride_qb + tok[:, None] * stride_qs + head[:, None] * stride_qh
+        + offs_d[None, :]
+    )  # fmt: skip
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    last_key = seqlen - SEQ_Q + tok
+
+    # this split's share of the sequence's key blocks (the same share for every split
+    # of the sequence; the last ones may be short or empty)
+    n_blocks = tl.cdiv(seqlen, BLOCK_N)
+    per_split = tl.cdiv(n_blocks, num_splits)
+    lo = split * per_split * BLOCK_N
+    hi = tl.minimum(lo + per_split * BLOCK_N, seqlen)
+    # keys [0, n_full) are seen by every row (row t = 0 sees up to seqlen - SEQ_Q) and lie
+    # in whole blocks inside the sequence: no mask there
+    n_full = (tl.maximum(seqlen - SEQ_Q + 1, 0) // BLOCK_N) * BLOCK_N
+
+    k_base = K + off_b * stride_kb + off_hk * stride_kh
+    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    bt_base = BlockTable + off_b * stride_btb
+    m_i = tl.full([BLOCK_ROWS], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_ROWS, HEAD_DIM_PAD], dtype=tl.float32)
+    acc, l_i, m_i = _attend(
+        acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
+        stride_vs, bt_base, lo, tl.minimum(hi, n_full), seqlen, offs_d, qk_scale,
+        HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, False, MASK_D, DOT_PREC,
+    )  # fmt: skip
+    acc, l_i, m_i = _attend(
+        acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
+        stride_vs, bt_base, tl.maximum(lo, n_full), hi, seqlen, offs_d, qk_scale,
+        HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, True, MASK_D, DOT_PREC,
+    )  # fmt: skip
+
+    # A row that saw no key in this split (an empty split, or keys beyond its causal
+    # bound): output 0 and lse2 = -inf, so the combine gives it weight 0. With one split
+    # every row sees at least one key (seqlen >= SEQ_Q).
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(l_safe))
+    d_ok = offs_d[None, :] < HEAD_DIM
+    if SPLIT:
+        heads_q = heads_kv * GROUP
+        part_row = ((off_b * SEQ_Q + tok) * heads_q + head) * num_splits + split
+        tl.store(LsePart + part_row, lse2, mask=row_ok)
+        o_ptrs = OPart + part_row[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(o_ptrs, acc, mask=row_ok[:, None] & d_ok)
+    else:
+        tl.store(Lse + off_b * stride_lb + head * stride_lh + tok, lse2, mask=row_ok)
+        o_ptrs = (
+            Out + off_b * stride_ob + tok[:, None] * stride_os + head[:, None] * stride_oh
+            + offs_d[None, :]
+        )  # fmt: skip
+        tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+
+
+@triton.jit
+def _decode_combine_kernel(
+    # the split kernel's workspaces (contiguous), the output and lse2 (see above)
+    OPart, LsePart, Out, Lse,
+    stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+    heads_q, seq_q, num_splits,
+    # constexpr: register tiles
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):  # fmt: skip
+    """One program per output row (sequence b, token t, query head h): o = the splits'
+    outputs weighted by exp2(lse2_s - max), lse2 = max + log2(sum of the weights)."""
+    row = tl.program_id(0).to(tl.int64)  # = (b * seq_q + t) * heads_q + h
+    off_h = row % heads_q
+    off_t = (row // heads_q) % seq_q
+    off_b = row // (heads_q * seq_q)
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    s_ok = offs_s < num_splits
+    lse = tl.load(LsePart + row * num_splits + offs_s, mask=s_ok, other=float("-inf"))
+    m = tl.max(lse, 0)  # finite: every row sees a key in some split
+    # empty splits (lse2 = -inf) and the padding weigh exactly 0
+    w = tl.where(lse == float("-inf"), 0.0, tl.math.exp2(lse - m))
+    o_ptrs = OPart + (row * num_splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :]
+    parts = tl.load(o_ptrs, mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    total = tl.sum(w, 0)
+    o = tl.sum(parts * w[:, None], 0) / total
+    out_ptrs = Out + off_b * stride_ob + off_t * stride_os + off_h * stride_oh + offs_d
+    tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    tl.store(Lse + off_b * stride_lb + off_h * stride_lh + off_t, m + tl.math.log2(total))
