@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
-from fa_bench.case import Case, DType
+from fa_bench.case import PREFILL_MODES, Case, DType, Mode
+from fa_bench.kernels import reference_decode
 from fa_bench.registry import Prepared, Unsupported, register
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ AttnFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 _R = TypeVar("_R")
 
 _HALF = (DType.FP16, DType.BF16)
+# The implementations that also run decode cases (kernels/reference_decode.py).
+_WITH_DECODE = (*PREFILL_MODES, Mode.DECODE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -78,9 +81,12 @@ def _flex_availability() -> str | None:
 @register(
     "naive",
     description="eager matmul + softmax + matmul, materialising the N×N scores in the case dtype",
+    modes=_WITH_DECODE,
 )
-def naive(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> AttnFn:
+def naive(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> AttnFn | Prepared:
     # A builder's signature (fa_bench.registry): k and v are not needed to prepare.
+    if case.mode is Mode.DECODE:
+        return reference_decode.naive_decode(case, q, k, v)
     group = case.heads_q // case.heads_kv
     scale = 1.0 / math.sqrt(case.head_dim)
     sq, sk = case.seqlen_q, case.seqlen_k
@@ -211,10 +217,11 @@ def _reasons(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
     def build(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-        from torch.nn.attention import SDPBackend
         from torch.nn.attention.bias import causal_lower_right
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+        if case.mode is Mode.DECODE:
+            return reference_decode.sdpa_decode(case, q, k, v, pin=pin, no_kernel=no_kernel)
         gqa = case.heads_q != case.heads_kv
         is_causal = case.causal and case.seqlen_q == case.seqlen_k
         mask = None
@@ -228,8 +235,7 @@ def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return sdpa(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
 
-        backend = None if backend_name is None else getattr(SDPBackend, backend_name)
-        fn = call if backend is None else _pinned(backend, call)
+        fn = pin(call)
 
         # Run once: SDPA only says whether a backend can take the case by failing, with the
         # reasons as warnings. Grad mode stays as the caller set it, because some backend
@@ -239,24 +245,41 @@ def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
             try:
                 fn(q, k, v)
             except RuntimeError as err:
-                if not any(text in str(err) for text in _NO_KERNEL):
+                unsupported = no_kernel(err, caught)
+                if unsupported is None:
                     raise
-                detail = "; ".join(_reasons(caught)) or str(err)
-                raise Unsupported(f"SDPA has no kernel for this case: {detail}") from err
+                raise unsupported from err
         probe = functools.partial(_dispatched_backend, mask=mask, is_causal=is_causal, gqa=gqa)
-        chosen = probe if backend is None else _pinned(backend, probe)
-        return Prepared(fn, backend=chosen(q, k, v))
+        return Prepared(fn, backend=pin(probe)(q, k, v))
+
+    def pin(call: Callable[..., _R]) -> Callable[..., _R]:
+        if backend_name is None:
+            return call
+        from torch.nn.attention import SDPBackend
+
+        return _pinned(getattr(SDPBackend, backend_name), call)
 
     return build
+
+
+def no_kernel(err: RuntimeError, caught: list[warnings.WarningMessage]) -> Unsupported | None:
+    """SDPA's "no kernel for these inputs" as Unsupported with its reasons; None for any
+    other error (a real one, to be raised)."""
+    if not any(text in str(err) for text in _NO_KERNEL):
+        return None
+    detail = "; ".join(_reasons(caught)) or str(err)
+    return Unsupported(f"SDPA has no kernel for this case: {detail}")
 
 
 register(
     "sdpa",
     description="torch SDPA, default dispatch (the backend that ran is recorded)",
+    modes=_WITH_DECODE,
 )(_sdpa_builder(None))
 register(
     "sdpa-math",
     description="torch SDPA pinned to the math backend (eager composite)",
+    modes=_WITH_DECODE,
 )(_sdpa_builder("MATH"))
 register(
     "sdpa-flash",
@@ -310,12 +333,17 @@ def _compiled_block_mask() -> Callable[..., object]:
 @register(
     "flex",
     description="FlexAttention (torch.compile), block mask for causal",
+    modes=_WITH_DECODE,
     devices=("cuda",),
     backward_reruns=False,
     availability=_flex_availability,
 )
 def flex(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
     compiled = _compiled_flex()  # first: it raises the recompile limit the mask build uses too
+    if case.mode is Mode.DECODE:
+        return reference_decode.flex_decode(
+            case, q, k, v, flex=compiled, block_mask_fn=_compiled_block_mask()
+        )
     block_mask = None
     if case.causal:
         offset = case.seqlen_k - case.seqlen_q

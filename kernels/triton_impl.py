@@ -20,6 +20,7 @@ from dataclasses import replace
 import torch
 
 from fa_bench.case import Case, DType, Mode
+from fa_bench.kernels import decode_impl
 from fa_bench.kernels.flash_config import (
     HEAD_DIM_MULTIPLE,
     MAX_HEAD_DIM,
@@ -111,16 +112,20 @@ _SUPPORT: dict = dict(
     description=(
         "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
         "exp2, GQA, bottom-right causal; one-pass backward (five matmuls per tile pair, dQ "
-        "summed by fp32 atomics: not bitwise reproducible)"
+        "summed by fp32 atomics: not bitwise reproducible); decode cases: our split-KV "
+        "decode kernel (fa_bench.kernels.decode_attention), contiguous or paged cache"
     ),
-    **_SUPPORT,
+    **decode_impl.with_decode(_SUPPORT),
 )
 def triton_flash(
     case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
 ) -> Prepared:
     """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
     heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
-    when it has this case's key. The backend label says which config ran and why."""
+    when it has this case's key. The backend label says which config ran and why. A
+    decode case runs our decode kernel (kernels/decode_impl.py)."""
+    if case.mode is Mode.DECODE:
+        return decode_impl.build(case, q, k, v, options)
     return _prepare(case, q, k, v, options, deterministic=False, name="triton")
 
 

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from fa_bench.case import Case
+from fa_bench.case import Case, Mode
 
 # check_accuracy keeps one (chunk × Sk) float64 score block of the slice near this many
 # elements (1 GiB), so the reference stays cheap at 128k tokens without tiny chunks at 1k.
@@ -222,6 +222,10 @@ def check_accuracy(
     Grads are checked when `do` and the grad are given. Values are plain Python types;
     a tensor with NaN/Inf reports max_abs_err = rel_l2_err = inf (written to JSON as null).
     """
+    if case.mode is Mode.DECODE:
+        if do is not None:
+            raise ValueError("a decode case has no backward: no grads to check")
+        return check_decode_accuracy(case, q, k, v, o)
     group = case.heads_q // case.heads_kv
     for name, t in (("q", q), ("o", o), ("do", do), ("dq", dq)):
         if t is not None and t.shape[1] != case.heads_q:
@@ -267,4 +271,62 @@ def check_accuracy(
         "passed": all(t["passed"] for t in tensors.values()),
         "tensors": tensors,
         "slice": f"batch 0, kv head 0, {heads}",
+    }
+
+
+def decode_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    lengths: tuple[int, ...],
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """A decode case's attention, sequence by sequence, in `dtype` (default q's): q (B, Hq,
+    Sq, D) against the dense cache k, v (B, Hkv, S_max, D) cut to each context length L_b,
+    with bottom-right causal alignment (query t sees keys j < L_b - Sq + t + 1). Positions
+    at or past L_b are never read: that is the specification the padding tests."""
+    if len(lengths) != q.shape[0]:
+        raise ValueError(f"{len(lengths)} context lengths for a batch of {q.shape[0]}")
+    if any(not q.shape[2] <= length <= k.shape[2] for length in lengths):
+        raise ValueError(f"context lengths {lengths} outside [Sq, S_max] = "
+                         f"[{q.shape[2]}, {k.shape[2]}]")  # fmt: skip
+    dtype = dtype or q.dtype
+    # One (Hq · Sq × L_b) score block per sequence: Sq <= 16, so no chunking is needed
+    # beyond the sequence loop. Each sequence is cut to L_b before it is converted, so a
+    # float64 copy never holds the padding (a whole float64 cache can be tens of GB).
+    outs = [
+        reference_attention(
+            *(t.to(dtype) for t in (q[b : b + 1], k[b : b + 1, :, :n], v[b : b + 1, :, :n])),
+            causal=True,
+            chunk_rows=q.shape[2],
+        ).o
+        for b, n in enumerate(lengths)
+    ]
+    return torch.cat(outs)
+
+
+def check_decode_accuracy(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
+) -> dict:
+    """check_accuracy's rule for a decode case's output o (B, Hq, Sq, D).
+
+    The slice is every sequence of the batch (kv head 0 and its group of q heads): the
+    sequences differ in length, and a length mask that is wrong for some of them only
+    shows there. The float64 reference and the baseline read each sequence's valid prefix
+    only (`decode_reference`)."""
+    group = case.heads_q // case.heads_kv
+    if o.shape != q.shape:
+        raise ValueError(f"o {tuple(o.shape)} differs from q {tuple(q.shape)}")
+    lengths = case.context_lengths()
+    q_s, k_s, v_s = q[:, :group].detach(), k[:, :1].detach(), v[:, :1].detach()
+    ref = decode_reference(q_s, k_s, v_s, lengths, torch.float64)
+    base = decode_reference(q_s, k_s, v_s, lengths)
+    report = _tensor_report(o.detach(), o[:, :group].detach(), ref, base, max(lengths))
+    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+    return {
+        "max_abs_err": report["max_abs_err"],
+        "rel_l2_err": report["rel_l2_err"],
+        "passed": report["passed"],
+        "tensors": {"o": report},
+        "slice": f"all {case.batch} sequences, kv head 0, {heads}",
     }

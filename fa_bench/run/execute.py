@@ -54,6 +54,11 @@ def make_inputs(
     )
     v = torch.randn_like(k)
     do = torch.randn_like(q)
+    if case.mode is Mode.DECODE:
+        from fa_bench.run.decode_inputs import fill_padding
+
+        # The dense cache past each context length: large values no one may read.
+        fill_padding(case, k, v)
     return q, k, v, do
 
 
@@ -84,7 +89,7 @@ def run_case(
     reason = impl.unsupported_reason(case, device)
     if reason:
         return CaseRecord.for_case(case, device, Status.UNSUPPORTED, error=reason)
-    if opts.timing.cuda_graph and case.mode is not Mode.FWD:
+    if opts.timing.cuda_graph and case.mode.backward:
         return CaseRecord.for_case(
             case,
             device,
@@ -125,7 +130,7 @@ def _run(
     # wall time is reported on its own.
     prepare_s = round(time.perf_counter() - t_prepare, 4)
     fn = cast(TensorFn, prepared.fn)
-    grads_needed = case.mode is not Mode.FWD
+    grads_needed = case.mode.backward
 
     accuracy = None
     if opts.check_accuracy:
@@ -174,7 +179,7 @@ def _timed_call(
 ) -> tuple[Callable[[], object], Callable[[], None] | None]:
     """The call to time for the case's mode, and what runs before each call (outside the
     timed span): a backward starts from fresh grads, so none accumulate into the timing."""
-    if case.mode is Mode.FWD:
+    if not case.mode.backward:  # fwd and decode
         return (lambda: fn(q, k, v)), None
     qg, kg, vg = (t.detach().requires_grad_(True) for t in (q, k, v))
 
