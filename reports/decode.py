@@ -15,6 +15,7 @@ between page sizes, batches and spreads at each context length.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable
 
 import plotly.graph_objects as go
@@ -34,7 +35,7 @@ from fa_bench.reports.figures import (
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.results.bandwidth import Ceilings, ceilings, fractions, is_decode, record_env
 
-__all__ = ["decode_figure", "decode_hover", "gpu_ceilings", "without_decode"]
+__all__ = ["decode_figure", "decode_hover", "gpu_ceilings", "summary_sentences", "without_decode"]
 
 
 def without_decode(merged: Merged) -> Merged:
@@ -90,6 +91,22 @@ def decode_hover(c: MergedCase, merged: Merged) -> str:
         f"{cache} · context lengths {spread}",
         f"<b>{_pct(copy)} of the copy bandwidth</b> · {_pct(hbm)} of the HBM peak",
     ])  # fmt: skip
+
+
+def summary_sentences(merged: Merged) -> list[str]:
+    """For the page's paragraph: per implementation (and GPU), the median and best
+    fraction of the copy bandwidth over its ok decode cases; none without ceilings."""
+    per: dict[str, list[float]] = {}
+    for c in decode_cases(merged):
+        copy = fractions(c.record, merged.docs[c.run].env)[1]
+        if copy is not None:
+            per.setdefault(impl_gpu_name(c, merged), []).append(copy)
+    if not per:
+        return []
+    ranked = sorted(per.items(), key=lambda kv: -statistics.median(kv[1]))
+    words = [f"{name} {statistics.median(v):.0%} (best {max(v):.0%}, {len(v)} cases)"
+             for name, v in ranked]  # fmt: skip
+    return ["Decode, median fraction of the measured copy bandwidth: " + "; ".join(words) + "."]
 
 
 def _ctx(c: MergedCase) -> int:

@@ -212,3 +212,14 @@ def test_the_page_has_the_decode_view_and_its_table_columns() -> None:
     old = merge([load_results(OLD_RESULTS)])
     assert tables.case_columns(old) == tables.CASE_COLUMNS
     assert all(len(r["cells"]) == len(tables.CASE_COLUMNS) for r in tables.case_rows(old))
+
+
+def test_the_summary_paragraph_gives_decode_in_fractions_of_the_copy() -> None:
+    from fa_bench.reports import summary
+
+    merged = merge([decode_doc()])
+    text = summary.paragraph(merged, "sdpa")
+    # triton: 3128 and 3512 GB/s twice each over 4200 -> median 79%, best 84%; sdpa 36%.
+    assert "Decode, median fraction of the measured copy bandwidth: triton 79% (best 84%, " \
+        "4 cases); sdpa 36% (best 36%, 4 cases)." in text  # fmt: skip
+    assert "copy bandwidth" not in summary.paragraph(merge([decode_doc(env={})]), "sdpa")
