@@ -79,7 +79,8 @@ def decode_summary(
                                     "% copy, % HBM, FLOP/s", style="bold")]  # fmt: skip
     for r, row in zip(records, rows, strict=True):
         out.append(Text(r.id))
-        figures = f"  {row[4]}  {row[5]}  {row[6]} of copy  {row[7]} of HBM  {row[8]}"
+        shares = f"  {row[6]} of copy  {row[7]} of HBM" if fractions(r, env) != (None, None) else ""
+        figures = f"  {row[4]}  {row[5]}{shares}  {row[8]}"
         out.append(Text.assemble("    ", (r.status.value, STATUS_STYLE[r.status.value]), figures))
     return out
 

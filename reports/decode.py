@@ -202,7 +202,7 @@ def decode_figure(merged: Merged) -> Figure | None:
     cases = decode_cases(merged)
     if not cases:
         return None
-    facets = sorted({facet(c) for c in cases})
+    facets = sorted({facet(c) for c in cases}, key=lambda k: (*k[:-1], -k[-1]))  # equal first
     fig = panel_grid(facets, "GB/s (model)", titles=[facet_label(k) for k in facets],
                      x_title="context length (keys, the longest)")  # fmt: skip
     _lines(fig, merged, cases, facets)

@@ -223,3 +223,14 @@ def test_the_summary_paragraph_gives_decode_in_fractions_of_the_copy() -> None:
     assert "Decode, median fraction of the measured copy bandwidth: triton 79% (best 84%, " \
         "4 cases); sdpa 36% (best 36%, 4 cases)." in text  # fmt: skip
     assert "copy bandwidth" not in summary.paragraph(merge([decode_doc(env={})]), "sdpa")
+
+
+def test_a_narrow_terminal_gets_blocks_with_the_fractions_when_known() -> None:
+    recs = [at_gbps(decode_case("triton", 4096, page=64, spread=0.25), 2100.0)]
+    con = Console(width=80, record=True)
+    fa_console.print_summary(con, recs, gpu_env())
+    text = con.export_text()
+    assert recs[0].id in text and "2.10 TB/s  50.0% of copy  43.8% of HBM" in text
+    con = Console(width=80, record=True)
+    fa_console.print_summary(con, recs, None)  # a CPU run: no ceilings, no empty fractions
+    assert "of copy" not in con.export_text().split("\n", 1)[1]
