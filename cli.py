@@ -21,7 +21,13 @@ from fa_bench.commands import options as o
 from fa_bench.commands import view_options as v
 from fa_bench.commands.compare import compare_command
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
-from fa_bench.commands.lists import choice_items, int_items, split_items
+from fa_bench.commands.lists import (
+    choice_items,
+    float_items,
+    int_items,
+    page_size_items,
+    split_items,
+)
 from fa_bench.commands.report import report_command
 from fa_bench.commands.run import RunRequest, run_command
 from fa_bench.commands.surface import is_usage_error, tidy_params, usage_error_message
@@ -131,6 +137,20 @@ def _axes(
     }  # fmt: skip
 
 
+def _decode_axes(
+    seqlen_q: list[str] | None, seqlen_k: list[str] | None, page_size: list[str] | None,
+    ctx_spread: list[str] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """run's axes for decode (query and key lengths apart, page sizes, spreads); their
+    ranges are the suite's checks, which name the flag."""
+    return {
+        "seqlens_q": int_items("--seqlen-q", seqlen_q),
+        "seqlens_k": int_items("--seqlen-k", seqlen_k),
+        "page_sizes": page_size_items("--page-size", page_size),
+        "ctx_spreads": float_items("--ctx-spread", ctx_spread),
+    }
+
+
 def given_flags(ctx: typer.Context) -> tuple[str, ...]:
     """The options given on the command line, not left at their defaults (long names)."""
     # By name: typer vendors its own click, whose ParameterSource is not click's.
@@ -145,7 +165,9 @@ def run(
     ctx: typer.Context, suite: o.Suites = None, impl: o.Impls = None, mode: o.Modes = None,
     dtype: o.DTypes = None, seqlen: o.Seqlens = None, head_dim: o.HeadDims = None,
     batch: o.Batches = None, heads: o.Heads = None, kv_heads: o.KvHeads = None,
-    causal: o.Causal = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
+    causal: o.Causal = None, seqlen_q: o.SeqlensQ = None, seqlen_k: o.SeqlensK = None,
+    page_size: o.PageSizes = None, ctx_spread: o.CtxSpreads = None,
+    device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
     out: o.Out = None, resume: o.Resume = None, timeout: o.Timeout = None,
     target_noise: o.TargetNoise = MeasureFlags.target_noise,
     min_samples: o.MinSamples = MeasureFlags.min_samples, max_time: o.MaxTime = None,
@@ -161,6 +183,7 @@ def run(
         RunRequest(
             suites=tuple(suite or ()), impls=split_items("--impl", impl),
             **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads), causal=causal,
+            **_decode_axes(seqlen_q, seqlen_k, page_size, ctx_spread),
             device=device.value, gpu=gpu, out=out,
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
             max_time_s=max_time, warmup_ms=warmup, l2_flush=l2_flush, cuda_graph=cuda_graph,

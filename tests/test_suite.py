@@ -12,8 +12,8 @@ from fa_bench.case import PREFILL_MODES, Case, DType, Mode
 from fa_bench.suite.expand import Overrides, SuiteError, builtin_suites, load_suite, load_suites
 
 GPU_IMPLS = ["naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flex", "triton"]
-KNOWN = (*GPU_IMPLS, "sdpa-math")
-BUILTINS = ["gqa", "head-dims", "long-context", "smoke", "standard"]
+KNOWN = (*GPU_IMPLS, "sdpa-math", "fa4")
+BUILTINS = ["decode", "gqa", "head-dims", "long-context", "smoke", "standard"]
 
 # A minimal valid suite body; tests drop or change single lines of it.
 AXES = """\

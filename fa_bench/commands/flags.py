@@ -31,6 +31,10 @@ class CaseFlags:
     heads: tuple[int, ...] = ()
     kv_heads: tuple[int, ...] = ()
     causal: bool | None = None
+    seqlens_q: tuple[int, ...] = ()
+    seqlens_k: tuple[int, ...] = ()
+    page_sizes: tuple[int, ...] = ()  # decode only; 0 = contiguous
+    ctx_spreads: tuple[float, ...] = ()  # decode only
     # Not an axis: how many cases the axes may make before the plan is refused.
     max_cases: int = DEFAULT_MAX_CASES
 

@@ -9,6 +9,7 @@ names the flag, the element and what is valid (exit 2), in the same words for `r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from enum import Enum
 
@@ -64,6 +65,29 @@ def metavar(choices: type[Enum] | Sequence[str]) -> str:
     """The help's placeholder for a comma list of these choices: 'fwd|bwd|fwd_bwd[,...]'."""
     valid = [str(c.value) for c in choices] if isinstance(choices, type) else list(choices)
     return "|".join(valid) + "[,...]"
+
+
+def page_size_items(flag: str, values: Iterable[str] | None) -> tuple[int, ...]:
+    """Page sizes: integers, or 'none' for a contiguous cache (read as 0); the range is
+    the suite's check (it names the flag too)."""
+    items = split_items(flag, values)
+    ints = [i for i in items if i.lower() != "none"]
+    parsed = iter(int_items(flag, ints))  # refuses a non-integer in the same words
+    return tuple(0 if i.lower() == "none" else next(parsed) for i in items)
+
+
+def float_items(flag: str, values: Iterable[str] | None) -> tuple[float, ...]:
+    """The elements as finite decimal numbers ('0.25', '1'); 'nan', 'inf' are refused."""
+    out: list[float] = []
+    for item in split_items(flag, values):
+        try:
+            value = float(item)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not item.isascii():
+            raise ListFlagError(f"{flag}: {item!r} is not a number; give numbers like 0.25,1")
+        out.append(value)
+    return tuple(out)
 
 
 INTS = "N[,N...]"  # the help's placeholder for a comma list of integers

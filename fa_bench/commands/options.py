@@ -67,8 +67,8 @@ Modes = Annotated[
         "-m",
         panel=CASES,
         metavar=metavar(Mode),
-        help="fwd, bwd or fwd_bwd; repeatable or a comma list (sweep: fwd and/or bwd, "
-        "default both).",
+        help="fwd, bwd, fwd_bwd or decode; repeatable or a comma list (sweep: fwd and/or "
+        "bwd, default both).",
     ),
 ]
 DTypes = Annotated[
@@ -87,6 +87,46 @@ Seqlens = Annotated[
         panel=CASES,
         metavar=INTS,
         help="Sequence length (query = key); repeatable or a comma list.",
+    ),
+]
+SeqlensQ = Annotated[
+    list[str] | None,
+    opt(
+        "--seqlen-q",
+        panel=CASES,
+        metavar=INTS,
+        help="Query length alone (decode: new tokens per sequence, 1-16); keeps the suite's "
+        "key lengths; repeatable or a comma list.",
+    ),
+]
+SeqlensK = Annotated[
+    list[str] | None,
+    opt(
+        "--seqlen-k",
+        panel=CASES,
+        metavar=INTS,
+        help="Key length alone (decode: the context, the cache's capacity); keeps the "
+        "suite's query lengths; repeatable or a comma list.",
+    ),
+]
+PageSizes = Annotated[
+    list[str] | None,
+    opt(
+        "--page-size",
+        panel=CASES,
+        metavar="none|N[,...]",
+        help="Decode: tokens per page of the KV cache (16-256, a multiple of 16), or none "
+        "(or 0) for a contiguous cache; repeatable or a comma list.",
+    ),
+]
+CtxSpreads = Annotated[
+    list[str] | None,
+    opt(
+        "--ctx-spread",
+        panel=CASES,
+        metavar="F[,F...]",
+        help="Decode: context lengths spread evenly from --seqlen-k down to F times it "
+        "(0 < F <= 1; 1 = equal lengths); repeatable or a comma list.",
     ),
 ]
 HeadDims = Annotated[

@@ -90,7 +90,8 @@ class RunRequest(CaseFlags, MeasureFlags):
     @property
     def selects_cases(self) -> bool:
         axes = (self.suites, self.impls, self.modes, self.dtypes, self.seqlens, self.head_dims,
-                self.batch, self.heads, self.kv_heads)  # fmt: skip
+                self.batch, self.heads, self.kv_heads, self.seqlens_q, self.seqlens_k,
+                self.page_sizes, self.ctx_spreads)  # fmt: skip
         return any(axes) or self.causal is not None
 
 

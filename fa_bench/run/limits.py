@@ -65,12 +65,16 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
 
 def tensor_bytes(case: Case) -> int:
     """Bytes of the tensors every implementation must hold at once: q, k, v and o, and in
-    backward modes do, dq, dk and dv too, in the case's dtype (the least a case needs)."""
+    backward modes do, dq, dk and dv too, in the case's dtype (the least a case needs).
+    A paged decode case also holds its pages, built beside the dense cache."""
     q = case.batch * case.heads_q * case.seqlen_q * case.head_dim
     kv = case.batch * case.heads_kv * case.seqlen_k * case.head_dim
     elements = 2 * q + 2 * kv  # q, o; k, v
-    if case.mode is not Mode.FWD:
+    if case.mode.backward:
         elements *= 2  # their grads: do, dq; dk, dv
+    if case.mode is Mode.DECODE and case.page_size:
+        pages = sum(-(-n // case.page_size) for n in case.context_lengths())
+        elements += 2 * pages * case.page_size * case.heads_kv * case.head_dim
     return elements * case.dtype.itemsize
 
 
@@ -98,13 +102,14 @@ def check_case_sizes(cases: Iterable[Case], device: str, gpu: int | None) -> Non
     for case in cases:
         need = tensor_bytes(case)
         if need > limit:
-            grads = "" if case.mode is Mode.FWD else " and their grads"
+            grads = " and their grads" if case.mode.backward else ""
             raise LimitError(
                 f"case {case.id}: q, k, v, o{grads} need {human_bytes(need)} in "
                 f"{case.dtype.value}, more than the {human_bytes(limit)} of {what} "
                 f"(batch {case.batch}, heads {case.heads_q}/{case.heads_kv}, seqlen "
                 f"{case.seqlen_q}x{case.seqlen_k}, head_dim {case.head_dim}); "
-                "lower --seqlen, --batch or --heads"
+                f"lower {'--seqlen-k' if case.mode is Mode.DECODE else '--seqlen'}, --batch "
+                "or --heads"
             )
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
-from fa_bench.case import Case, DType, Mode
+from fa_bench.case import Case, DType, Mode, check_ctx_spread, check_page_size
+from fa_bench.suite import decode
 from fa_bench.suite.parse import (
     CHOICES,
     EXCLUDES,
@@ -44,6 +45,10 @@ _FLAGS = {
     "heads": ("--heads", "heads_q"),
     "kv_heads": ("--kv-heads", "heads_kv"),
     "causal": ("--causal", "causal"),
+    "seqlens_q": ("--seqlen-q", "seqlens_q"),
+    "seqlens_k": ("--seqlen-k", "seqlens_k"),
+    "page_sizes": ("--page-size", "page_sizes"),
+    "ctx_spreads": ("--ctx-spread", "ctx_spreads"),
 }
 
 
@@ -65,6 +70,13 @@ class Overrides:
     heads: tuple[int, ...] | None = None
     kv_heads: tuple[int, ...] | None = None
     causal: bool | None = None
+    # Query and key lengths apart (decode: Sq and the context); either alone keeps the
+    # suite's other length, or its `seqlens` where it has one.
+    seqlens_q: tuple[int, ...] | None = None
+    seqlens_k: tuple[int, ...] | None = None
+    # Decode only: tokens per page (0 = contiguous) and the spread of context lengths.
+    page_sizes: tuple[int, ...] | None = None
+    ctx_spreads: tuple[float, ...] | None = None
 
     @classmethod
     def from_flags(cls, flags: object, **fixed: object) -> Overrides:
@@ -148,6 +160,9 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
     """Validate override values (naming the CLI flag) and normalize them to plain tuples."""
     if ov is None:
         return Overrides()
+    if ov.seqlens and (ov.seqlens_q or ov.seqlens_k):
+        other = "--seqlen-q" if ov.seqlens_q else "--seqlen-k"
+        raise SuiteError(f"--seqlen and {other} are mutually exclusive; give one")
     changes: dict[str, Any] = {}
     for f in fields(ov):
         value = getattr(ov, f.name)
@@ -167,6 +182,14 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
                     choices = ", ".join(CHOICES[f.name])
                     raise SuiteError(f"{flag}: {shown!r} is not one of {choices}")
             values = tuple(enum(v).value for v in values)
+        elif f.name in ("page_sizes", "ctx_spreads"):
+            check = check_page_size if f.name == "page_sizes" else check_ctx_spread
+            for v in values:
+                reason = check(v)
+                if reason is not None:
+                    raise SuiteError(f"{flag}: {v!r} is invalid: {reason}")
+            if f.name == "ctx_spreads":
+                values = tuple(float(v) for v in values)
         elif f.name == "impls":
             for v in values:
                 if not isinstance(v, str) or not v:
@@ -212,6 +235,20 @@ def _apply(axes: Axes, ov: Overrides) -> Axes:
             del axes["heads_kv"]  # falls back to heads_kv = heads_q
     if ov.causal is not None:
         axes["causal"] = (ov.causal,)
+    if ov.seqlens_q is not None or ov.seqlens_k is not None:
+        # One of the two alone keeps the other from the suite: its own axis, or `seqlens`.
+        both = axes.get("seqlens")
+        for name in ("seqlens_q", "seqlens_k"):
+            values = getattr(ov, name)
+            if values is not None:
+                _set(axes, name, values)  # drops `seqlens`
+        if both is not None:
+            axes.setdefault("seqlens_q", both)
+            axes.setdefault("seqlens_k", both)
+    for name in ("page_sizes", "ctx_spreads"):
+        values = getattr(ov, name)
+        if values is not None:
+            axes[name] = values
     return axes
 
 
@@ -238,7 +275,8 @@ def _used_flags(ov: Overrides, *names: str) -> str:
 
 
 def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
-    """The group's grid: impl, mode, dtype, head_dim, heads_q, heads_kv, batch, causal, seqlen."""
+    """The group's grid: impl, mode, dtype, head_dim, heads_q, heads_kv, batch, causal, seqlen,
+    then (decode only) page size and context spread."""
     _require(axes, where)
     if "seqlens" in axes:
         seqs = [(s, s) for s in axes["seqlens"]]
@@ -264,8 +302,8 @@ def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
                         f"heads_q {heads_q} is not a multiple of heads_kv {heads_kv}"
                         + _used_flags(ov, "heads", "kv_heads", "head_dims")
                     )
-                for size, causal, (seqlen_q, seqlen_k) in itertools.product(
-                    sizes, axes["causal"], seqs
+                for size, causal, (seqlen_q, seqlen_k), (page, spread) in itertools.product(
+                    sizes, axes["causal"], seqs, decode.layouts(mode, axes)
                 ):
                     batch = size if "batch" in axes else max(1, size // seqlen_q)
                     try:
@@ -280,6 +318,8 @@ def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
                             seqlen_k=seqlen_k,
                             head_dim=head_dim,
                             causal=causal,
+                            page_size=page,
+                            ctx_spread=spread,
                         )
                     except ValueError as exc:
                         raise where.error(str(exc)) from None
@@ -296,7 +336,9 @@ def _count(axes: Axes, where: Where) -> int:
     sizes = axes["batch"] if "batch" in axes else axes["tokens"]
     heads = axes["hidden"] if "hidden" in axes else axes["heads_q"]
     kv = len(axes["heads_kv"]) if "heads_kv" in axes else 1
-    n = len(axes["impls"]) * len(axes["modes"]) * len(axes["dtypes"]) * len(axes["head_dims"])
+    # Modes times each mode's (page size, spread) pairs: one pair for the prefill modes.
+    n = len(axes["impls"]) * decode.layout_count(axes) * len(axes["dtypes"])
+    n *= len(axes["head_dims"])
     return n * len(heads) * kv * len(sizes) * len(axes["causal"]) * seqs
 
 
@@ -357,6 +399,16 @@ def _build(
             groups.append((gwhere, _merge(top, axes_table(raw, GROUP_KEYS, gwhere, impl_choices))))
 
     grid = [(gwhere, _apply(axes, ov)) for gwhere, axes in groups]
+    from_flags = {_FLAGS[n][1]: _FLAGS[n][0] for n in ("page_sizes", "ctx_spreads")}
+    decode.check_decode_axes_used(
+        grid,
+        source,
+        {k: f for k, f in from_flags.items() if getattr(ov, k) is not None},
+        _used_flags(ov, "modes"),
+    )
+    for gwhere, axes in grid:
+        _require(axes, gwhere)
+        decode.check_decode_group(axes, gwhere, lambda *names: _used_flags(ov, *names))
     if max_cases is not None:
         _check_size(grid, source, ov, max_cases, earlier)
     cases: dict[str, Case] = {}

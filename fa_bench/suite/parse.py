@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from fa_bench.case import DType, Mode
+from fa_bench.case import DType, Mode, check_ctx_spread, check_page_size
 from fa_bench.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -42,9 +42,15 @@ AXES = (
     "seqlens_k",
     "head_dims",
     "causal",
+    "page_sizes",
+    "ctx_spreads",
 )
 _STR_AXES = frozenset({"impls", "modes", "dtypes"})
 _BOOL_AXES = frozenset({"causal"})
+# Decode-only axes: a suite that has them needs the decode mode (expand checks it).
+DECODE_AXES = ("page_sizes", "ctx_spreads")
+# The contiguous cache: `page_sizes = ["none", 64]` reads as (0, 64).
+CONTIGUOUS = "none"
 TOP_KEYS = ("name", "description", *AXES, "group")
 GROUP_KEYS = ("name", *AXES)
 CHOICES = {"modes": tuple(m.value for m in Mode), "dtypes": tuple(d.value for d in DType)}
@@ -135,6 +141,8 @@ def _axis(key: str, raw: object, where: Where, impl_choices: tuple[str, ...] | N
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise where.error(f"key {key!r}: empty list, the grid would be empty")
+    if key in DECODE_AXES:
+        return _decode_axis(key, items, where)
     for item in items:
         if key in _BOOL_AXES:
             if not isinstance(item, bool):
@@ -154,6 +162,22 @@ def _axis(key: str, raw: object, where: Where, impl_choices: tuple[str, ...] | N
         elif item < 1:
             raise where.error(f"key {key!r}: {item} is not a positive integer")
     return tuple(items)
+
+
+def _decode_axis(key: str, items: list, where: Where) -> tuple:
+    """page_sizes: 0 or "none" (contiguous) or 16..256 in steps of 16; ctx_spreads: (0, 1]."""
+    out: list = []
+    for item in items:
+        if key == "page_sizes":
+            value = 0 if item == CONTIGUOUS else item
+            reason = check_page_size(value)
+            hint = f' ("{CONTIGUOUS}" or 0: contiguous)'
+        else:
+            value, reason, hint = item, check_ctx_spread(item), " (1.0: equal lengths)"
+        if reason is not None:
+            raise where.error(f"key {key!r}: {_show(item)} is invalid: {reason}{hint}")
+        out.append(value if key == "page_sizes" else float(value))
+    return tuple(out)
 
 
 def axes_table(
