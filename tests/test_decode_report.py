@@ -234,3 +234,33 @@ def test_a_narrow_terminal_gets_blocks_with_the_fractions_when_known() -> None:
     con = Console(width=80, record=True)
     fa_console.print_summary(con, recs, None)  # a CPU run: no ceilings, no empty fractions
     assert "of copy" not in con.export_text().split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_decode_run_hands_its_env_to_the_summary(tmp_path: Path, monkeypatch) -> None:
+    """`fa-bench run` gives the summary the worker's env, where the ceilings are (a CPU run
+    has none: the env is checked, not the fractions)."""
+    from typer.testing import CliRunner
+
+    from fa_bench.cli import app
+    from fa_bench.commands import run as run_command
+    from tests.conftest import FAST
+
+    seen: list[object] = []
+    real = run_command.print_summary
+
+    def spy(con: Console, recs: list[CaseRecord], env: dict | None = None) -> None:
+        seen.append(env)
+        real(con, recs, env)
+
+    monkeypatch.setattr(run_command, "print_summary", spy)
+    out = tmp_path / "out"
+    args = ["run", "-s", "decode", "--device", "cpu", "--dtype", "fp32", "--impl", "sdpa",
+            "--heads", "2", "--kv-heads", "1", "--head-dim", "16", "--batch", "2",
+            "--seqlen-k", "32", "--seqlen-q", "1", "--page-size", "none",
+            "--ctx-spread", "1", "--no-report", "--out", str(out), *FAST]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Decode results" in result.output
+    (env,) = seen
+    assert isinstance(env, dict) and env["telemetry"] == load_results(out).env["telemetry"]

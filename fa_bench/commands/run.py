@@ -357,6 +357,7 @@ def _execute(
     if kind == "single":
         json_path, csv_path = written[0]
         records = ordered_records(parts[0].plan, out)
+        env = parts[0].plan.run.get("env")  # finish() put the worker's there
     elif kind == "rank" and rank.rank != 0:
         console.print(f"rank {rank.rank}: results in {parts[0].out}; rank 0 merges", markup=False)
         if interrupted:  # a stop signal: this rank's finished cases are kept, say how to go on
@@ -373,7 +374,8 @@ def _execute(
         missing = merged.missing
         json_path, csv_path = write_results(out, merged.doc)
         records = merged.doc.cases
-    print_summary(console, records)
+        env = merged.doc.env  # each part's under env.parts, for its own records
+    print_summary(console, records, env)
     console.print(f"results: {json_path}\n         {csv_path}", markup=False,  # paths: not markup
                   soft_wrap=True)  # fmt: skip
     if missing:
