@@ -99,19 +99,21 @@ def gather(cache, table, b, n):
 def reference(q, k, v, seqlens, table, scale=None):
     """float64 (o (B, Sq, Hq, D), lse (B, Hq, Sq)) with the bottom-right causal mask."""
     batch, sq, hq, d = q.shape
-    group = hq // k.shape[2]
+    hkv = k.shape[2]
     scale = scale or 1 / math.sqrt(d)
     o = torch.empty(batch, sq, hq, d, dtype=torch.float64)
     lse = torch.empty(batch, hq, sq, dtype=torch.float64)
     for b in range(batch):
         n = int(seqlens[b])
-        kb = gather(k, table, b, n).double().cpu().repeat_interleave(group, dim=1)
-        vb = gather(v, table, b, n).double().cpu().repeat_interleave(group, dim=1)
-        s = torch.einsum("thd,nhd->htn", q[b].double().cpu(), kb) * scale
+        kb = gather(k, table, b, n).double().cpu()
+        vb = gather(v, table, b, n).double().cpu()
+        # query head h = kv head h // group: (Sq, Hkv, group, D) against (n, Hkv, D)
+        qb = q[b].double().cpu().reshape(sq, hkv, hq // hkv, d)
+        s = torch.einsum("tkgd,nkd->kgtn", qb, kb) * scale
         keep = torch.arange(n)[None, :] <= (n - sq + torch.arange(sq))[:, None]
         s = s.masked_fill(~keep, float("-inf"))
-        lse[b] = torch.logsumexp(s, dim=-1)
-        o[b] = torch.einsum("htn,nhd->thd", torch.softmax(s, dim=-1), vb)
+        lse[b] = torch.logsumexp(s, dim=-1).reshape(hq, sq)
+        o[b] = torch.einsum("kgtn,nkd->tkgd", torch.softmax(s, dim=-1), vb).reshape(sq, hq, d)
     return o, lse
 
 
@@ -347,7 +349,7 @@ def _dtype_reference(q, k, v, seqlens, table):
             <= (n - sq + torch.arange(sq, device=q.device))[:, None]
         )
         o[b] = torch.nn.functional.scaled_dot_product_attention(
-            q[b].transpose(0, 1), kb, vb, attn_mask=keep, enable_gqa=False
+            q[b].transpose(0, 1), kb, vb, attn_mask=keep
         ).transpose(0, 1)
     return o
 
