@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fa_bench.case import DECODE_MAX_SEQLEN_Q, Mode
+from fa_bench.case import DECODE_MAX_SEQLEN_Q, Mode, check_ctx_spread, check_page_size
 from fa_bench.suite.parse import DECODE_AXES, Axes, SuiteError, Where
 
 # (page_size, ctx_spread) of every case that is not decode.
@@ -33,6 +33,16 @@ def layouts(mode: str | Mode, axes: Axes) -> tuple[tuple[int, float], ...]:
 def layout_count(axes: Axes) -> int:
     """Cases per (impl, dtype, head_dim, heads, batch, causal, seqlen) point, all modes."""
     return sum(len(layouts(m, axes)) for m in axes["modes"])
+
+
+def checked_flag(name: str, flag: str, values: tuple) -> tuple:
+    """--page-size or --ctx-spread values, checked (naming the flag) and normalised."""
+    check = check_page_size if name == "page_sizes" else check_ctx_spread
+    for v in values:
+        reason = check(v)
+        if reason is not None:
+            raise SuiteError(f"{flag}: {v!r} is invalid: {reason}")
+    return tuple(float(v) for v in values) if name == "ctx_spreads" else values
 
 
 def check_decode_group(axes: Axes, where: Where, used: Callable[..., str]) -> None:

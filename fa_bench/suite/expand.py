@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
-from fa_bench.case import Case, DType, Mode, check_ctx_spread, check_page_size
+from fa_bench.case import Case, DType, Mode
 from fa_bench.suite import decode
 from fa_bench.suite.parse import (
     CHOICES,
@@ -183,13 +183,7 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
                     raise SuiteError(f"{flag}: {shown!r} is not one of {choices}")
             values = tuple(enum(v).value for v in values)
         elif f.name in ("page_sizes", "ctx_spreads"):
-            check = check_page_size if f.name == "page_sizes" else check_ctx_spread
-            for v in values:
-                reason = check(v)
-                if reason is not None:
-                    raise SuiteError(f"{flag}: {v!r} is invalid: {reason}")
-            if f.name == "ctx_spreads":
-                values = tuple(float(v) for v in values)
+            values = decode.checked_flag(f.name, flag, values)
         elif f.name == "impls":
             for v in values:
                 if not isinstance(v, str) or not v:
@@ -235,20 +229,15 @@ def _apply(axes: Axes, ov: Overrides) -> Axes:
             del axes["heads_kv"]  # falls back to heads_kv = heads_q
     if ov.causal is not None:
         axes["causal"] = (ov.causal,)
-    if ov.seqlens_q is not None or ov.seqlens_k is not None:
-        # One of the two alone keeps the other from the suite: its own axis, or `seqlens`.
-        both = axes.get("seqlens")
-        for name in ("seqlens_q", "seqlens_k"):
-            values = getattr(ov, name)
-            if values is not None:
-                _set(axes, name, values)  # drops `seqlens`
-        if both is not None:
-            axes.setdefault("seqlens_q", both)
-            axes.setdefault("seqlens_k", both)
-    for name in ("page_sizes", "ctx_spreads"):
+    both = axes.get("seqlens")
+    for name in ("seqlens_q", "seqlens_k", "page_sizes", "ctx_spreads"):
         values = getattr(ov, name)
         if values is not None:
-            axes[name] = values
+            _set(axes, name, values)  # seqlens_q or seqlens_k drops `seqlens`
+    if both is not None and "seqlens" not in axes:
+        # --seqlen-q or --seqlen-k alone keeps the suite's `seqlens` as the other length.
+        axes.setdefault("seqlens_q", both)
+        axes.setdefault("seqlens_k", both)
     return axes
 
 
