@@ -60,9 +60,10 @@ def facet(c: MergedCase) -> tuple:
 
 def facet_label(key: tuple) -> str:
     dtype, d, hq, hkv, page, sq, spread = key
-    cache = "contiguous" if page == 0 else f"page {page}"
-    lengths = "equal lengths" if spread == 1.0 else f"spread {spread:g}"
-    return f"{dtype} · d={d} · H {hq}/{hkv} · {cache} · Sq={sq} · {lengths}"
+    # Short: the full suite has 64 panels, four to a row, each title a quarter wide.
+    cache = "contig" if page == 0 else f"page{page}"
+    lengths = "equal" if spread == 1.0 else f"spread {spread:g}"
+    return f"{dtype} H{hq}/{hkv} d{d} · {cache} · Sq={sq} · {lengths}"
 
 
 def gpu_ceilings(merged: Merged) -> dict[str, Ceilings]:
@@ -210,6 +211,7 @@ def decode_figure(merged: Merged) -> Figure | None:
     xs = [_ctx(c) for c in cases]
     ceil = gpu_ceilings(merged)
     words = _ceiling_lines(fig, ceil, facets, (min(xs), max(xs)), len(merged.gpus) > 1)
+    fig.update_annotations(font_size=11)  # the panel titles
     fig.update_xaxes(**pow2_ticks(xs))
     fig.update_yaxes(rangemode="tozero")
     add_legends(fig)
