@@ -24,7 +24,7 @@ from typing import cast
 import torch
 
 from fa_bench.case import Case, DType, Mode
-from fa_bench.registry import Prepared
+from fa_bench.registry import Prepared, Unsupported
 from fa_bench.run.decode_inputs import paged_cache
 
 # The decode kernel's head dims (fa_bench.kernels.decode_attention's docstring): multiples
@@ -66,7 +66,10 @@ def build(
 ) -> Prepared:
     """The decode builder. `options={"num_splits": n}` fixes the split count (else the
     kernel's heuristic picks it)."""
-    from fa_bench.kernels.decode_attention import decode_attention
+    try:
+        from fa_bench.kernels.decode_attention import decode_attention
+    except ImportError as exc:  # a checkout without the kernel module
+        raise Unsupported(f"decode kernel not built: {exc}") from exc
 
     num_splits = (options or {}).get("num_splits")
     seqlens = torch.tensor(case.context_lengths(), dtype=torch.int32, device=q.device)
