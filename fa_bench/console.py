@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -23,6 +22,9 @@ from rich.text import Text
 from fa_bench import units
 from fa_bench.case import Case, Status
 from fa_bench.console_decode import decode_summary
+from fa_bench.fit_table import MARK, Col, fit_table
+from fa_bench.fit_table import median_cell as _median
+from fa_bench.fit_table import spread_cell as _spread
 from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old home)
     STATUS_STYLE,
     PlainProgress,
@@ -35,42 +37,7 @@ from fa_bench.results.record import CaseRecord
 from fa_bench.words import plural
 
 PER_CASE_LIMIT = 40
-MARK = "*"  # beside a median that stopped at the time limit above the noise target
 NOT_RUN = ("unsupported", "unavailable")  # statuses whose reason the summary groups
-
-
-@dataclass(frozen=True)
-class Col:
-    name: str
-    right: bool = False
-    drop: int = 0  # 0: essential; higher numbers are dropped first when the width is short
-
-
-def _cell_width(cell: str | Text) -> int:
-    return cell_len(cell.plain if isinstance(cell, Text) else cell)
-
-
-def fit_table(
-    title: str, cols: Sequence[Col], rows: Sequence[Sequence[str | Text]], width: int
-) -> Table | None:
-    """A table of the columns that fit `width` uncut, or None when the essential ones do
-    not (then the caller prints blocks of lines)."""
-    keep = list(range(len(cols)))
-    natural = [max([cell_len(c.name)] + [_cell_width(row[i]) for row in rows])
-               for i, c in enumerate(cols)]  # fmt: skip
-    # The default box: a border before each column and one after, one space each side.
-    while sum(natural[i] + 3 for i in keep) + 1 > width:
-        droppable = [i for i in keep if cols[i].drop]
-        if not droppable:
-            return None
-        keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
-    t = Table(title=title)
-    for i in keep:
-        t.add_column(cols[i].name, justify="right" if cols[i].right else "left",
-                     no_wrap=True, min_width=natural[i])  # fmt: skip
-    for row in rows:
-        t.add_row(*(row[i] for i in keep))
-    return t
 
 
 def _label(r: CaseRecord) -> str:
@@ -81,15 +48,6 @@ def _shape(c: Case) -> str:
     seq = f"{c.seqlen_q}" if c.seqlen_q == c.seqlen_k else f"{c.seqlen_q}x{c.seqlen_k}"
     heads = f"{c.heads_q}" + (f"/{c.heads_kv}" if c.heads_kv != c.heads_q else "")
     return f"B{c.batch} H{heads} N{seq} D{c.head_dim}" + (" causal" if c.causal else "")
-
-
-def _median(r: CaseRecord) -> str:
-    return units.latency(r.median_ms) + (f" {MARK}" if r.noisy_at_limit else "")
-
-
-def _spread(r: CaseRecord) -> str:
-    lat = r.latency_ms
-    return "–" if lat is None else f"{units.latency(lat.p20)}–{units.latency(lat.p80)}"
 
 
 def _err(r: CaseRecord) -> str:

@@ -18,12 +18,11 @@ from rich.text import Text
 
 from fa_bench import units
 from fa_bench.case import Case, Status
+from fa_bench.fit_table import Col, fit_table, median_cell, spread_cell
 from fa_bench.progress import STATUS_STYLE
 from fa_bench.results.bandwidth import fractions
 from fa_bench.results.record import CaseRecord
 from fa_bench.words import plural
-
-# fa_bench.console imports this module: the shared helpers come from there at call time.
 
 
 def cache_label(c: Case) -> str:
@@ -53,8 +52,6 @@ def decode_summary(
 ) -> list[Table | Text]:
     """Decode records as a table: GB/s and its fraction of the copy bandwidth and of the
     HBM peak before TFLOP/s; grouped per implementation and dtype beyond `limit` cases."""
-    from fa_bench.console import Col, _median, _spread, fit_table
-
     env = env or {}
     if len(records) > limit:
         return _grouped(records, width, env)
@@ -68,9 +65,9 @@ def decode_summary(
     for r in records:
         copy, hbm = _fraction_cells(r, env)
         rows.append([Text(r.impl), r.case.dtype.value, decode_shape(r.case),
-                     Text(r.status.value, STATUS_STYLE[r.status.value]), _median(r),
+                     Text(r.status.value, STATUS_STYLE[r.status.value]), median_cell(r),
                      units.bandwidth(r.gbps_model), copy, hbm, units.flops(r.tflops),
-                     _spread(r)])  # fmt: skip
+                     spread_cell(r)])  # fmt: skip
     title = "Decode results (bandwidth first; % of the run's copy bandwidth and HBM peak)"
     table = fit_table(title, cols, rows, width)
     if table is not None:
@@ -86,8 +83,6 @@ def decode_summary(
 
 
 def _grouped(records: Sequence[CaseRecord], width: int, env: dict[str, Any]) -> list[Table | Text]:
-    from fa_bench.console import Col, fit_table
-
     cols = (
         Col("impl"), Col("dtype"), Col("cases", right=True), Col("ok", right=True),
         Col("unsupp.", right=True, drop=3), Col("failed", right=True),
