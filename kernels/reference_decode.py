@@ -53,8 +53,9 @@ def _cache_label(case: Case) -> str:
 
 
 def naive_decode(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
-    """Eager attention in the case dtype; GQA by viewing q as (B, Hkv, G·Sq, D), so the
-    cache is read once and never repeated per group."""
+    """Eager attention in the case dtype. GQA: q viewed as (B, Hkv, G·Sq, D), row g·Sq + t,
+    so each KV head's cache is one matmul operand, never repeated per group (a broadcast
+    matmul against a (B, Hkv, 1, S, D) view would copy it G times)."""
     batch, heads_kv, group = case.batch, case.heads_kv, case.heads_q // case.heads_kv
     sq, scale = case.seqlen_q, 1.0 / math.sqrt(case.head_dim)
     pages = None
@@ -62,14 +63,14 @@ def naive_decode(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) 
         k_pages, v_pages, table = paged_cache(case, k, v)
         pages = (k_pages, v_pages, table)
     capacity = k.shape[2] if pages is None else pages[2].shape[1] * case.page_size
-    # (B, 1, 1, Sq, S): broadcast over kv heads and the group.
-    masked = ~length_mask(case, q.device, capacity)[:, :, None]
+    # (B, 1, G·Sq, S): the (B, 1, Sq, S) mask repeated for each head of the group.
+    masked = ~length_mask(case, q.device, capacity).repeat(1, 1, group, 1)
 
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        qg = q.reshape(batch, heads_kv, group, sq, -1)
-        s = (qg @ k.unsqueeze(2).transpose(-2, -1)) * scale
+        rows = q.reshape(batch, heads_kv, group * sq, -1)
+        s = (rows @ k.transpose(-2, -1)) * scale
         p = torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1)
-        return (p @ v.unsqueeze(2)).reshape(q.shape)
+        return (p @ v).reshape(q.shape)
 
     if pages is None:
         return Prepared(attend, backend="naive: contiguous cache, length mask")
