@@ -4,6 +4,8 @@ All compute the same function as `fa_bench.run.accuracy.reference_attention`: sc
 1/sqrt(head_dim), GQA (q head h uses kv head h // group), causal bottom-right aligned when
 Sq != Sk (query i attends keys j <= i + Sk - Sq), rows with no key give 0.
 
+Decode cases (Mode.DECODE: naive, sdpa, sdpa-math, flex) are built in reference_decode.py.
+
 Nothing here touches a device or compiles at import: availability checks run when asked,
 compilation and backend probing happen in the builders, outside the timed span.
 """
