@@ -264,3 +264,16 @@ def test_a_decode_run_hands_its_env_to_the_summary(tmp_path: Path, monkeypatch) 
     assert "Decode results" in result.output
     (env,) = seen
     assert isinstance(env, dict) and env["telemetry"] == load_results(out).env["telemetry"]
+
+
+def test_run_json_summary_gives_decode_cases_their_fractions(tmp_path: Path) -> None:
+    from fa_bench.commands.run_summary import summary_doc
+
+    doc = decode_doc()
+    out = summary_doc(doc.cases, out=tmp_path, total=len(doc.cases), written={}, exit_code=0,
+                      interrupted=False, env=doc.env)  # fmt: skip
+    cases = {c["id"]: c for c in out["cases"]}
+    ours = cases["triton/decode/bf16/b8-hq32-hkv8-sq1-sk4096-d128/page64"]
+    assert ours["copy_fraction"] == pytest.approx(3512.0 / COPY)
+    assert ours["hbm_fraction"] == pytest.approx(3512.0 / PEAK)
+    assert "copy_fraction" not in cases["sdpa/fwd/bf16/b2-hq16-hkv16-sq1024-sk1024-d128/full"]

@@ -395,7 +395,7 @@ def _execute(
     if req.json:
         files = {"results_json": json_path, "results_csv": csv_path, "report_html": report}
         doc = summary_doc(records, out=out, total=total, written=files, exit_code=code,
-                          interrupted=interrupted, missing=missing)  # fmt: skip
+                          interrupted=interrupted, missing=missing, env=env)  # fmt: skip
         write_summary(_JSON_OUT.get() or sys.stdout, doc)
     return code
 

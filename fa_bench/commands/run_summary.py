@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fa_bench.console import NOT_RUN
+from fa_bench.results.bandwidth import fractions, is_decode
 from fa_bench.results.record import CaseRecord
 
 SUMMARY_VERSION = 1
 
 
-def _case(r: CaseRecord) -> dict[str, Any]:
+def _case(r: CaseRecord, env: dict[str, Any]) -> dict[str, Any]:
     lat = r.latency_ms
+    # Decode is memory-bound: its fractions of the GPU's ceilings, as results.csv has them.
+    decode = dict(zip(("hbm_fraction", "copy_fraction"), fractions(r, env), strict=True))
     return {
         "id": r.id,
         "impl": r.impl,
@@ -35,6 +38,7 @@ def _case(r: CaseRecord) -> dict[str, Any]:
         "max_abs_err": (r.accuracy or {}).get("max_abs_err"),
         "noisy_at_limit": r.noisy_at_limit,
         "error": (r.error or "").strip().splitlines()[0] if r.error else None,
+        **(decode if is_decode(r.case) else {}),
     }
 
 
@@ -47,8 +51,10 @@ def summary_doc(
     exit_code: int,
     interrupted: bool,
     missing: Sequence[int] = (),
+    env: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The summary: files written, counts by status, why cases did not run, each case."""
+    """The summary: files written, counts by status, why cases did not run, each case
+    (a decode case with its fractions of the ceilings in `env`, the run's)."""
     not_run = Counter(
         (r.impl, r.status.value, (r.error or "").strip().splitlines()[0] if r.error else "")
         for r in records
@@ -70,7 +76,7 @@ def summary_doc(
             for (i, s, why), n in not_run.items()
         ],
         "noisy_at_limit": sum(r.noisy_at_limit for r in records),
-        "cases": [_case(r) for r in records],
+        "cases": [_case(r, env or {}) for r in records],
     }
 
 
