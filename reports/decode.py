@@ -34,6 +34,7 @@ from fa_bench.reports.figures import (
 )
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.results.bandwidth import Ceilings, ceilings, fractions, is_decode, record_env
+from fa_bench.words import plural
 
 __all__ = ["decode_figure", "decode_hover", "gpu_ceilings", "summary_sentences", "without_decode"]
 
@@ -105,7 +106,7 @@ def summary_sentences(merged: Merged) -> list[str]:
     if not per:
         return []
     ranked = sorted(per.items(), key=lambda kv: -statistics.median(kv[1]))
-    words = [f"{name} {statistics.median(v):.0%} (best {max(v):.0%}, {len(v)} cases)"
+    words = [f"{name} {statistics.median(v):.0%} (best {max(v):.0%}, {plural(len(v), 'case')})"
              for name, v in ranked]  # fmt: skip
     return ["Decode, median fraction of the measured copy bandwidth: " + "; ".join(words) + "."]
 
