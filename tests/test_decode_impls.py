@@ -408,3 +408,34 @@ def test_the_decode_suite_runs_on_the_cpu(tmp_path: Path) -> None:
     ok = {c["impl"] for c in cases if c["status"] == "ok"}
     assert {"naive", "sdpa", "triton"} <= ok
     assert any(c["page_size"] for c in cases if c["status"] == "ok")
+
+
+# ---------------------------------------------------------------------------------------
+# GPU (`-m gpu`, the H200 session): every decode implementation in bf16 and fp16 through
+# run_case (its accuracy check included): compiled flex, our kernel, fa4 where installed.
+
+GPU_DECODE = [
+    dict(b=2, hq=32, hkv=8, sq=1, sk=4096, d=128, page=0),
+    dict(b=4, hq=32, hkv=8, sq=4, sk=3000, d=128, page=16, spread=0.25),
+    dict(b=3, hq=64, hkv=8, sq=1, sk=8192, d=128, page=64, spread=0.25),
+    dict(b=1, hq=8, hkv=8, sq=2, sk=1000, d=64, page=256),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize(
+    "shape", GPU_DECODE, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items())
+)
+@pytest.mark.parametrize("impl", ["naive", "sdpa", "sdpa-math", "flex", "triton", "fa4"])
+def test_gpu_decode_impls(impl: str, shape: dict, dtype: str) -> None:
+    entry = registry.get(impl)
+    if entry.unavailable_reason():
+        pytest.skip(entry.unavailable_reason())
+    case = decode_case(impl, dtype=dtype, **shape)
+    record = run_case(case, torch.device("cuda"), ExecOptions(timing=_QUICK))
+    if record.status is Status.UNSUPPORTED and impl in ("sdpa", "fa4"):
+        pytest.skip(f"unsupported (as reported): {record.error}")
+    assert record.status is Status.OK, (record.error, record.accuracy)
+    assert record.backend
