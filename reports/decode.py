@@ -88,11 +88,16 @@ def decode_hover(c: MergedCase, merged: Merged) -> str:
     spread = f"{min(lengths)}–{max(lengths)}" if min(lengths) != max(lengths) else f"{max(lengths)}"
     hbm, copy = fractions(c.record, merged.docs[c.run].env)
     cache = "contiguous cache" if k.page_size == 0 else f"paged cache, {k.page_size} tokens a page"
-    return "<br>".join([
+    lines = [
         hover(c),
         f"{cache} · context lengths {spread}",
         f"<b>{_pct(copy)} of the copy bandwidth</b> · {_pct(hbm)} of the HBM peak",
-    ])  # fmt: skip
+    ]
+    tel = c.record.telemetry if isinstance(c.record.telemetry, dict) else {}
+    ratio = tel.get("bytes_ratio_measured_to_model")
+    if isinstance(ratio, (int, float)):  # does the byte model match what NVML saw move?
+        lines.append(f"NVML bytes per call ÷ byte model: {ratio:.3g}")
+    return "<br>".join(lines)
 
 
 def summary_sentences(merged: Merged) -> list[str]:

@@ -277,3 +277,11 @@ def test_run_json_summary_gives_decode_cases_their_fractions(tmp_path: Path) -> 
     assert ours["copy_fraction"] == pytest.approx(3512.0 / COPY)
     assert ours["hbm_fraction"] == pytest.approx(3512.0 / PEAK)
     assert "copy_fraction" not in cases["sdpa/fwd/bf16/b2-hq16-hkv16-sq1024-sk1024-d128/full"]
+
+
+def test_decode_hover_gives_nvml_bytes_against_the_model() -> None:
+    doc = decode_doc()
+    doc.cases[0].telemetry = {"available": True, "bytes_ratio_measured_to_model": 1.04}
+    merged = merge([doc])
+    assert "NVML bytes per call ÷ byte model: 1.04" in decode.decode_hover(merged.cases[0], merged)
+    assert "NVML bytes" not in decode.decode_hover(merged.cases[1], merged)
