@@ -331,6 +331,77 @@ def test_grid_matches_float64(page_size, sq, group, num_splits):
     check(lengths, sq, 2 * group, 2, 64, page_size=page_size, num_splits=num_splits, seed=sq)
 
 
+# Compiles the kernels for sm_90 without a GPU (triton's stages up to PTX run on the
+# CPU), in a fresh process because this one's kernels are defined interpreted. Prints,
+# per config, the asynchronous copies in the TTGIR (the key/value loads are software
+# pipelined) and the PTX's local-memory accesses (register spills).
+_COMPILE_SM90 = """
+import os, re
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from fa_bench.kernels import decode_kernels as dk
+
+def signature(fn, consts, dtype):
+    out = {}
+    for name in fn.arg_names:
+        if name in consts:
+            out[name] = "constexpr"
+        elif name.startswith("stride_") or name in ("heads_kv", "row_blocks", "heads_q",
+                                                    "seq_q", "num_splits"):
+            out[name] = "i32"
+        elif name == "qk_scale":
+            out[name] = "fp32"
+        elif name in ("SeqLens", "BlockTable"):
+            out[name] = "*i32"
+        elif name in ("Lse", "OPart", "LsePart"):
+            out[name] = "*fp32"
+        else:
+            out[name] = "*" + dtype
+    return out
+
+def compile_sm90(fn, consts, dtype):
+    sig = signature(fn, consts, dtype)
+    # pointers and strides divisible by 16, as triton specializes them at a real launch
+    # (the loads' vectorization and pipelining depend on it)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+             if name not in consts and (sig[name][0] == "*" or name.startswith("stride_"))}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    spills = len(re.findall(r"\\b(ld|st)\\.local", kernel.asm["ptx"]))
+    copies = kernel.asm["ttgir"].count("async_copy_global_to_local")
+    return f"async={copies} spills={spills}"
+
+for dtype, group, sq, rows, page, split in [("bf16", 4, 1, 16, 0, True),
+                                            ("fp16", 8, 4, 32, 64, False),
+                                            ("bf16", 8, 8, 64, 16, True)]:
+    consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=rows,
+                  BLOCK_N=page or 64, PAGED=bool(page), PAGE_SIZE=page, SPLIT=split,
+                  DOT_PREC="tf32")
+    print("split", dtype, group, sq, page, compile_sm90(dk._decode_split_kernel, consts, dtype))
+consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, SPLITS_PAD=128)
+print("combine", compile_sm90(dk._decode_combine_kernel, consts, "bf16"))
+"""
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_pipelined_without_spills():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_SM90], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stdout
+    assert all(line.endswith(" spills=0") for line in lines), done.stdout
+    assert all("async=0 " not in line for line in lines[:3]), done.stdout  # split kernels
+
+
 # ---------------------------------------------------------------------------------------
 # GPU: the compiled kernels in bf16/fp16
 
