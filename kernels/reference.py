@@ -219,11 +219,12 @@ def _reasons(caught: list[warnings.WarningMessage]) -> list[str]:
 
 def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
     def build(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
+        if case.mode is Mode.DECODE:
+            # Before the bias import below: it imports torch._dynamo (1-2 s on this CPU).
+            return reference_decode.sdpa_decode(case, q, k, v, pin=pin, no_kernel=no_kernel)
         from torch.nn.attention.bias import causal_lower_right
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-        if case.mode is Mode.DECODE:
-            return reference_decode.sdpa_decode(case, q, k, v, pin=pin, no_kernel=no_kernel)
         gqa = case.heads_q != case.heads_kv
         is_causal = case.causal and case.seqlen_q == case.seqlen_k
         mask = None
