@@ -287,6 +287,38 @@ def _bad_cases():
     def splits(q, k, v, s, t):
         return (q, k, v), {"cache_seqlens": s, "block_table": t, "num_splits": 0}
 
+    def splits_bool(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s, "block_table": t, "num_splits": True}
+
+    def splits_many(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s, "block_table": t, "num_splits": MAX_SPLITS + 1}
+
+    def q_list(q, k, v, s, t):
+        return (q.tolist(), k, v), {"cache_seqlens": s, "block_table": t}
+
+    def seqlens_list(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s.tolist(), "block_table": t}
+
+    def table_list(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s, "block_table": t.tolist()}
+
+    # the meta device stands for "another device" on a CPU-only machine
+    def k_device(q, k, v, s, t):
+        return (q, k.to("meta"), v), {"cache_seqlens": s, "block_table": t}
+
+    def seqlens_device(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s.to("meta"), "block_table": t}
+
+    def table_device(q, k, v, s, t):
+        return (q, k, v), {"cache_seqlens": s, "block_table": t.to("meta")}
+
+    def all_on_meta(q, k, v, s, t):
+        return (q.to("meta"), k.to("meta"), v.to("meta")), {
+            "cache_seqlens": s.to("meta"), "block_table": t.to("meta")}  # fmt: skip
+
+    def empty_capacity(q, k, v, s, t):
+        return (q, k[:2, :0], v[:2, :0]), {"cache_seqlens": s}
+
     return [
         (q_3d, "q must be 4-D"), (q_sq, "q's Sq"), (k_dtype, "k_cache has dtype"),
         (q_dtype, "q has dtype"), (v_shape, "v_cache"), (heads, "multiple of k_cache's heads"),
@@ -295,7 +327,12 @@ def _bad_cases():
         (too_short, "cache_seqlens[1] is 1"), (table_dtype, "block_table must be int32"),
         (table_rows, "block_table (1, 2)"), (page_outside, "block_table[1, 0]"),
         (page_size, "page_size (k_cache's dim 1) is 8"), (contiguous_batch, "k_cache's batch"),
-        (scale, "scale"), (splits, "num_splits"),
+        (scale, "scale"), (splits, "num_splits"), (splits_bool, "num_splits"),
+        (splits_many, "num_splits"), (q_list, "q must be a torch.Tensor"),
+        (seqlens_list, "cache_seqlens must be a torch.Tensor"),
+        (table_list, "block_table must be a torch.Tensor"), (k_device, "k_cache is on meta"),
+        (seqlens_device, "cache_seqlens is on meta"), (table_device, "block_table is on meta"),
+        (all_on_meta, "q is on meta"), (empty_capacity, "k_cache (2, 0, 2, 16) holds no"),
     ]  # fmt: skip
 
 
