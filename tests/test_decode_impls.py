@@ -388,12 +388,13 @@ def test_run_case_times_a_paged_ragged_decode_case() -> None:
 
 @pytest.mark.slow
 def test_the_decode_suite_runs_on_the_cpu(tmp_path: Path) -> None:
-    """`fa-bench run -s decode --device cpu` at CPU sizes (docs/suites.md's recipe): every
-    case ok or unsupported, and every implementation that runs on the CPU runs."""
+    """`fa-bench run -s decode --device cpu` at CPU sizes (docs/suites.md's recipe, with
+    all four layouts: page 64 and 256 too, 256 longer than the cache): every case ok or
+    unsupported, and every implementation that runs on the CPU runs."""
     out = tmp_path / "out"
     args = ["run", "-s", "decode", "--device", "cpu", "--dtype", "fp32", "--heads", "4",
             "--kv-heads", "2", "--head-dim", "32", "--batch", "3", "--seqlen-k", "80",
-            "--max-time", "0.05", "--out", str(out)]  # fmt: skip
+            "--max-time", "0.05", "--min-samples", "3", "--out", str(out)]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", "from fa_bench.cli import main; main()", *args],
         capture_output=True, text=True, timeout=850,
@@ -407,7 +408,7 @@ def test_the_decode_suite_runs_on_the_cpu(tmp_path: Path) -> None:
     assert not bad
     ok = {c["impl"] for c in cases if c["status"] == "ok"}
     assert {"naive", "sdpa", "triton"} <= ok
-    assert any(c["page_size"] for c in cases if c["status"] == "ok")
+    assert {c["page_size"] for c in cases if c["status"] == "ok"} == {0, 16, 64, 256}
 
 
 # ---------------------------------------------------------------------------------------
