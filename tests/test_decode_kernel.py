@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 
 import pytest
 import torch
@@ -201,6 +202,24 @@ def test_scale_and_splits_agree():
     want = reference(q, k, v, seqlens, table, scale=0.3)[0]
     for o in outs:
         torch.testing.assert_close(o.double(), want, **FP32_TOL)
+
+
+@cpu_only
+def test_heuristic_splits_when_left_to_it(monkeypatch):
+    # the package's `decode_attention` attribute is the function; the module by name:
+    module = sys.modules["fa_bench.kernels.decode_attention"]
+    choose = module.choose_num_splits
+    picked = []
+
+    def spy(*args):
+        picked.append(choose(*args))
+        return picked[-1]
+
+    monkeypatch.setattr(module, "choose_num_splits", spy)
+    # one (sequence, KV head) on the interpreter's 4 SMs wants 8 splits; a 520-key cache
+    # (9 blocks of 64) allows 2 of at least 4 blocks
+    check([520, 300], 1, 2, 1, 16, page_size=64)
+    assert picked == [2]
 
 
 def test_split_heuristic():
