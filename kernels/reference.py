@@ -34,7 +34,8 @@ AttnFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 _R = TypeVar("_R")
 
 _HALF = (DType.FP16, DType.BF16)
-# The implementations that also run decode cases (kernels/reference_decode.py).
+# The implementations that also run decode cases (kernels/reference_decode.py). Not
+# sdpa-flash: its kernel takes no mask, so every decode case would be unsupported.
 _WITH_DECODE = (*PREFILL_MODES, Mode.DECODE)
 
 
@@ -294,12 +295,14 @@ register(
 register(
     "sdpa-efficient",
     description="torch SDPA pinned to the memory-efficient backend (xFormers cutlass)",
+    modes=_WITH_DECODE,
     devices=("cuda",),
     availability=_cuda_reason,
 )(_sdpa_builder("EFFICIENT_ATTENTION"))
 register(
     "sdpa-cudnn",
     description="torch SDPA pinned to the cuDNN backend",
+    modes=_WITH_DECODE,
     dtypes=_HALF,
     devices=("cuda",),
     availability=_cudnn_availability,

@@ -345,10 +345,11 @@ def test_fa4_without_paged_keywords_is_unsupported() -> None:
 
 def test_which_impls_claim_decode() -> None:
     case = decode_case("x")
-    for name in ("naive", "sdpa", "sdpa-math", "triton", "fa4", "flex"):
+    for name in ("naive", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-cudnn", "triton", "fa4",
+                 "flex"):  # fmt: skip
         reason = registry.get(name).unsupported_reason(case, torch.device("cuda", 0))
         assert reason is None or "decode mode" not in reason, (name, reason)
-    for name in ("triton-deterministic", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn"):
+    for name in ("triton-deterministic", "sdpa-flash", "flash-attn", "xformers"):
         reason = registry.get(name).unsupported_reason(case, torch.device("cuda", 0))
         assert reason == f"{name} has no decode mode"
 
@@ -429,14 +430,21 @@ GPU_DECODE = [
 @pytest.mark.parametrize(
     "shape", GPU_DECODE, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items())
 )
-@pytest.mark.parametrize("impl", ["naive", "sdpa", "sdpa-math", "flex", "triton", "fa4"])
+@pytest.mark.parametrize(
+    "impl", ["naive", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-cudnn", "flex", "triton", "fa4"]
+)
 def test_gpu_decode_impls(impl: str, shape: dict, dtype: str) -> None:
     entry = registry.get(impl)
     if entry.unavailable_reason():
         pytest.skip(entry.unavailable_reason())
     case = decode_case(impl, dtype=dtype, **shape)
     record = run_case(case, torch.device("cuda"), ExecOptions(timing=_QUICK))
-    if record.status is Status.UNSUPPORTED and impl in ("sdpa", "fa4"):
+    if record.status is Status.UNSUPPORTED and impl in (
+        "sdpa",
+        "sdpa-efficient",
+        "sdpa-cudnn",
+        "fa4",
+    ):
         pytest.skip(f"unsupported (as reported): {record.error}")
     assert record.status is Status.OK, (record.error, record.accuracy)
     assert record.backend
