@@ -192,6 +192,17 @@ def test_noncontiguous_q_and_capacity_beyond_lengths():
 
 
 @cpu_only
+def test_fp16_in_the_interpreter():
+    # fp16 operands (bf16 dots are wrong in the interpreter): o comes back in fp16
+    q, k, v, seqlens, table = make_inputs([37, 80], 2, 4, 2, 32, page_size=16)
+    q16, k16, v16 = (t.half() for t in (q, k, v))
+    o = decode_attention(q16, k16, v16, cache_seqlens=seqlens, block_table=table, num_splits=3)
+    assert o.dtype == torch.float16
+    want = reference(q16, k16, v16, seqlens, table)[0]
+    torch.testing.assert_close(o.double(), want, atol=4e-3, rtol=4e-3)
+
+
+@cpu_only
 def test_scale_and_splits_agree():
     q, k, v, seqlens, table = make_inputs([90, 31], 1, 2, 2, 16, page_size=32)
     outs = [
