@@ -163,21 +163,32 @@ def _resolve_config(
     return heuristic_config(q.shape[-1], q.dtype, causal, q.device, seqlen)
 
 
-_ALLOCATOR_SET = False
+def _tma_alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """triton's allocator protocol; torch's allocations are aligned well beyond it."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _ensure_tma_allocator() -> None:
-    """Device-side descriptors need global scratch; Triton asks this allocator for it."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        import triton
+    """Device-side descriptors need global scratch; Triton asks this allocator for it.
 
-        # triton's allocator protocol; torch's allocations are aligned well beyond it
-        def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-            return torch.empty(size, dtype=torch.int8, device="cuda")
+    `triton.set_allocator` stores the allocator in a ContextVar (triton 3.6 to 3.9:
+    triton.runtime._allocation._allocator), so it holds only in the thread/context that
+    set it: autograd runs the backward on its own thread, which starts with triton's
+    NullAllocator. A module-global "already set" flag therefore broke every TMA backward
+    on the GPU (issue 18); we check this context's value at each TMA launch instead.
+    An allocator the application set itself is kept.
+    """
+    import triton
 
-        triton.set_allocator(alloc)
-        _ALLOCATOR_SET = True
+    try:
+        from triton.runtime import _allocation
+
+        current = _allocation._allocator.get()
+        unset = isinstance(current, _allocation.NullAllocator)
+    except (ImportError, AttributeError):  # triton moved its internals: set it every time
+        unset = True
+    if unset:
+        triton.set_allocator(_tma_alloc)
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:

@@ -192,6 +192,43 @@ def test_bad_dtype_and_cpu_without_interpreter(monkeypatch):
         flash_attention(y, y, y)
 
 
+def test_tma_allocator_is_set_in_each_thread():
+    """triton keeps its allocator in a ContextVar, so it holds per thread/context, and
+    autograd runs the backward on its own thread: setting it once (a module-global flag,
+    the bug behind issue 18's failed TMA tests) left that thread without one. Checked on
+    triton's ContextVar itself; nothing is launched, so no GPU is needed."""
+    import contextvars
+    import importlib
+    import threading
+
+    from triton.runtime import _allocation
+
+    # the module, not the package's re-exported function of the same name
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
+
+    def ours() -> bool:  # an allocator set in this context (not triton's null one)
+        return not isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+
+    def main_then_fresh_thread() -> dict[str, bool]:
+        seen: dict[str, bool] = {}
+        fa._ensure_tma_allocator()
+        seen["main"] = ours()
+
+        def worker() -> None:  # a new thread starts with an empty context, as autograd's
+            seen["thread before"] = ours()
+            fa._ensure_tma_allocator()
+            seen["thread after"] = ours()
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        return seen
+
+    # in a copied context, so this test's allocator does not leak into the others
+    seen = contextvars.copy_context().run(main_then_fresh_thread)
+    assert seen == {"main": True, "thread before": False, "thread after": True}
+
+
 def test_config_validation():
     with pytest.raises(ValueError, match="block_m"):
         FlashConfig(block_m=48)
