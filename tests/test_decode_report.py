@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from report_fixture import make_case
 from rich.console import Console
 
 from fa_bench import console as fa_console
@@ -23,7 +24,6 @@ from fa_bench.reports.merge import merge
 from fa_bench.results.bandwidth import Ceilings, ceilings, fractions
 from fa_bench.results.files import load_results, to_frame
 from fa_bench.results.record import CaseRecord, Latency, ResultsDoc
-from tests.report_fixture import make_case
 
 # A results file of prefill cases, written before decode existed (an H200 run).
 OLD_RESULTS = Path(__file__).parent.parent / "docs/data/refactor-ab-h200-2026-11-30-before.json"
@@ -240,11 +240,11 @@ def test_a_narrow_terminal_gets_blocks_with_the_fractions_when_known() -> None:
 def test_a_decode_run_hands_its_env_to_the_summary(tmp_path: Path, monkeypatch) -> None:
     """`fa-bench run` gives the summary the worker's env, where the ceilings are (a CPU run
     has none: the env is checked, not the fractions)."""
+    from conftest import FAST
     from typer.testing import CliRunner
 
     from fa_bench.cli import app
     from fa_bench.commands import run as run_command
-    from tests.conftest import FAST
 
     seen: list[object] = []
     real = run_command.print_summary
