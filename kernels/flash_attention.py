@@ -16,15 +16,16 @@ Conventions inside the kernels:
 - causal is bottom-right: query i sees key j iff j <= i + (seqlen_k - seqlen_q);
 - two backwards, both with dK/dV programs that own one KV block and loop over every query
   head of the GQA group (so dK/dV need no atomics):
-  - one-pass (the default, `deterministic=False`; flash_kernels_bwd1.py): the same
+  - one-pass (opt-in, `deterministic=False`; flash_kernels_bwd1.py): the same
     program also computes its share of dQ (dS K) and adds it into a zeroed fp32
     workspace (B, Hq, Sq, D) with atomic adds (or a TMA reduce-add with
     `FlashConfig(use_tma=True)` on sm_90+); a small kernel writes dQ = scale ·
     workspace in the input dtype. Five matmuls per (key block, query block) pair; dQ's
-    last bits depend on the order of the adds;
-  - deterministic (`deterministic=True`; flash_kernels_bwd.py): dQ is a separate
-    kernel that recomputes S and dP (seven matmuls per pair); no atomics anywhere, so
-    repeated calls give bitwise identical gradients.
+    last bits depend on the order of the adds. Slower than the two-kernel backward in
+    every shape measured on the H200 (2026-11-30, docs/kernel.md), so not the default;
+  - two-kernel (the default, `deterministic=True`; flash_kernels_bwd.py): dQ is a
+    separate kernel that recomputes S and dP (seven matmuls per pair); no atomics
+    anywhere, so repeated calls give bitwise identical gradients.
 """
 
 from __future__ import annotations
@@ -354,7 +355,7 @@ def flash_attention(
     scale: float | None = None,
     return_lse: bool = False,
     config: FlashConfig | None = None,
-    deterministic: bool = False,
+    deterministic: bool = True,
 ):
     """softmax(q kᵀ · scale [+ bottom-right causal mask]) v, differentiable in q, k, v.
 
@@ -370,10 +371,11 @@ def flash_attention(
     tile heuristic (`fa_bench.kernels.flash_config.default_config`); no tuning cache is
     read here.
 
-    `deterministic=False` (the default) runs the one-pass backward: dQ sums the key blocks'
-    shares with fp32 atomic adds, so it can differ in the last bits from run to run.
-    `deterministic=True` runs the two-kernel backward (a separate dQ kernel, no atomics):
-    bitwise identical gradients on repeated calls, two more matmuls per tile pair.
+    `deterministic=True` (the default) runs the two-kernel backward (a separate dQ kernel,
+    no atomics): bitwise identical gradients on repeated calls. `deterministic=False` runs
+    the experimental one-pass backward: two fewer matmuls per tile pair, but dQ sums the
+    key blocks' shares with fp32 atomic adds, so it can differ in the last bits from run
+    to run, and on the H200 it measured slower in every shape (docs/kernel.md).
     """
     _validate(q, k, v, scale)
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)

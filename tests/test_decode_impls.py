@@ -349,7 +349,7 @@ def test_which_impls_claim_decode() -> None:
                  "flex"):  # fmt: skip
         reason = registry.get(name).unsupported_reason(case, torch.device("cuda", 0))
         assert reason is None or "decode mode" not in reason, (name, reason)
-    for name in ("triton-deterministic", "sdpa-flash", "flash-attn", "xformers"):
+    for name in ("triton-onepass", "sdpa-flash", "flash-attn", "xformers"):
         reason = registry.get(name).unsupported_reason(case, torch.device("cuda", 0))
         assert reason == f"{name} has no decode mode"
 

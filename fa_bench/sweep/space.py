@@ -6,7 +6,8 @@ A sweep point is a case plus the FlashConfig fields its mode decides:
 - mode `bwd`: bwd_block_m (rows streamed per step), bwd_block_n (rows each program
   holds: keys in the one-pass kernel and in dK/dV, queries in the deterministic dQ
   kernel), bwd_num_warps, bwd_num_stages. The sweep times `triton`, whose backward is the
-  one-pass kernel; `triton-deterministic` reads the same fields (and tuning cache).
+  two-kernel one (dK/dV, then dQ); `triton-onepass` reads the same fields (and tuning
+  cache).
 The other fields stay at the heuristic's values. The heuristic's own config is always in
 the space (marked `is_default`) so the sweep measures how much the best beats it, and so
 is each rule of thumb's square tile (`rules_of_thumb`, marked in `rules`) with the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 18's GPU check in one device call (one H200, under 9 minutes): the one-pass
-# backward's and the deterministic backward's GPU tests, the standard suite's backward at
-# 4k and 16k for triton / triton-deterministic / sdpa-cudnn, a short sweep of the
-# one-pass tiles, an A/B of its dQ adds (pointer atomics vs the TMA reduce-add), a summary
+# backward's and the two-kernel backward's GPU tests, the standard suite's backward at
+# 4k and 16k for triton (two-kernel) / triton-onepass / sdpa-cudnn, a short sweep of
+# `triton`'s backward tiles, an A/B of the one-pass dQ adds (pointer atomics vs the TMA
+# reduce-add), a summary
 # (TFLOP/s and the ratio to sdpa-cudnn), then, if time is left, fp16.
 #
 # From the repository root, after the device prefix of ../shared/tools/device-prep.sh
@@ -71,18 +72,19 @@ step "gpu tests: test_flash_attention.py (backward)" 60 \
 grep -E "passed|failed|error" "$OUT/tests.log" | tail -4 >> "$STEPS"
 
 # (b) the standard suite's backward, bf16, 4k and 16k: ours both ways against cuDNN
-RUN=(-s standard --mode bwd -i triton -i triton-deterministic -i sdpa-cudnn --seqlen "$SEQLENS"
+RUN=(-s standard --mode bwd -i triton -i triton-onepass -i sdpa-cudnn --seqlen "$SEQLENS"
   --tuning-cache off --no-report --max-time 1.5 "${DEV[@]}")
 step "run $D1" 130 fa-bench run "${RUN[@]}" --dtype "$D1" --out "$WORK/run-$D1" \
   > "$OUT/run.log" 2>&1
 cp "$WORK/run-$D1/results.json" "$OUT/results-$D1.json" 2>> "$STEPS"
 
-# (e) the one-pass dQ adds: scalar pointer atomics (the default) vs the TMA reduce-add
-# (use_tma=True), with the deterministic backward for scale (do_bench; not on a CPU)
+# (e) the one-pass dQ adds: scalar pointer atomics vs the TMA reduce-add (use_tma=True),
+# with the two-kernel backward (the default) for scale (do_bench; not on a CPU)
 [ -z "${DEV[*]}" ] && step "dQ adds: atomics vs TMA reduce-add" 60 python3 tools/gpu/issue18_tma_ab.py \
   > "$WORK/tma_ab.md" 2>&1
 
-# (c) a short sweep of the one-pass backward's tiles: bf16, head_dim 128, 16k
+# (c) a short sweep of `triton`'s backward tiles (the two-kernel backward since the
+# 2026-11-30 measurement; it was the one-pass one then): bf16, head_dim 128, 16k
 step "sweep $D1 d$SWEEP_D $SWEEP_SEQ" 110 fa-bench sweep -s standard --mode bwd \
   --dtype "$D1" --seqlen "$SWEEP_SEQ" --block-m 64,128 --block-n 64,128 --warps 4,8 \
   --stages 1,2 --no-rules --budget-minutes 1.5 --max-time 0.5 --tuning-cache off \

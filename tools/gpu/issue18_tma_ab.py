@@ -1,5 +1,5 @@
 """The one-pass backward's dQ adds: pointer atomics against the TMA reduce-add
-(`FlashConfig(use_tma=True)`), and the deterministic backward for scale, timed with
+(`FlashConfig(use_tma=True)`), and the two-kernel backward (the default) for scale, timed with
 `triton.testing.do_bench` (median, L2 flushed) on the heuristic's tiles; bf16, 16k tokens,
 hidden 2048 (the standard suite's shapes). Backward only: the forward runs once per shape
 and the timed call is `torch.autograd.grad` with a retained graph.
@@ -24,7 +24,7 @@ from fa_bench.models import case_flops
 def main() -> None:
     from fa_bench.case import Case
 
-    print("| D | N | causal | one-pass atomics | one-pass TMA reduce-add | deterministic |")
+    print("| D | N | causal | one-pass atomics | one-pass TMA reduce-add | two-kernel |")
     print("|---|---|---|---|---|---|")
     for d, n, causal in [(128, 16384, False), (128, 16384, True), (64, 4096, False)]:
         b, h = 16384 // n, 2048 // d
