@@ -5,7 +5,7 @@ Each kernel program *holds* one tile in registers for its whole life and *stream
 tiles of the other operand through a loop:
 
 - forward: a program holds `block_m` query rows and streams `block_n` keys per step;
-- backward: the one-pass kernel (the default) and the deterministic dK/dV kernel hold
+- backward: the one-pass kernel (opt-in) and the deterministic dK/dV kernel hold
   `bwd_block_n` keys and stream `bwd_block_m` query rows per step; the deterministic dQ
   kernel holds `bwd_block_n` query rows and streams `bwd_block_m` keys per step. So in
   the backward `bwd_block_n` is the held tile (BLOCK_HELD in the kernels) and

@@ -1,5 +1,6 @@
-"""The one-pass backward `@triton.jit` kernels of our FlashAttention-2 (the default
-backward; flash_kernels_bwd.py keeps the deterministic two-kernel one).
+"""The one-pass backward `@triton.jit` kernels of our FlashAttention-2 (experimental,
+`deterministic=False`: slower on the H200 as measured; flash_kernels_bwd.py holds the
+default two-kernel backward).
 
 One program owns BLOCK_HELD keys (FlashConfig.bwd_block_n) of one (batch, kv head), holds
 K, V and the fp32 dK/dV accumulators for its whole life, loops over every query head of
