@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 
 from fa_bench.case import DType, Mode
 from fa_bench.commands import options as o
+from fa_bench.commands import sweep_options as so
 from fa_bench.commands import view_options as v
 from fa_bench.commands.compare import compare_command
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
@@ -202,14 +203,14 @@ def sweep(
     ctx: typer.Context, suite: o.Suites = None, mode: o.Modes = None, dtype: o.DTypes = None,
     seqlen: o.Seqlens = None, head_dim: o.HeadDims = None, batch: o.Batches = None,
     heads: o.Heads = None, kv_heads: o.KvHeads = None, causal: o.Causal = None,
-    block_m: o.BlockM = None, block_n: o.BlockN = None, warps: o.Warps = None,
-    stages: o.Stages = None, resume: o.SweepResume = None,
-    rules: o.Rules = True, budget_minutes: o.BudgetMinutes = None, save_best: o.SaveBest = False,
-    min_gain: o.MinGain = SweepRequest.min_gain_pct, tuning_cache: o.TuningCache = None,
+    block_m: so.BlockM = None, block_n: so.BlockN = None, warps: so.Warps = None,
+    stages: so.Stages = None, resume: so.SweepResume = None,
+    rules: so.Rules = True, budget_minutes: so.BudgetMinutes = None, save_best: so.SaveBest = False,
+    min_gain: so.MinGain = SweepRequest.min_gain_pct, tuning_cache: o.TuningCache = None,
     out: o.Out = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
     timeout: o.Timeout = None, target_noise: o.TargetNoise = MeasureFlags.target_noise,
     min_samples: o.MinSamples = MeasureFlags.min_samples, max_time: o.MaxTime = None,
-    compile_jobs: o.CompileJobs = None, warmup: o.Warmup = None,
+    compile_jobs: so.CompileJobs = None, warmup: o.Warmup = None,
     max_cases: o.MaxCases = CaseFlags.max_cases, cpu_threads: o.CpuThreads = None,
 ) -> None:  # fmt: skip
     """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
