@@ -7,6 +7,11 @@ import random
 from dataclasses import dataclass
 from enum import Enum
 
+from fa_bench import variants
+from fa_bench.variants import alibi_slopes
+
+__all__ = ["Case", "DType", "Mode", "Status", "alibi_slopes"]
+
 
 class Mode(str, Enum):
     FWD = "fwd"
@@ -94,6 +99,12 @@ class Case:
     the longest context, the cache capacity; always causal, bottom-right per sequence
     against its own context length (`context_lengths()`). `page_size` (0 = contiguous
     cache) and `ctx_spread` (1.0 = equal lengths) apply to decode only.
+
+    Variants (issue 19; prefill modes only; `fa_bench.variants` has the semantics): a
+    window (window_left, window_right; -1 = unbounded; causal also bounds the right at 0),
+    `alibi` (the geometric slopes of `alibi_slopes(heads_q)`), `softcap` (0 = off) and
+    `varlen` (packed documents: "uniform:LO-HI" or "list:L1,...", seqlen_q == seqlen_k ==
+    the longest). Scores take softcap, then ALiBi, then the mask.
     """
 
     impl: str
@@ -109,6 +120,12 @@ class Case:
     # Decode only; the defaults keep every other case, its id and older files as they were.
     page_size: int = 0
     ctx_spread: float = 1.0
+    # Variants (issue 19); the defaults are dense attention over equal lengths, as before.
+    window_left: int = -1
+    window_right: int = -1
+    alibi: bool = False
+    softcap: float = 0.0
+    varlen: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))
@@ -124,6 +141,89 @@ class Case:
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be true or false, got {self.causal!r}")
         self._check_decode()
+        self._check_variants()
+
+    def _check_variants(self) -> None:
+        for name in ("window_left", "window_right"):
+            reason = variants.check_window(name, getattr(self, name))
+            if reason:
+                raise ValueError(reason)
+        if not isinstance(self.alibi, bool):
+            raise ValueError(f"alibi must be true or false, got {self.alibi!r}")
+        reason = variants.check_softcap(self.softcap)
+        if reason:
+            raise ValueError(reason)
+        object.__setattr__(self, "softcap", float(self.softcap))
+        object.__setattr__(self, "varlen", variants.canonical_varlen(self.varlen))
+        if self.is_variant and self.mode is Mode.DECODE:
+            raise ValueError(
+                "window, alibi, softcap and varlen do not apply to decode cases yet; "
+                "use the fwd, bwd or fwd_bwd modes"
+            )
+        if self.varlen:
+            longest = max(variants.varlen_lengths(self.varlen, self.batch))
+            if self.seqlen_q != longest or self.seqlen_k != longest:
+                raise ValueError(
+                    f"seqlen_q and seqlen_k must both be the longest document ({longest}) "
+                    f"of varlen {self.varlen!r}, got {self.seqlen_q} and {self.seqlen_k}"
+                )
+
+    @property
+    def is_variant(self) -> bool:
+        """Whether any issue-19 variant differs from dense attention over equal lengths."""
+        return (
+            self.window_left != -1
+            or self.window_right != -1
+            or self.alibi
+            or self.softcap != 0.0
+            or self.varlen != ""
+        )
+
+    @property
+    def has_window(self) -> bool:
+        return (self.window_left, self.window_right) != (-1, -1)
+
+    def sequence_lengths(self) -> tuple[int, ...]:
+        """The query lengths of the batch: a packed case's document lengths (the same on
+        every machine), else seqlen_q for each of the batch's sequences."""
+        if self.varlen:
+            return variants.varlen_lengths(self.varlen, self.batch)
+        return (self.seqlen_q,) * self.batch
+
+    @property
+    def total_tokens(self) -> int:
+        """Query tokens over the batch; T of a packed case's (1, H, T, D) tensors."""
+        return sum(self.sequence_lengths())
+
+    def _variant_parts(self) -> list[str]:
+        def side(v: int) -> str:
+            return "inf" if v == -1 else str(v)
+
+        parts = []
+        if self.has_window:
+            parts.append(f"win{side(self.window_left)}.{side(self.window_right)}")
+        if self.alibi:
+            parts.append("alibi")
+        if self.softcap:
+            parts.append(f"cap{self.softcap:g}")
+        if self.varlen:
+            parts.append(variants.varlen_id(self.varlen))
+        return parts
+
+    def _variant_label(self) -> str:
+        def side(v: int) -> str:
+            return "inf" if v == -1 else str(v)
+
+        words = []
+        if self.has_window:
+            words.append(f"window={side(self.window_left)},{side(self.window_right)}")
+        if self.alibi:
+            words.append("alibi")
+        if self.softcap:
+            words.append(f"softcap={self.softcap:g}")
+        if self.varlen:
+            words.append(f"varlen={self.varlen} T={self.total_tokens}")
+        return "".join(" " + w for w in words)
 
     def _check_decode(self) -> None:
         for reason in (check_page_size(self.page_size), check_ctx_spread(self.ctx_spread)):
@@ -188,7 +288,11 @@ class Case:
                 last += f"-spread{self.ctx_spread:g}"
         else:
             last = "causal" if self.causal else "full"
-        return "/".join([self.impl, self.mode.value, self.dtype.value, shape, last])
+        parts = [self.impl, self.mode.value, self.dtype.value, shape, last]
+        if self.is_variant:
+            # A last segment only for variants: every dense case keeps its id exactly.
+            parts.append("-".join(self._variant_parts()))
+        return "/".join(parts)
 
     @property
     def label(self) -> str:
@@ -208,7 +312,7 @@ class Case:
             )
         return (
             f"{self.impl} {self.mode.value} {self.dtype.value} B={self.batch} {heads} {seq} "
-            f"D={self.head_dim}{' causal' if self.causal else ''}"
+            f"D={self.head_dim}{' causal' if self.causal else ''}{self._variant_label()}"
         )
 
     def to_dict(self) -> dict:
@@ -218,7 +322,11 @@ class Case:
         if self.mode is not Mode.DECODE:
             # Always the defaults here: left out so results files of the other modes stay
             # byte for byte what they were before decode existed.
-            for name in _OPTIONAL:
+            for name in _DECODE_OPTIONAL:
+                del d[name]
+        # Variant keys only when set: dense cases' dicts stay as they were before issue 19.
+        for name, default in _VARIANT_DEFAULTS.items():
+            if d[name] == default:
                 del d[name]
         d["mode"] = self.mode.value
         d["dtype"] = self.dtype.value
@@ -226,9 +334,18 @@ class Case:
 
     @classmethod
     def from_dict(cls, d: dict) -> Case:
-        """Dicts written before page_size and ctx_spread existed get their defaults."""
+        """Dicts written before page_size, ctx_spread or the variants existed (or that
+        leave out a default) get their defaults."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d or k not in _OPTIONAL})
 
 
 # Fields that a dict may lack (files written before they existed); the rest are required.
-_OPTIONAL = frozenset({"page_size", "ctx_spread"})
+_DECODE_OPTIONAL = frozenset({"page_size", "ctx_spread"})
+_VARIANT_DEFAULTS: dict[str, object] = {
+    "window_left": -1,
+    "window_right": -1,
+    "alibi": False,
+    "softcap": 0.0,
+    "varlen": "",
+}
+_OPTIONAL = _DECODE_OPTIONAL | frozenset(_VARIANT_DEFAULTS)

@@ -11,11 +11,17 @@ Decode (forward only) counts each sequence against its own context length L_b
 (`Case.context_lengths()`): FLOPs 4·Hq·D·Σ_b pairs(Sq, L_b), bytes the valid K/V cache
 (Σ_b L_b·Hkv·D, twice) plus q and o, no LSE. The cache's unused tail is not counted: a
 kernel has no reason to read it.
+
+Variants (issue 19): FLOPs count only the attended pairs, exactly, under causal and a
+window (`variants.window_pairs`), per sequence; a packed (varlen) case counts each
+document as its own Sq = Sk = L_b sequence. Bytes count the packed tokens T, no padding;
+ALiBi slopes, masks and softcap add nothing (computed in the kernel, or too small).
 """
 
 from __future__ import annotations
 
 from fa_bench.case import Case, Mode
+from fa_bench.variants import window_pairs
 
 BWD_FLOP_FACTOR = 2.5
 LSE_ITEMSIZE = 4  # the log-sum-exp saved for backward is float32 in every fused kernel
@@ -37,15 +43,18 @@ def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
     return rows * (lo + hi) // 2
 
 
+def case_pairs(case: Case) -> int:
+    """Attended (query, key) pairs of one head over the batch: per sequence, under the
+    case's causal mask and window; a packed case's documents each against themselves."""
+    left, right = case.window_left, case.window_right
+    if case.varlen:
+        return sum(window_pairs(n, n, case.causal, left, right) for n in case.sequence_lengths())
+    return case.batch * window_pairs(case.seqlen_q, case.seqlen_k, case.causal, left, right)
+
+
 def forward_flops(case: Case) -> int:
     d = case.head_dim
-    return (
-        2
-        * case.batch
-        * case.heads_q
-        * attended_pairs(case.seqlen_q, case.seqlen_k, case.causal)
-        * (d + d)
-    )
+    return 2 * case.heads_q * case_pairs(case) * (d + d)
 
 
 def decode_flops(case: Case) -> int:
@@ -71,13 +80,18 @@ def case_flops(case: Case) -> float:
     }[case.mode]
 
 
+def _key_tokens(case: Case) -> int:
+    """Key tokens over the batch: the packed T of a varlen case (Sk = Sq per document)."""
+    return case.total_tokens if case.varlen else case.batch * case.seqlen_k
+
+
 def _q_bytes(case: Case) -> int:
-    return case.batch * case.heads_q * case.seqlen_q * case.head_dim * case.dtype.itemsize
+    return case.heads_q * case.total_tokens * case.head_dim * case.dtype.itemsize
 
 
 def _kv_bytes(case: Case) -> int:
     """One of K or V."""
-    return case.batch * case.heads_kv * case.seqlen_k * case.head_dim * case.dtype.itemsize
+    return case.heads_kv * _key_tokens(case) * case.head_dim * case.dtype.itemsize
 
 
 def forward_bytes(case: Case) -> int:
@@ -87,7 +101,7 @@ def forward_bytes(case: Case) -> int:
 
 def backward_bytes(case: Case) -> int:
     """Read Q, K, V, O, dO and LSE; write dQ, dK, dV."""
-    lse = case.batch * case.heads_q * case.seqlen_q * LSE_ITEMSIZE
+    lse = case.heads_q * case.total_tokens * LSE_ITEMSIZE
     return 3 * _q_bytes(case) + 2 * _kv_bytes(case) + lse + _q_bytes(case) + 2 * _kv_bytes(case)
 
 

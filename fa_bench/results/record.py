@@ -31,8 +31,11 @@ __all__ = ["CaseRecord", "GpuRef", "Latency", "Placement", "ResultsDoc", "Result
 
 LATENCY_KEYS = ("median", "mean", "min", "max", "p20", "p80", "stdev", "n", "samples")
 _CASE_KEYS = tuple(f.name for f in dataclasses.fields(Case))
-# Case fields added later (decode's page_size, ctx_spread): older files lack them.
-_OPTIONAL_CASE_KEYS = ("page_size", "ctx_spread")
+# Case fields added later (decode's page_size, ctx_spread; issue 19's variants, written
+# only when set): older files and dense cases lack them.
+_OPTIONAL_CASE_KEYS = (
+    "page_size", "ctx_spread", "window_left", "window_right", "alibi", "softcap", "varlen",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -291,6 +294,12 @@ def _check_types(d: dict, where: str) -> None:
         schema.integer(d, key, where, null=False)
     schema.integer(d, "page_size", where, default=0)
     schema.number(d, "ctx_spread", where, default=1.0)
+    for key in ("window_left", "window_right"):
+        schema.integer(d, key, where, default=-1)
+    schema.number(d, "softcap", where, default=0.0)
+    schema.string(d, "varlen", where, default="")
+    if not isinstance(d.get("alibi", False), bool):
+        raise ResultsError(f"{where}: alibi must be true or false, got {schema.show(d['alibi'])}")
     if not isinstance(d["causal"], bool):
         raise ResultsError(f"{where}: causal must be true or false, got {schema.show(d['causal'])}")
     valid_status = {s.value for s in Status}
