@@ -338,7 +338,10 @@ def _compiled_block_mask() -> Callable[..., object]:
 
 @register(
     "flex",
-    description="FlexAttention (torch.compile), block mask for causal",
+    description=(
+        "FlexAttention (torch.compile), block mask for causal; variants: score_mod "
+        "(softcap, ALiBi), sparse block mask (window, documents)"
+    ),
     modes=_WITH_DECODE,
     devices=("cuda",),
     backward_reruns=False,
@@ -350,6 +353,11 @@ def flex(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepa
         return reference_decode.flex_decode(
             case, q, k, v, flex=compiled, block_mask_fn=_compiled_block_mask()
         )
+    if case.is_variant:  # score_mod / mask_mod, a sparse block mask (issue 19)
+        from fa_bench.kernels.reference_variants_flex import flex_variant
+
+        return flex_variant(case, q, k, v, flex=compiled,
+                            block_mask_fn=_compiled_block_mask(), warm_up=_warm_up)  # fmt: skip
     block_mask = None
     if case.causal:
         offset = case.seqlen_k - case.seqlen_q

@@ -31,8 +31,19 @@ from fa_bench.registry import Prepared, register
 from fa_bench.sweep import tuning
 
 
+def _variants(case: Case) -> list[str]:
+    """The issue 19 variants of `case` (its window, ALiBi, softcap, packed batch)."""
+    window = case.window_left >= 0 or case.window_right >= 0
+    on = (window, case.alibi, case.softcap > 0, bool(case.varlen))
+    names = ("a sliding window", "ALiBi", "softcap", "packed varlen batches")
+    return [name for name, flag in zip(names, on, strict=True) if flag]
+
+
 def _check(case: Case, device: object) -> str | None:
     """Why `triton` cannot run this case on `device`, or None."""
+    variants = _variants(case)
+    if variants:  # the kernel's windows, ALiBi, softcap and varlen come in a later session
+        return f"our kernel has no {' or '.join(variants)} yet (issue 19)"
     if case.head_dim % HEAD_DIM_MULTIPLE or case.head_dim > MAX_HEAD_DIM:
         return (
             f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "

@@ -1,0 +1,225 @@
+"""Issue 19's variants (window, ALiBi, softcap, packed batches) in flex, FA4, flash-attn,
+xFormers and our adapters' `unsupported`.
+
+flex: its score_mod / mask_mod and block mask run *eagerly* on the CPU (compiled flex is
+CUDA-only here) against a float64 reference of the issue's semantics written out below,
+forward and gradients. The peers run against fake packages that compute the variant
+semantics in their own layouts and spellings (FA4's None for an unbounded window side,
+flash-attn's -1, xFormers' bias classes, (T, H, D) with cu_seqlens for packed batches), so
+the adapters' keyword plumbing is what is checked. The `gpu` tests run the real flex and
+FA4 on the H200.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from fa_bench import registry
+from fa_bench.case import Case, alibi_slopes
+from fa_bench.kernels import reference_variants_flex
+
+registry.load()
+CPU = torch.device("cpu")
+# Eager flex says it materialises the scores: that is what the CPU tests want.
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+def case_of(impl: str = "flex", mode: str = "fwd", **over: object) -> Case:
+    fields: dict = dict(impl=impl, mode=mode, dtype="fp32", batch=2, heads_q=4, heads_kv=2,
+                        seqlen_q=24, seqlen_k=24, head_dim=16, causal=False)  # fmt: skip
+    fields.update(over)
+    return Case(**fields)
+
+
+def packed(lengths: tuple[int, ...], **over: object) -> dict:
+    spec = "list:" + ",".join(map(str, lengths))
+    return dict(batch=len(lengths), seqlen_q=max(lengths), seqlen_k=max(lengths),
+                varlen=spec, **over)  # fmt: skip
+
+
+# The cases: every variant alone and in combination; rows a window leaves empty (left and
+# right both bounded away from the diagonal), Sq != Sk, GQA, packed with documents of 1.
+VARIANTS = {
+    "window": dict(window_left=5, window_right=3),
+    "window-left-causal": dict(window_left=6, causal=True),
+    "window-empty-rows": dict(seqlen_q=20, seqlen_k=8, window_left=2, window_right=1),
+    "window-sq-ne-sk-causal": dict(seqlen_q=9, seqlen_k=24, window_left=4, causal=True),
+    "window-right-only": dict(window_right=2),
+    "alibi": dict(alibi=True),
+    "alibi-causal-sq-ne-sk": dict(alibi=True, causal=True, seqlen_q=7, seqlen_k=20),
+    "softcap": dict(softcap=0.5),
+    "softcap-window-causal": dict(softcap=1.5, window_left=4, causal=True),
+    "all-three": dict(softcap=2.0, alibi=True, window_left=3, window_right=2),
+    "packed": packed((5, 1, 17, 9)),
+    "packed-causal": packed((1, 12, 3, 8), causal=True),
+    "packed-all": packed((7, 1, 11, 4), causal=True, alibi=True, softcap=1.0, window_left=3),
+    "packed-window-both": packed((6, 10, 1), window_left=2, window_right=1),
+}
+
+
+def reference(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The issue's semantics in float64, one sequence (or document) at a time: softcap,
+    then ALiBi, then the window / causal mask; a row with no visible key outputs 0."""
+    q, k, v = (t.double() for t in (q, k, v))
+    group = case.heads_q // case.heads_kv
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if case.varlen:
+        bounds = [0, *itertools.accumulate(case.sequence_lengths())]
+        parts = [(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b]) for a, b in itertools.pairwise(bounds)]
+        return torch.cat([_attend(case, *p) for p in parts], dim=2)
+    return _attend(case, q, k, v)
+
+
+def _attend(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    sq, sk = q.shape[2], k.shape[2]
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(case.head_dim)
+    if case.softcap:
+        s = case.softcap * torch.tanh(s / case.softcap)
+    i = torch.arange(sq, dtype=torch.float64)[:, None] + (sk - sq)
+    j = torch.arange(sk, dtype=torch.float64)[None, :]
+    if case.alibi:
+        slopes = torch.tensor(alibi_slopes(case.heads_q), dtype=torch.float64)
+        s = s - slopes[:, None, None] * (i - j).abs()
+    visible = torch.ones(sq, sk, dtype=torch.bool)
+    if case.window_left >= 0:
+        visible &= j >= i - case.window_left
+    right = 0 if case.causal else case.window_right
+    if case.causal and case.window_right >= 0:
+        right = min(right, case.window_right)
+    if right >= 0:
+        visible &= j <= i + right
+    s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return p @ v
+
+
+def inputs(case: Case, seed: int = 0, grad: bool = True) -> tuple[torch.Tensor, ...]:
+    """q, k, v in the contract's layouts: (B, H, S, D), or (1, H, T, D) packed."""
+    gen = torch.Generator().manual_seed(seed)
+    batch, sq, sk = case.batch, case.seqlen_q, case.seqlen_k
+    if case.varlen:
+        batch, sq = 1, case.total_tokens
+        sk = sq
+    shapes = ((batch, case.heads_q, sq, case.head_dim), (batch, case.heads_kv, sk, case.head_dim))
+    q = torch.randn(*shapes[0], generator=gen)
+    k, v = (torch.randn(*shapes[1], generator=gen) for _ in range(2))
+    return tuple(t.requires_grad_(grad) for t in (q, k, v))
+
+
+def assert_matches(case: Case, fn, grads: bool = True, tol: float = 2e-5) -> None:
+    """fn's output and gradients against the float64 reference's."""
+    q, k, v = inputs(case, grad=grads)
+    out = fn(q, k, v)
+    ref_inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    ref = reference(case, *ref_inputs)
+    torch.testing.assert_close(out.double(), ref.detach(), atol=tol, rtol=tol)
+    if not grads:
+        return
+    dout = torch.randn_like(ref)
+    out.backward(dout.to(out.dtype))
+    ref.backward(dout)
+    for t, r in zip((q, k, v), ref_inputs, strict=True):
+        torch.testing.assert_close(t.grad.double(), r.grad, atol=tol * 10, rtol=tol * 10)
+
+
+# ---------------------------------------------------------------------------------------
+# flex, eagerly
+
+
+def _eager_flex(case: Case):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    q, k, v = inputs(case, grad=False)
+    return reference_variants_flex.flex_variant(
+        case, q, k, v, flex=flex_attention, block_mask_fn=create_block_mask
+    ).fn
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_flex_variant_matches_float64(name: str) -> None:
+    """Forward only: flex has no backward on the CPU (its gradients: the gpu test)."""
+    case = case_of(**VARIANTS[name])
+    assert_matches(case, _eager_flex(case), grads=False)
+
+
+def test_flex_rows_without_keys_are_zero() -> None:
+    """Sq 20 > Sk 8 with a (2, 1) window: query i sees keys i - 12 - 2 .. i - 12 + 1, so
+    rows 0..10 see none; flex gives them 0, as the reference does."""
+    case = case_of(**VARIANTS["window-empty-rows"])
+    ref = reference(case, *inputs(case, grad=False))
+    assert (ref[:, :, :11] == 0).all() and (ref[:, :, 11:].abs() > 0).all()
+    assert_matches(case, _eager_flex(case), grads=False)
+
+
+def test_flex_block_mask_skips_blocks_outside_the_window() -> None:
+    """The block mask is sparse: a 128-token window over 1024 keys leaves most blocks out,
+    and a packed batch's other documents too (flex never visits them)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def density(case: Case, length: int) -> float:
+        mod = reference_variants_flex.mask_mod(case, CPU)
+        mask = create_block_mask(mod, None, None, length, length, device="cpu")
+        return 1.0 - mask.sparsity() / 100
+
+    # 8 × 8 blocks of 128: causal visits 36, a 128-key window the diagonal and one left.
+    causal = case_of(seqlen_q=1024, seqlen_k=1024, causal=True)
+    assert density(causal, 1024) == 36 / 64
+    windowed = case_of(seqlen_q=1024, seqlen_k=1024, window_left=128, causal=True)
+    assert density(windowed, 1024) == 15 / 64
+    docs = case_of(**packed((256, 256, 256, 256)))  # 4 diagonal tiles of 2 × 2 blocks
+    assert density(docs, 1024) == 16 / 64
+
+
+def test_flex_plain_case_has_no_mods() -> None:
+    """No mask and no score_mod for a non-causal dense case: flex runs as before."""
+    case = case_of()
+    assert reference_variants_flex.mask_mod(case, CPU) is None
+    assert reference_variants_flex.score_mod(case, CPU) is None
+    assert reference_variants_flex.label(case_of(alibi=True, window_left=4, causal=True)) == (
+        "score_mod (ALiBi), block mask (window + causal)"
+    )
+
+
+def test_registered_flex_dispatches_variants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registered `flex` builder hands variant cases to flex_variant (compiled flex
+    itself is CUDA-only: the compiled functions are swapped for the eager ones)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    from fa_bench.kernels import reference
+
+    monkeypatch.setattr(reference, "_compiled_flex", lambda: flex_attention)
+    monkeypatch.setattr(reference, "_compiled_block_mask", lambda: create_block_mask)
+    case = case_of(softcap=1.0, window_left=3, causal=True)
+    prepared = registry.get("flex").builder(case, *inputs(case, grad=False))
+    assert prepared.backend == "flex: score_mod (softcap), block mask (window + causal)"
+    assert_matches(case, prepared.fn, grads=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Our kernel: unsupported with the reason until its variants land.
+
+
+@pytest.mark.parametrize("impl", ["triton", "triton-onepass"])
+@pytest.mark.parametrize(
+    ("over", "named"),
+    [
+        (dict(window_left=8, causal=True), "a sliding window"),
+        (dict(alibi=True), "ALiBi"),
+        (dict(softcap=30.0), "softcap"),
+        (packed((3, 5)), "packed varlen batches"),
+        (dict(alibi=True, softcap=5.0), "ALiBi or softcap"),
+    ],
+)
+def test_triton_refuses_variants_with_the_reason(impl: str, over: dict, named: str) -> None:
+    spec = registry.get(impl)
+    reason = spec.check(case_of(impl, **over), CPU)
+    assert reason == f"our kernel has no {named} yet (issue 19)"
+
+
+def test_triton_takes_plain_cases_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert registry.get("triton").check(case_of("triton", causal=True), CPU) is None
