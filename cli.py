@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 from fa_bench.case import DType, Mode
 from fa_bench.commands import options as o
 from fa_bench.commands import sweep_options as so
+from fa_bench.commands import variant_options as vo
 from fa_bench.commands import view_options as v
 from fa_bench.commands.compare import compare_command
 from fa_bench.commands.flags import CaseFlags, MeasureFlags
@@ -168,6 +169,8 @@ def run(
     batch: o.Batches = None, heads: o.Heads = None, kv_heads: o.KvHeads = None,
     causal: o.Causal = None, seqlen_q: o.SeqlensQ = None, seqlen_k: o.SeqlensK = None,
     page_size: o.PageSizes = None, ctx_spread: o.CtxSpreads = None,
+    window: vo.Windows = None, alibi: vo.Alibi = None, softcap: vo.Softcaps = None,
+    varlen: vo.Varlens = None,
     device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
     out: o.Out = None, resume: o.Resume = None, timeout: o.Timeout = None,
     target_noise: o.TargetNoise = MeasureFlags.target_noise,
@@ -185,6 +188,7 @@ def run(
             suites=tuple(suite or ()), impls=split_items("--impl", impl),
             **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads), causal=causal,
             **_decode_axes(seqlen_q, seqlen_k, page_size, ctx_spread),
+            **vo.variant_axes(window, alibi, softcap, varlen),
             device=device.value, gpu=gpu, out=out,
             resume=resume, timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,
             max_time_s=max_time, warmup_ms=warmup, l2_flush=l2_flush, cuda_graph=cuda_graph,

@@ -13,7 +13,7 @@ from fa_bench.suite.expand import Overrides, SuiteError, builtin_suites, load_su
 
 GPU_IMPLS = ["naive", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "flex", "triton"]
 KNOWN = (*GPU_IMPLS, "sdpa-math", "fa4")
-BUILTINS = ["decode", "gqa", "head-dims", "long-context", "smoke", "standard"]
+BUILTINS = ["decode", "gqa", "head-dims", "long-context", "smoke", "standard", "variants"]
 
 # A minimal valid suite body; tests drop or change single lines of it.
 AXES = """\

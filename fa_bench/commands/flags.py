@@ -35,6 +35,11 @@ class CaseFlags:
     seqlens_k: tuple[int, ...] = ()
     page_sizes: tuple[int, ...] = ()  # decode only; 0 = contiguous
     ctx_spreads: tuple[float, ...] = ()  # decode only
+    # Issue 19's variants (prefill only): (left, right) windows, ALiBi, softcaps, varlens.
+    windows: tuple[tuple[int, int], ...] = ()
+    alibi: bool | None = None
+    softcaps: tuple[float, ...] = ()
+    varlens: tuple[str, ...] = ()
     # Not an axis: how many cases the axes may make before the plan is refused.
     max_cases: int = DEFAULT_MAX_CASES
 

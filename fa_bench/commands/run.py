@@ -91,8 +91,9 @@ class RunRequest(CaseFlags, MeasureFlags):
     def selects_cases(self) -> bool:
         axes = (self.suites, self.impls, self.modes, self.dtypes, self.seqlens, self.head_dims,
                 self.batch, self.heads, self.kv_heads, self.seqlens_q, self.seqlens_k,
-                self.page_sizes, self.ctx_spreads)  # fmt: skip
-        return any(axes) or self.causal is not None
+                self.page_sizes, self.ctx_spreads, self.windows, self.softcaps,
+                self.varlens)  # fmt: skip
+        return any(axes) or self.causal is not None or self.alibi is not None
 
 
 def resolve_device(requested: str, gpu: int | None) -> str:

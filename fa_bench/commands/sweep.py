@@ -116,6 +116,13 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
         names, overrides=overrides, known_impls=registry.names(), max_cases=req.max_cases
     )
     cases = list({c.id: sweep_case(c) for s in suites for c in s.cases}.values())
+    variant = next((c for c in cases if c.is_variant), None)
+    if variant is not None:
+        # The sweep tunes the dense kernel's tiles; our kernel has no variants yet (issue 19).
+        raise SweepInputError(
+            f"sweep tunes dense attention only; {variant.id} is a variant case (window, "
+            "alibi, softcap or varlen): give a suite without variant axes"
+        )
     check_case_sizes(cases, device, req.gpu)
     capability = None
     if device == "cuda":

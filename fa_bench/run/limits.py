@@ -66,9 +66,11 @@ def check_out_dir(path: Path, flag: str = "--out") -> None:
 def tensor_bytes(case: Case) -> int:
     """Bytes of the tensors every implementation must hold at once: q, k, v and o, and in
     backward modes do, dq, dk and dv too, in the case's dtype (the least a case needs).
-    A paged decode case also holds its pages, built beside the dense cache."""
-    q = case.batch * case.heads_q * case.seqlen_q * case.head_dim
-    kv = case.batch * case.heads_kv * case.seqlen_k * case.head_dim
+    A paged decode case also holds its pages, built beside the dense cache; a packed
+    (varlen) case its T tokens, no padding."""
+    key_tokens = case.total_tokens if case.varlen else case.batch * case.seqlen_k
+    q = case.heads_q * case.total_tokens * case.head_dim
+    kv = case.heads_kv * key_tokens * case.head_dim
     elements = 2 * q + 2 * kv  # q, o; k, v
     if case.mode.backward:
         elements *= 2  # their grads: do, dq; dk, dv

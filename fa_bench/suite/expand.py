@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from fa_bench.case import Case, DType, Mode
-from fa_bench.suite import decode
+from fa_bench.suite import decode, variants
 from fa_bench.suite.parse import (
     CHOICES,
     EXCLUDES,
@@ -49,6 +49,10 @@ _FLAGS = {
     "seqlens_k": ("--seqlen-k", "seqlens_k"),
     "page_sizes": ("--page-size", "page_sizes"),
     "ctx_spreads": ("--ctx-spread", "ctx_spreads"),
+    "windows": ("--window", "windows"),
+    "alibi": ("--alibi", "alibi"),
+    "softcaps": ("--softcap", "softcaps"),
+    "varlens": ("--varlen", "varlens"),
 }
 
 
@@ -77,6 +81,12 @@ class Overrides:
     # Decode only: tokens per page (0 = contiguous) and the spread of context lengths.
     page_sizes: tuple[int, ...] | None = None
     ctx_spreads: tuple[float, ...] | None = None
+    # Issue 19's variants (prefill modes only): (left, right) windows, ALiBi on/off,
+    # softcaps (0 = off) and varlen specs ("" = equal lengths).
+    windows: tuple[tuple[int, int], ...] | None = None
+    alibi: bool | None = None
+    softcaps: tuple[float, ...] | None = None
+    varlens: tuple[str, ...] | None = None
 
     @classmethod
     def from_flags(cls, flags: object, **fixed: object) -> Overrides:
@@ -169,7 +179,7 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
         flag = _FLAGS[f.name][0]
         if value is None:
             continue
-        if f.name == "causal":
+        if f.name in ("causal", "alibi"):
             if not isinstance(value, bool):
                 raise SuiteError(f"{flag}: expected true or false, got {value!r}")
             continue
@@ -184,6 +194,11 @@ def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | Non
             values = tuple(enum(v).value for v in values)
         elif f.name in ("page_sizes", "ctx_spreads"):
             values = decode.checked_flag(f.name, flag, values)
+        elif f.name in variants.VARIANT_AXES:
+            try:
+                values = variants.axis_values(f.name, values)
+            except ValueError as exc:
+                raise SuiteError(f"{flag}: {exc}") from None
         elif f.name == "impls":
             for v in values:
                 if not isinstance(v, str) or not v:
@@ -229,6 +244,11 @@ def _apply(axes: Axes, ov: Overrides) -> Axes:
             del axes["heads_kv"]  # falls back to heads_kv = heads_q
     if ov.causal is not None:
         axes["causal"] = (ov.causal,)
+    if ov.alibi is not None:
+        axes["alibi"] = (ov.alibi,)
+    for name in ("windows", "softcaps", "varlens"):
+        if getattr(ov, name) is not None:
+            axes[name] = getattr(ov, name)
     both = axes.get("seqlens")
     for name in ("seqlens_q", "seqlens_k", "page_sizes", "ctx_spreads"):
         values = getattr(ov, name)
@@ -265,7 +285,7 @@ def _used_flags(ov: Overrides, *names: str) -> str:
 
 def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
     """The group's grid: impl, mode, dtype, head_dim, heads_q, heads_kv, batch, causal, seqlen,
-    then (decode only) page size and context spread."""
+    then (decode only) page size and context spread, (prefill only) the variants."""
     _require(axes, where)
     if "seqlens" in axes:
         seqs = [(s, s) for s in axes["seqlens"]]
@@ -291,11 +311,14 @@ def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
                         f"heads_q {heads_q} is not a multiple of heads_kv {heads_kv}"
                         + _used_flags(ov, "heads", "kv_heads", "head_dims")
                     )
-                for size, causal, (seqlen_q, seqlen_k), (page, spread) in itertools.product(
-                    sizes, axes["causal"], seqs, decode.layouts(mode, axes)
-                ):
-                    batch = size if "batch" in axes else max(1, size // seqlen_q)
+                for size, causal, seq, (page, spread), point in itertools.product(
+                    sizes, axes["causal"], seqs, decode.layouts(mode, axes),
+                    variants.points(mode, axes),
+                ):  # fmt: skip
                     try:
+                        batch, seqlen_q, seqlen_k = variants.shape(
+                            point, size, "batch" not in axes, *seq
+                        )
                         yield Case(
                             impl=impl,
                             mode=mode,
@@ -309,6 +332,7 @@ def _expand(axes: Axes, where: Where, ov: Overrides) -> Iterator[Case]:
                             causal=causal,
                             page_size=page,
                             ctx_spread=spread,
+                            **point._asdict(),
                         )
                     except ValueError as exc:
                         raise where.error(str(exc)) from None
@@ -326,7 +350,11 @@ def _count(axes: Axes, where: Where) -> int:
     heads = axes["hidden"] if "hidden" in axes else axes["heads_q"]
     kv = len(axes["heads_kv"]) if "heads_kv" in axes else 1
     # Modes times each mode's (page size, spread) pairs: one pair for the prefill modes.
-    n = len(axes["impls"]) * decode.layout_count(axes) * len(axes["dtypes"])
+    # Prefill modes times their variants (a varlen one once per seqlen: an upper bound).
+    layouts = sum(
+        len(decode.layouts(m, axes)) * len(variants.points(m, axes)) for m in axes["modes"]
+    )
+    n = len(axes["impls"]) * layouts * len(axes["dtypes"])
     n *= len(axes["head_dims"])
     return n * len(heads) * kv * len(sizes) * len(axes["causal"]) * seqs
 
@@ -398,6 +426,9 @@ def _build(
     for gwhere, axes in grid:
         _require(axes, gwhere)
         decode.check_decode_group(axes, gwhere, lambda *names: _used_flags(ov, *names))
+        reason = variants.check_group(axes)
+        if reason:
+            raise gwhere.error(reason + _used_flags(ov, "modes", *variants.VARIANT_AXES))
     if max_cases is not None:
         _check_size(grid, source, ov, max_cases, earlier)
     cases: dict[str, Case] = {}

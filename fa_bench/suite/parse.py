@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 
 from fa_bench.case import DType, Mode, check_ctx_spread, check_page_size
 from fa_bench.errors import UsageError
+from fa_bench.suite.variants import VARIANT_AXES, axis_values
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +45,7 @@ AXES = (
     "causal",
     "page_sizes",
     "ctx_spreads",
+    *VARIANT_AXES,
 )
 _STR_AXES = frozenset({"impls", "modes", "dtypes"})
 _BOOL_AXES = frozenset({"causal"})
@@ -143,6 +145,11 @@ def _axis(key: str, raw: object, where: Where, impl_choices: tuple[str, ...] | N
         raise where.error(f"key {key!r}: empty list, the grid would be empty")
     if key in DECODE_AXES:
         return _decode_axis(key, items, where)
+    if key in VARIANT_AXES:
+        try:
+            return axis_values(key, items)
+        except ValueError as exc:
+            raise where.error(f"key {key!r}: {exc}") from None
     for item in items:
         if key in _BOOL_AXES:
             if not isinstance(item, bool):
