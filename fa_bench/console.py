@@ -34,6 +34,7 @@ from fa_bench.progress import (  # noqa: F401  (re-exported: the progress's old 
 )
 from fa_bench.results.bandwidth import is_decode
 from fa_bench.results.record import CaseRecord
+from fa_bench.variant_cost import cost_lines, variant_costs, variant_tag
 from fa_bench.words import plural
 
 PER_CASE_LIMIT = 40
@@ -47,7 +48,8 @@ def _label(r: CaseRecord) -> str:
 def _shape(c: Case) -> str:
     seq = f"{c.seqlen_q}" if c.seqlen_q == c.seqlen_k else f"{c.seqlen_q}x{c.seqlen_k}"
     heads = f"{c.heads_q}" + (f"/{c.heads_kv}" if c.heads_kv != c.heads_q else "")
-    return f"B{c.batch} H{heads} N{seq} D{c.head_dim}" + (" causal" if c.causal else "")
+    shape = f"B{c.batch} H{heads} N{seq} D{c.head_dim}" + (" causal" if c.causal else "")
+    return shape + (f" {variant_tag(c)}" if c.is_variant else "")  # apart from its dense case
 
 
 def _err(r: CaseRecord) -> str:
@@ -112,7 +114,9 @@ _GROUP_COLS = (
 def _grouped(records: Sequence[CaseRecord], width: int) -> list[Table | Text]:
     groups: dict[tuple[str, str, str], list[CaseRecord]] = defaultdict(list)
     for r in records:
-        groups[(r.impl, r.case.mode.value, r.case.dtype.value)].append(r)
+        # A variant's figures are not its implementation's dense ones: its own group.
+        impl = r.impl + (f" {variant_tag(r.case)}" if r.case.is_variant else "")
+        groups[(impl, r.case.mode.value, r.case.dtype.value)].append(r)
     rows: list[list[str | Text]] = []
     blocks: list[Table | Text] = []
     for (impl, mode, dtype), rs in groups.items():
@@ -195,9 +199,21 @@ def print_summary(
         console.print(Text("Not run here (implementation: count status: reason)", style="bold"))
         for line in lines:
             console.print(line, soft_wrap=True)
+    for line in variant_lines(records):
+        console.print(line, soft_wrap=True)
     note = time_limit_note(records)
     if note is not None:
         console.print(note, soft_wrap=True)
+
+
+def variant_lines(records: Sequence[CaseRecord]) -> list[Text]:
+    """Issue 19's cost of each variant: per implementation and variant, its median time
+    against the dense case of the same shape; empty for a run without variant cases."""
+    lines = cost_lines(variant_costs((r, "") for r in records))
+    if not lines:
+        return []
+    title = Text("Cost of the variant (time ÷ the dense case of the same shape)", style="bold")
+    return [title, *(Text("  " + line) for line in lines)]
 
 
 # The old names (tests and tools use them): one table at a wide width.

@@ -1,6 +1,6 @@
 """Axes, panel grids and legends shared by the report's figures.
 
-The line figures draw one panel per facet (mode, dtype, head dim, masking) on a grid of
+The line figures draw one panel per facet (mode, dtype, head dim, masking, variant) on a grid of
 up to four columns; their log axes get ticks labelled with full numbers.
 """
 
@@ -13,11 +13,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from fa_bench.reports.merge import MergedCase, group_by
+from fa_bench.variant_cost import variant_tag
 
 
-def facet_key(c: MergedCase) -> tuple[str, str, int, bool]:
+def facet_key(c: MergedCase) -> tuple[str, str, int, bool, str]:
+    """A panel: mode, dtype, head dim, masking and the variant (issue 19; '' when dense),
+    so a windowed case is never drawn on the line of the dense case of its shape."""
     case = c.record.case
-    return (case.mode.value, case.dtype.value, case.head_dim, case.causal)
+    return (case.mode.value, case.dtype.value, case.head_dim, case.causal, variant_tag(case))
 
 
 def heads_label(cases: list[MergedCase]) -> Callable[[MergedCase], str]:
@@ -37,8 +40,9 @@ def heads_label(cases: list[MergedCase]) -> Callable[[MergedCase], str]:
 
 
 def facet_title(key: tuple) -> str:
-    mode, dtype, head_dim, causal = key
-    return f"{mode} · {dtype} · d={head_dim} · {'causal' if causal else 'full'}"
+    mode, dtype, head_dim, causal, variant = key
+    title = f"{mode} · {dtype} · d={head_dim} · {'causal' if causal else 'full'}"
+    return title + (f" · {variant}" if variant else "")
 
 
 def pow2_ticks(values: Iterable[float]) -> dict:
@@ -89,7 +93,7 @@ def log_ticks(values: Iterable[float]) -> dict:
 
 
 def facet_keys(cases: list[MergedCase]) -> list[tuple]:
-    return sorted({facet_key(c) for c in cases}, key=lambda k: (k[0], k[1], k[2], k[3]))
+    return sorted({facet_key(c) for c in cases}, key=lambda k: (k[0], k[1], k[2], k[3], k[4]))
 
 
 def _columns(n_facets: int) -> int:

@@ -13,7 +13,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fa_bench.env import cudnn_version
-from fa_bench.reports import decode, figures, per_gpu, roofline, speedup, summary, tables
+from fa_bench.reports import (
+    decode,
+    figures,
+    per_gpu,
+    roofline,
+    speedup,
+    summary,
+    tables,
+    variants,
+)
 from fa_bench.reports.embed import embed_json
 from fa_bench.reports.figures import Figure
 from fa_bench.reports.merge import Merged, ReportError, choose_baseline, merge, run_labels
@@ -29,6 +38,7 @@ def build_all(merged: Merged, baseline: str) -> list[Figure]:
         figures.tflops_figure(prefill),
         decode.decode_figure(merged),
         figures.memory_figure(prefill),
+        variants.cost_figure(merged),  # issue 19: each variant against its dense case
         speedup.speedup_figure(merged, baseline),
         roofline.roofline_figure(merged),
         roofline.bandwidth_figure(merged),
@@ -189,6 +199,7 @@ def render(
         columns=columns,
         telemetry_note=tables.telemetry_note(merged),
         failures=tables.failure_rows(merged),
+        variant_cost=variants.cost_rows(merged),
         telemetry_flags=tables.throttle_rows(merged),
         results_json=jinja2.utils.markupsafe.Markup(embed_json(docs)),
     )
@@ -230,7 +241,7 @@ def _render_page(*, env_title: str, generated: str | None, plotlyjs: str, figs: 
         summary="Block-size sweep of our Triton kernel: every config timed with the run "
         "engine and checked for accuracy; a fast wrong config is a failure, not a winner.",
         figures=[], figures_json=jinja2.utils.markupsafe.Markup(figures.figures_json(figs)),
-        telemetry_note=None, failures=[], telemetry_flags=[], sweeps=sweeps,
+        telemetry_note=None, failures=[], telemetry_flags=[], sweeps=sweeps, variant_cost=[],
         results_json="",
     )  # fmt: skip
 

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from fa_bench.case import Status
 from fa_bench.reports.figures import Figure, esc
 from fa_bench.reports.merge import Merged, MergedCase
+from fa_bench.variant_cost import variant_tag
 
 
 def shape_key(c: MergedCase) -> tuple:
@@ -26,18 +27,21 @@ def shape_key(c: MergedCase) -> tuple:
         # Decode cases of one shape differ by cache layout and spread: never one key.
         k.page_size,
         k.ctx_spread,
+        # A variant (window, ALiBi, softcap, packed) matches only its own variant.
+        variant_tag(k),
     )
 
 
 def shape_label(key: tuple) -> str:
-    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread = key
+    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread, variant = key
     heads = f"H={hq}" + (f"/{hkv}" if hkv != hq else "")
     if mode == "decode":  # always causal: the cache layout and the spread instead
         cache = "contig" if page == 0 else f"page{page}"
         cache += f" spread{spread:g}" if spread != 1.0 else ""
         return f"decode {dtype} d{d} Sq={sq},ctx={sk} B={b} {heads} {cache}"
     seq = f"N={sq}" if sq == sk else f"Sq={sq},Sk={sk}"
-    return f"{mode} {dtype} d{d} {'causal' if causal else 'full'} {seq} B={b} {heads}"
+    label = f"{mode} {dtype} d{d} {'causal' if causal else 'full'} {seq} B={b} {heads}"
+    return label + (f" {variant}" if variant else "")
 
 
 def speedups(merged: Merged, baseline: str) -> dict[str, list[tuple[tuple, float]]]:
@@ -76,10 +80,10 @@ ROW_PX = 20  # one case per row: its label and in-cell text need this much heigh
 
 
 def display_key(key: tuple) -> tuple:
-    """Cases grouped by (mode, dtype, head dim, masking), then by sequence length, as the
-    throughput plot's x axis runs; batch and heads break ties."""
-    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread = key
-    return (mode, dtype, d, causal, sq, sk, b, hq, hkv, page, spread)
+    """Cases grouped by (mode, dtype, head dim, masking, variant), then by sequence length,
+    as the throughput plot's x axis runs; batch and heads break ties."""
+    mode, dtype, d, causal, b, hq, hkv, sq, sk, page, spread, variant = key
+    return (mode, dtype, d, causal, variant, sq, sk, b, hq, hkv, page, spread)
 
 
 def colour_range(log_ratios: list[float]) -> float:
@@ -117,9 +121,9 @@ def _log_grid(
 
 
 def _group_lines(fig: go.Figure, shapes: list[tuple]) -> None:
-    """A line between (mode, dtype, d, mask) groups."""
+    """A line between (mode, dtype, d, mask, variant) groups."""
     for i in range(1, len(shapes)):
-        if shapes[i][:4] != shapes[i - 1][:4]:
+        if display_key(shapes[i])[:5] != display_key(shapes[i - 1])[:5]:
             fig.add_shape(
                 type="line", xref="paper", x0=0, x1=1, yref="y", y0=i - 0.5, y1=i - 0.5,
                 line={"color": "rgba(128,128,128,0.9)", "width": 2},

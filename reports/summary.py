@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 
 from fa_bench.case import Status
-from fa_bench.reports import decode
+from fa_bench.reports import decode, variants
 from fa_bench.reports.figures import FAILED
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.reports.speedup import shape_key, speedups
@@ -125,6 +125,7 @@ def paragraph(merged: Merged, baseline: str) -> str:
     if leaders:
         parts.append(leaders)
     parts += decode.summary_sentences(merged)  # bandwidth, not speed, for decode
+    parts += variants.summary_sentences(merged)  # each variant's time against its dense case
     parts += _oom_sentences(merged) + _failure_sentence(merged) + _time_limit_sentence(merged)
     if any(label.split(" (")[0] == "CPU" for label in merged.gpus):  # "CPU (runA)" too
         parts.append("CPU timings show that the cases run and are correct, not GPU performance.")

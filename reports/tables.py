@@ -15,6 +15,7 @@ from fa_bench.case import Status
 from fa_bench.reports.figures import time_limit_note
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.results.bandwidth import fractions, is_decode
+from fa_bench.variant_cost import is_variant, variant_words
 
 CASE_COLUMNS = (
     "GPU",
@@ -53,8 +54,17 @@ def has_decode(merged: Merged) -> bool:
     return any(is_decode(c.record.case) for c in merged.cases)
 
 
+def has_variants(merged: Merged) -> bool:
+    return any(is_variant(c.record.case) for c in merged.cases)
+
+
 def case_columns(merged: Merged) -> tuple[str, ...]:
-    return DECODE_CASE_COLUMNS if has_decode(merged) else CASE_COLUMNS
+    """The all-cases table's columns: a page with variant cases (issue 19) gets a variant
+    column after causal (two cases may differ by it alone); decode cases theirs."""
+    columns = DECODE_CASE_COLUMNS if has_decode(merged) else CASE_COLUMNS
+    if has_variants(merged):
+        columns = (*columns[:_AFTER_CAUSAL], "variant", *columns[_AFTER_CAUSAL:])
+    return columns
 
 
 def _decode_cells(c: MergedCase, merged: Merged) -> tuple[list[dict], list[dict]]:
@@ -90,7 +100,7 @@ def _message(c: MergedCase) -> str:
 
 def case_rows(merged: Merged) -> list[dict]:
     rows = []
-    decode = has_decode(merged)
+    decode, variants = has_decode(merged), has_variants(merged)
     for c in merged.cases:
         r, k, lat = c.record, c.record.case, c.record.latency_ms
         peak = r.peak_mem_bytes
@@ -125,6 +135,8 @@ def case_rows(merged: Merged) -> list[dict]:
             layout, pct = _decode_cells(c, merged)
             cells[_AFTER_GBPS:_AFTER_GBPS] = pct  # the later insert first: indices hold
             cells[_AFTER_CAUSAL:_AFTER_CAUSAL] = layout
+        if variants:  # last: before the decode cells, as case_columns puts it
+            cells.insert(_AFTER_CAUSAL, _cell(variant_words(k) or None, ""))
         rows.append({"status": r.status.value, "cells": cells})
     return rows
 
