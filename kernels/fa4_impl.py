@@ -23,8 +23,13 @@ KV on sm90 from beta10 on; split-KV refused on sm90, so num_splits stays 1); b36
 could not be read, so the builder checks that the installed function takes `page_table`
 and `seqused_k` and records unsupported, naming them, where it does not.
 
-The case model has no window or softcap; FA4 also takes `window_size` and `softcap`. A new
-case axis adds its keyword in `_dense_kwargs` and drops its line from `_check`.
+Variant cases (issue 19): a window goes in as `window_size=(left, right)` with None for
+unbounded (FA4's spelling; causal sets right to 0 itself), softcap as `softcap`. A packed
+case's (1, H, T, D) inputs go to `flash_attn_varlen_func` as (T, H, D) views with int32
+`cu_seqlens_q/k` and `max_seqlen_q/k` (the longest document), made outside the timed span.
+ALiBi: 4.0.0b36's interface takes no `alibi_slopes` (its bias hooks are CuTe DSL
+`score_mod`s); the builder reads the installed function's signature and records
+unsupported, naming it, where the keyword is absent.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from collections.abc import Callable
 
 import torch
 
-from fa_bench.case import PREFILL_MODES, Case, DType, Mode
+from fa_bench.case import PREFILL_MODES, Case, DType, Mode, alibi_slopes
 from fa_bench.kernels import peers
+from fa_bench.kernels.reference_variants_flex import cu_seqlens
 from fa_bench.registry import Prepared, Unsupported, register
 from fa_bench.run.decode_inputs import paged_cache
 
@@ -76,12 +82,57 @@ def _check(case: Case, device: object) -> str | None:
 
 def _dense_kwargs(case: Case) -> dict:
     """The keywords of `flash_attn_func` that the case sets (the scale is its default,
-    1/sqrt(head_dim), as ours)."""
-    return {"causal": case.causal}
+    1/sqrt(head_dim), as ours); a variant's window and softcap only where set, so a plain
+    case calls FA4 exactly as before."""
+    kwargs: dict = {"causal": case.causal}
+    if case.window_left >= 0 or case.window_right >= 0:
+        kwargs["window_size"] = tuple(None if w < 0 else w for w in
+                                      (case.window_left, case.window_right))  # fmt: skip
+    if case.softcap:
+        kwargs["softcap"] = float(case.softcap)
+    return kwargs
 
 
-def _dense(case: Case, func: Callable) -> Callable[..., torch.Tensor]:
-    kwargs = _dense_kwargs(case)
+def _takes(func: Callable, name: str) -> bool:
+    """Whether `func` takes the keyword `name` (True where its signature cannot be read)."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _alibi_kwargs(case: Case, func: Callable, device: torch.device) -> dict:
+    """ALiBi's slopes as `alibi_slopes` where the installed FA4 takes them, else Unsupported."""
+    if not case.alibi:
+        return {}
+    if not _takes(func, "alibi_slopes"):
+        raise Unsupported(
+            f"{FA4.module}.{func.__name__} takes no alibi_slopes: this flash-attn-4 has no "
+            "ALiBi (only CuTe DSL score_mods, not wired here)"
+        )
+    slopes = torch.tensor(alibi_slopes(case.heads_q), dtype=torch.float32, device=device)
+    return {"alibi_slopes": slopes}
+
+
+def _varlen(case: Case, func: Callable, kwargs: dict, device: torch.device) -> Callable:
+    """A packed case: (1, H, T, D) in, `func` on (T, H, D) views with the documents'
+    cu_seqlens (made here, outside the timed span), (1, H, T, D) out."""
+    cu = cu_seqlens(case, device)
+    longest = max(case.sequence_lengths())
+    kwargs = dict(kwargs, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
+                  max_seqlen_k=longest)  # fmt: skip
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        packed = (t[0].transpose(0, 1) for t in (q, k, v))
+        out = func(*packed, **kwargs)
+        return (out[0] if isinstance(out, tuple) else out).transpose(0, 1).unsqueeze(0)
+
+    return fn
+
+
+def _dense(case: Case, func: Callable, extra: dict | None = None) -> Callable[..., torch.Tensor]:
+    kwargs = {**_dense_kwargs(case), **(extra or {})}
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = func(peers.bshd(q), peers.bshd(k), peers.bshd(v), **kwargs)
@@ -132,9 +183,15 @@ def build(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prep
         fn, layout = _decode(case, peers.load(FA4_VARLEN), q, k, v)
         peers.warm_up(fn, q, k, v, backward=False)
         return Prepared(fn, backend=f"{FA4_VARLEN.module}.{FA4_VARLEN.attr}: {layout}")
-    fn = _dense(case, peers.load(FA4))
+    if case.varlen:
+        func = peers.load(FA4_VARLEN)
+        kwargs = {**_dense_kwargs(case), **_alibi_kwargs(case, func, q.device)}
+        fn, spec = _varlen(case, func, kwargs, q.device), FA4_VARLEN
+    else:
+        func = peers.load(FA4)
+        fn, spec = _dense(case, func, _alibi_kwargs(case, func, q.device)), FA4
     peers.warm_up(fn, q, k, v, backward=case.mode.backward)
-    return Prepared(fn, backend=f"{FA4.module}.{FA4.attr}")
+    return Prepared(fn, backend=f"{spec.module}.{spec.attr}")
 
 
 register(

@@ -5,8 +5,11 @@ inputs are (batch, seqlen, heads, head_dim) with a contiguous last dimension; GQ
 through the 5-D form (batch, seqlen, groups, heads per group, head_dim) with K and V
 *expanded* (stride 0, no copy) over the heads of a group; bottom-right causal is the
 `LowerTriangularFromBottomRightMask` bias (equal to `LowerTriangularMask` when seqlen_q ==
-seqlen_k). xFormers dispatches to one of its kernels (cutlass, flash, ...); the one it
-picks for the forward is recorded as the backend where its dispatcher says so.
+seqlen_k). Variant cases (issue 19): windows and packed batches through their bias classes
+(`_variant_bias`; a packed case's (1, H, T, D) inputs go in as (1, T, H, D) views);
+softcap and ALiBi are unsupported with the reason. xFormers dispatches to one of its
+kernels (cutlass, flash, ...); the one it picks for the forward is recorded as the backend
+where its dispatcher says so.
 """
 
 from __future__ import annotations
@@ -30,10 +33,39 @@ XFORMERS = peers.Peer(
 
 
 def _bias(case: Case) -> object | None:
+    if case.is_variant:
+        return _variant_bias(case)
     if not case.causal:
         return None
     attn_bias = importlib.import_module("xformers.ops.fmha.attn_bias")
     return attn_bias.LowerTriangularFromBottomRightMask()
+
+
+def _variant_bias(case: Case) -> object | None:
+    """The attn_bias class that expresses a variant case, or Unsupported naming what none
+    does: `LocalAttentionFromBottomRightMask(left, right)` (key j visible when
+    i + o − left ≤ j ≤ i + o + right, flash-attn's window; an unbounded side is Sk, causal
+    right 0), `BlockDiagonal(Causal)Mask.from_seqlens` for a packed batch (each document
+    square, so its causal diagonal is bottom-right too)."""
+    if case.softcap:
+        raise Unsupported("xFormers' memory_efficient_attention has no softcap")
+    if case.alibi:
+        raise Unsupported("xFormers takes ALiBi only as a dense bias tensor (not built here)")
+    attn_bias = importlib.import_module("xformers.ops.fmha.attn_bias")
+    if case.varlen:
+        if case.has_window:
+            raise Unsupported("no xFormers attn_bias class here for a window over a packed batch")
+        lengths = list(case.sequence_lengths())
+        cls = attn_bias.BlockDiagonalCausalMask if case.causal else attn_bias.BlockDiagonalMask
+        return cls.from_seqlens(lengths)
+    if not case.has_window:
+        return attn_bias.LowerTriangularFromBottomRightMask() if case.causal else None
+    unbounded = case.seqlen_q + case.seqlen_k  # past every key, whatever the offset
+    left = unbounded if case.window_left < 0 else case.window_left
+    right = unbounded if case.window_right < 0 else case.window_right
+    if case.causal:
+        right = 0
+    return attn_bias.LocalAttentionFromBottomRightMask(window_left=left, window_right=right)
 
 
 def _grouped(t: torch.Tensor, heads_kv: int, group: int, expand: bool) -> torch.Tensor:

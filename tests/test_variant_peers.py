@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 
+import peer_fakes
 import pytest
 import torch
 
 from fa_bench import registry
 from fa_bench.case import Case, alibi_slopes
-from fa_bench.kernels import reference_variants_flex
+from fa_bench.kernels import fa4_impl, flash_attn_impl, reference_variants_flex, xformers_impl
+from fa_bench.registry import Unsupported
 
 registry.load()
 CPU = torch.device("cpu")
@@ -223,3 +226,231 @@ def test_triton_refuses_variants_with_the_reason(impl: str, over: dict, named: s
 def test_triton_takes_plain_cases_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert registry.get("triton").check(case_of("triton", causal=True), CPU) is None
+
+
+# ---------------------------------------------------------------------------------------
+# The peers against fakes that compute the variants in their own layouts and spellings.
+
+
+def _attend_bshd(q, k, v, causal, scale, left, right, softcap, slopes):
+    """(B, S, H, D) attention with flash-attn's variant semantics (-1 = unbounded side)."""
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * (scale or 1.0 / math.sqrt(q.shape[-1]))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    sq, sk = q.shape[1], k.shape[1]
+    i = torch.arange(sq)[:, None] + (sk - sq)
+    j = torch.arange(sk)[None, :]
+    if slopes is not None:
+        s = s - slopes[:, None, None] * (i - j).abs()
+    right = 0 if causal else right
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    p = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v).contiguous()
+
+
+def _slopes(alibi_slopes, heads: int):
+    if alibi_slopes is None:
+        return None
+    if alibi_slopes.dtype != torch.float32 or tuple(alibi_slopes.shape) != (heads,):
+        raise ValueError(f"alibi_slopes must be fp32 ({heads},), got {alibi_slopes}")
+    return alibi_slopes
+
+
+def _per_document(attend, q, k, v, cu_q, cu_k, max_q, max_k):
+    """(T, H, D) packed tensors, one call of `attend` per document (flash-attn's varlen)."""
+    for cu, t, longest in ((cu_q, q, max_q), (cu_k, k, max_k)):
+        lengths = cu.diff()
+        if cu.dtype != torch.int32 or cu[0] != 0 or cu[-1] != t.shape[0] or (lengths < 0).any():
+            raise ValueError(f"bad cu_seqlens {cu} for {t.shape[0]} tokens")
+        if longest != int(lengths.max()):
+            raise ValueError(f"max_seqlen {longest} is not the longest, {int(lengths.max())}")
+    spans = zip(itertools.pairwise(cu_q.tolist()), itertools.pairwise(cu_k.tolist()), strict=True)
+    outs = [attend(q[a:b][None], k[c:d][None], v[c:d][None])[0] for (a, b), (c, d) in spans]
+    return torch.cat(outs)
+
+
+def _fa4_window(window_size):
+    if any(w is not None and w < 0 for w in window_size):
+        raise ValueError(f"FA4 spells an unbounded side None, got {window_size}")
+    return tuple(-1 if w is None else w for w in window_size)
+
+
+def fa4_func(q, k, v, qv=None, softmax_scale=None, causal=False, window_size=(None, None),
+             learnable_sink=None, softcap=0.0, num_splits=1, pack_gqa=None,
+             deterministic=False, return_lse=False):  # fmt: skip
+    """flash_attn.cute.flash_attn_func's keywords (no alibi_slopes), (out, lse)."""
+    left, right = _fa4_window(window_size)
+    return _attend_bshd(q, k, v, causal, softmax_scale, left, right, softcap, None), None
+
+
+def fa4_varlen(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+               max_seqlen_k=None, seqused_q=None, seqused_k=None, page_table=None,
+               softmax_scale=None, causal=False, window_size=(None, None),
+               learnable_sink=None, softcap=0.0, num_splits=1, pack_gqa=None,
+               deterministic=False, return_lse=False):  # fmt: skip
+    left, right = _fa4_window(window_size)
+
+    def attend(q, k, v):
+        return _attend_bshd(q, k, v, causal, softmax_scale, left, right, softcap, None)
+
+    return _per_document(attend, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k), None  # fmt: skip
+
+
+def _fa2_window(window_size):
+    if any(w is None or w < -1 for w in window_size):
+        raise ValueError(f"flash-attn spells an unbounded side -1, got {window_size}")
+    return window_size
+
+
+def fa2_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+             softcap=0.0, alibi_slopes=None, deterministic=False,
+             return_attn_probs=False):  # fmt: skip
+    left, right = _fa2_window(window_size)
+    slopes = _slopes(alibi_slopes, q.shape[2])
+    return _attend_bshd(q, k, v, causal, softmax_scale, left, right, softcap, slopes)
+
+
+def fa2_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+               softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+               alibi_slopes=None, deterministic=False, return_attn_probs=False,
+               block_table=None):  # fmt: skip
+    left, right = _fa2_window(window_size)
+    slopes = _slopes(alibi_slopes, q.shape[1])
+
+    def attend(q, k, v):
+        return _attend_bshd(q, k, v, causal, softmax_scale, left, right, softcap, slopes)
+
+    return _per_document(attend, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                         max_seqlen_k)  # fmt: skip
+
+
+class LocalAttentionFromBottomRightMask:
+    def __init__(self, window_left: int, window_right: int) -> None:
+        self.window_left, self.window_right = window_left, window_right
+
+
+class BlockDiagonalMask:
+    causal = False
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    @classmethod
+    def from_seqlens(cls, q_seqlen, kv_seqlen=None):
+        return cls(list(q_seqlen))
+
+
+class BlockDiagonalCausalMask(BlockDiagonalMask):
+    causal = True
+
+
+def xformers_mea(query, key, value, attn_bias=None, p=0.0, scale=None, *, op=None,
+                 output_dtype=None):  # fmt: skip
+    """memory_efficient_attention with the bias classes the adapter may pick."""
+    shape5 = query.shape if query.dim() == 5 else None
+    q, k, v = (t.flatten(2, 3) if shape5 else t for t in (query, key, value))
+    if isinstance(attn_bias, BlockDiagonalMask):
+        if q.shape[0] != 1 or sum(attn_bias.lengths) != q.shape[1]:
+            raise ValueError(f"block-diagonal bias over {attn_bias.lengths}, q {q.shape}")
+        cu = torch.tensor([0, *itertools.accumulate(attn_bias.lengths)], dtype=torch.int32)
+        longest = max(attn_bias.lengths)
+
+        def attend(q, k, v):
+            return _attend_bshd(q, k, v, attn_bias.causal, scale, -1, -1, 0.0, None)
+
+        out = _per_document(attend, q[0], k[0], v[0], cu, cu, longest, longest)[None]
+    elif isinstance(attn_bias, LocalAttentionFromBottomRightMask):
+        left, right = attn_bias.window_left, attn_bias.window_right
+        out = _attend_bshd(q, k, v, False, scale, left, right, 0.0, None)
+    else:
+        causal = isinstance(attn_bias, peer_fakes.LowerTriangularFromBottomRightMask)
+        if attn_bias is not None and not causal:
+            raise ValueError(f"unexpected attn_bias {attn_bias!r}")
+        out = _attend_bshd(q, k, v, causal, scale, -1, -1, 0.0, None)
+    return out.unflatten(2, shape5[2:4]) if shape5 else out
+
+
+@pytest.fixture
+def variant_fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/peer_fakes.py's modules with the variant-aware functions and bias classes."""
+    mods = peer_fakes.fake_modules()
+    for name in [n for n in sys.modules if n.startswith(("flash_attn", "xformers"))]:
+        monkeypatch.delitem(sys.modules, name)
+    for name, module in mods.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(mods["flash_attn.cute"], "flash_attn_func", fa4_func, raising=False)
+    monkeypatch.setattr(mods["flash_attn.cute"], "flash_attn_varlen_func", fa4_varlen,
+                        raising=False)  # fmt: skip
+    fa2 = mods["flash_attn.flash_attn_interface"]
+    monkeypatch.setattr(fa2, "flash_attn_func", fa2_func)
+    monkeypatch.setattr(fa2, "flash_attn_varlen_func", fa2_varlen, raising=False)
+    bias = mods["xformers.ops.fmha.attn_bias"]
+    for cls in (LocalAttentionFromBottomRightMask, BlockDiagonalMask, BlockDiagonalCausalMask):
+        monkeypatch.setattr(bias, cls.__name__, cls, raising=False)
+    monkeypatch.setattr(mods["xformers.ops"], "memory_efficient_attention", xformers_mea)
+
+
+PEER_CASES = {
+    "fa4": ["window", "window-left-causal", "window-sq-ne-sk-causal", "window-right-only",
+            "softcap", "softcap-window-causal", "packed", "packed-causal",
+            "packed-window-both"],
+    "flash-attn": ["window", "window-empty-rows", "window-sq-ne-sk-causal", "alibi",
+                   "alibi-causal-sq-ne-sk", "softcap-window-causal", "all-three", "packed",
+                   "packed-all"],
+    "xformers": ["window", "window-left-causal", "window-empty-rows", "window-sq-ne-sk-causal",
+                 "window-right-only", "packed", "packed-causal"],
+}  # fmt: skip
+BUILDERS = {"fa4": fa4_impl.build, "flash-attn": flash_attn_impl.build,
+            "xformers": xformers_impl.build}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("impl", "name"), [(impl, name) for impl, names in PEER_CASES.items() for name in names]
+)
+def test_peer_variant_matches_float64(variant_fakes: None, impl: str, name: str) -> None:
+    """The adapter's keywords (window spelling, softcap, ALiBi slopes, cu_seqlens and
+    max_seqlen, (T, H, D) views) give the reference's output and gradients."""
+    case = case_of(impl, mode="fwd_bwd", **VARIANTS[name])
+    prepared = BUILDERS[impl](case, *inputs(case))
+    assert_matches(case, prepared.fn, grads=True)
+    if case.varlen and impl != "xformers":
+        assert prepared.backend.endswith("flash_attn_varlen_func")
+
+
+@pytest.mark.parametrize(
+    ("impl", "over", "reason"),
+    [
+        ("fa4", dict(alibi=True), "takes no alibi_slopes: this flash-attn-4 has no ALiBi"),
+        ("xformers", dict(softcap=5.0), "has no softcap"),
+        ("xformers", dict(alibi=True), "ALiBi only as a dense bias tensor"),
+        ("xformers", packed((4, 6), window_left=2), "a window over a packed batch"),
+    ],
+)
+def test_peer_variant_unsupported_with_reason(
+    variant_fakes: None, impl: str, over: dict, reason: str
+) -> None:
+    case = case_of(impl, **over)
+    with pytest.raises(Unsupported, match=reason):
+        BUILDERS[impl](case, *inputs(case))
+
+
+def test_fa4_plain_case_calls_without_variant_keywords(variant_fakes: None, monkeypatch) -> None:
+    """A plain case passes only `causal`, as before issue 19 (window_size and softcap
+    keep FA4's defaults)."""
+    seen: list[dict] = []
+
+    def spy(q, k, v, **kwargs):
+        seen.append(kwargs)
+        return fa4_func(q, k, v, **kwargs)
+
+    monkeypatch.setattr(sys.modules["flash_attn.cute"], "flash_attn_func", spy)
+    case = case_of("fa4", causal=True)
+    assert_matches(case, fa4_impl.build(case, *inputs(case)).fn, grads=False)
+    assert seen and all(kw == {"causal": True} for kw in seen)
