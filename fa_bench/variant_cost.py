@@ -6,8 +6,8 @@ implementation, mode, dtype, batch, head counts, sequence lengths, head dim and 
 with no variant. The time ratio (variant median ÷ dense median) says what the variant
 costs; the TFLOP/s side by side compare fairly, as the FLOP model counts attended pairs
 only. A packed batch with no dense case of its padded shape (its `batch` sequences at the
-longest length) is paired with the equal-length dense case nearest its token count,
-within `TOKENS_TOLERANCE`, and says so.
+longest length) is paired with an equal-length dense case of about its tokens (within
+`TOKENS_TOLERANCE`), the one whose length is nearest its mean document length, and says so.
 
 Pure functions of records: the terminal summary (`fa_bench.console`) and the report
 (`fa_bench.reports.variants`) both read them; nothing here imports plotly.
@@ -15,6 +15,7 @@ Pure functions of records: the terminal summary (`fa_bench.console`) and the rep
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -110,15 +111,17 @@ def _median(r: CaseRecord | None) -> float | None:
 
 
 def _nearest_tokens(case: Case, candidates: list[CaseRecord]) -> CaseRecord | None:
+    """The equal-length dense case of about `case`'s tokens whose length is nearest its
+    mean document length (a suite holds several dense cases of one token count: 8 × 8k
+    and 32 × 2k; the packed batch of 2k-token documents on average compares with 32 × 2k)."""
     total = case.total_tokens
-    best = min(
-        (r for r in candidates if r.case.seqlen_q == r.case.seqlen_k),
-        key=lambda r: (abs(r.case.batch * r.case.seqlen_q - total), -r.case.seqlen_q),
-        default=None,
-    )
-    if best is None or abs(best.case.batch * best.case.seqlen_q - total) > TOKENS_TOLERANCE * total:
-        return None
-    return best
+    mean = total / case.batch
+    near = [
+        r for r in candidates
+        if r.case.seqlen_q == r.case.seqlen_k
+        and abs(r.case.batch * r.case.seqlen_q - total) <= TOKENS_TOLERANCE * total
+    ]  # fmt: skip
+    return min(near, key=lambda r: abs(math.log(r.case.seqlen_q / mean)), default=None)
 
 
 def variant_costs(records: Iterable[tuple[CaseRecord, str]]) -> list[VariantCost]:
@@ -144,28 +147,30 @@ def variant_costs(records: Iterable[tuple[CaseRecord, str]]) -> list[VariantCost
 
 
 def cost_lines(costs: list[VariantCost]) -> list[str]:
-    """One line per (implementation, variant): the median time ratio over its shapes, and
-    how many had no ratio (no control, or a case that did not run)."""
+    """One line per (implementation, variant) with a ratio: the median time ratio over its
+    shapes and how many had none; then one line for the variant cases without any ratio
+    (most often variants an implementation does not run: their reasons are listed apart)."""
     groups: dict[tuple[str, str], list[VariantCost]] = {}
     for c in costs:
         groups.setdefault((c.variant.impl, variant_tag(c.variant.case)), []).append(c)
-    lines = []
+    lines, without = [], []
     for (impl, tag), group in groups.items():
         ratios = [x for c in group if (x := c.ratio) is not None]
-        if ratios:
-            lo, hi = min(ratios), max(ratios)
-            spread = f", {lo:.2f}–{hi:.2f}×" if len(ratios) > 1 else ""
-            tokens = sum(c.control == SAME_TOKENS for c in group)
-            if tokens:  # a packed batch's fallback control: say so
-                spread += f"; {tokens} against equal lengths of about its tokens"
-            text = (f"{statistics.median(ratios):.2f}× the dense time "
-                    f"(median of {len(ratios)}{spread})")  # fmt: skip
-        else:
-            text = "no ratio"
-        missing = len(group) - len(ratios)
+        if not ratios:
+            without += group
+            continue
+        lo, hi = min(ratios), max(ratios)
+        detail = f", {lo:.2f}–{hi:.2f}×" if len(ratios) > 1 else ""
+        tokens = sum(c.control == SAME_TOKENS for c in group)
+        if tokens:  # a packed batch's fallback control: say so
+            detail += f"; {tokens} against equal lengths of about its tokens"
+        text = f"{statistics.median(ratios):.2f}× the dense time (median of {len(ratios)}{detail})"
+        missing = [c for c in group if c.ratio is None]
         if missing:
-            text += f"; {missing} without one ({_reasons(group)})"
+            text += f"; {len(missing)} without a ratio ({_reasons(missing)})"
         lines.append(f"{impl} {tag}: {text}")
+    if without:
+        lines.append(f"no ratio for {len(without)} more: {_reasons(without)}")
     return lines
 
 

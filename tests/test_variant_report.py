@@ -22,7 +22,7 @@ from fa_bench.reports import axes, build, decode, figures, speedup, summary, tab
 from fa_bench.reports.merge import merge
 from fa_bench.results.files import load_results
 from fa_bench.results.record import CaseRecord, Latency, ResultsDoc
-from fa_bench.variant_cost import SAME_SHAPE, SAME_TOKENS, variant_costs
+from fa_bench.variant_cost import SAME_SHAPE, SAME_TOKENS, cost_lines, variant_costs
 
 OLD_RESULTS = Path(__file__).parent.parent / "docs/data/refactor-ab-h200-2026-11-30-before.json"
 ENV = {"hostname": "node", "gpu_name": "NVIDIA H200", "gpus": [{"name": "NVIDIA H200"}]}
@@ -136,10 +136,23 @@ def test_cost_of_the_variant_ratios_and_controls() -> None:
     assert packed.ratio == pytest.approx(1.5 / 2.0)
     triton = costs[case("triton", 4096, **WIN).id]
     assert triton.ratio is None and triton.note == "variant unsupported"
+    # Of several dense cases of about its tokens, the one of its mean document length
+    # (2000 here): 2 × 2048, not 1 × 4096 or 4 × 1024; none beyond 10% of its tokens.
+    recs = [record(case("flex", n, batch=4096 // n), 1.0) for n in (4096, 2048, 1024)]
+    recs += [record(case("flex", 3000, batch=2, varlen=PACKED), 1.0)]
+    assert variant_costs((r, "g") for r in recs)[0].dense.case.batch == 2
+    recs = [record(case("flex", 4096, batch=2), 1.0), recs[-1]]
+    assert variant_costs((r, "g") for r in recs)[0].dense is None
     # A control that did not run is named as such.
     recs = [record(case("flex", 4096), None, Status.OOM), record(case("flex", 4096, **WIN), 1.0)]
     (only,) = variant_costs((r, "g") for r in recs)
     assert only.ratio is None and only.note == "dense control oom"
+    recs += [record(case("flex", 8192), 4.0), record(case("flex", 8192, **WIN), 2.0),
+             record(case("flex", 2048, **WIN), None, Status.OOM)]  # fmt: skip
+    assert cost_lines(variant_costs((r, "g") for r in recs)) == [
+        "flex win1024.0: 0.50× the dense time (median of 1); 2 without a ratio "
+        "(1 dense control oom, 1 variant oom)"
+    ]
 
 
 def test_cost_figure_and_table_show_time_ratios_and_both_tflops() -> None:
@@ -207,7 +220,12 @@ def test_terminal_prints_the_cost_lines_and_keeps_variants_apart() -> None:
     assert "Cost of the variant (time ÷ the dense case of the same shape)" in text
     assert "flex win1024.0: 0.30× the dense time (median of 2, 0.20–0.40×)" in text
     assert "flex var-l2.8e1eaa71: 0.75× the dense time (median of 1; 1 against equal" in text
-    assert "flex cap50: no ratio; 1 without one (1 no dense control of the same shape)" in text
+    # The cases without a ratio in one line: a softcap with no dense case, a triton window
+    # that did not run.
+    assert (
+        "no ratio for 2 more: 1 no dense control of the same shape, 1 variant unsupported" in text
+    )
+    assert "flex cap50" not in text.split("Cost of the variant")[1]
     assert "B1 H8 N4096 D128 causal win1024.0" in text
     # Beyond the per-case limit the grouped table keeps each variant in its own row.
     many = [record(case("flex", 64 * (i + 1)), 1.0) for i in range(41)]
