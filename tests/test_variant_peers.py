@@ -454,3 +454,48 @@ def test_fa4_plain_case_calls_without_variant_keywords(variant_fakes: None, monk
     case = case_of("fa4", causal=True)
     assert_matches(case, fa4_impl.build(case, *inputs(case)).fn, grads=False)
     assert seen and all(kw == {"causal": True} for kw in seen)
+
+
+# ---------------------------------------------------------------------------------------
+# GPU (`-m gpu`, the H200 session): compiled flex and the real peers, through run_case and
+# its accuracy check (the float64 reference), forward and backward.
+
+GPU_VARIANTS = {
+    "window-causal": dict(window_left=256, causal=True),
+    "window-both": dict(window_left=128, window_right=128),
+    "window-sq-ne-sk": dict(seqlen_q=512, window_left=200, causal=True),
+    "softcap": dict(softcap=50.0),
+    "softcap-window": dict(softcap=50.0, window_left=256, causal=True),
+    "alibi-causal": dict(alibi=True, causal=True),
+    "packed": packed((1, 300, 1024, 77, 650)),
+    "packed-causal-window": packed((1, 300, 1024, 77, 650), causal=True, window_left=128),
+}
+# What each peer cannot express (their reasons are checked on the CPU above).
+GPU_REFUSED = {
+    "fa4": {"alibi-causal"},
+    "xformers": {"softcap", "softcap-window", "alibi-causal", "packed-causal-window"},
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["flex", "fa4", "flash-attn", "xformers"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_gpu_variants(impl: str, dtype: str) -> None:
+    """head_dim 128 (each flex case compiles its own kernels: minutes for all of them)."""
+    from fa_bench.case import Status
+    from fa_bench.run.execute import ExecOptions, run_case
+    from fa_bench.run.timing import TimingConfig
+
+    why = registry.get(impl).unavailable_reason()
+    if why is not None:
+        pytest.skip(f"{impl}: {why}")
+    quick = ExecOptions(timing=TimingConfig(min_samples=2, max_time_s=0.05, min_time_s=0.0,
+                                            warmup_ms=0.0, flush_l2=False))  # fmt: skip
+    device = torch.device("cuda", 0)
+    for name, over in GPU_VARIANTS.items():
+        over = dict(dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=1024, seqlen_k=1024), **over)
+        for mode in ("fwd", "bwd"):
+            case = case_of(impl, mode=mode, dtype=dtype, head_dim=128, **over)
+            record = run_case(case, device, quick)
+            want = Status.UNSUPPORTED if name in GPU_REFUSED.get(impl, ()) else Status.OK
+            assert record.status is want, (case.id, record.error, record.accuracy)
