@@ -35,7 +35,7 @@ def _variants(case: Case) -> list[str]:
     """The issue 19 variants of `case` (its window, ALiBi, softcap, packed batch)."""
     window = case.window_left >= 0 or case.window_right >= 0
     on = (window, case.alibi, case.softcap > 0, bool(case.varlen))
-    names = ("a sliding window", "ALiBi", "softcap", "packed varlen batches")
+    names = ("sliding window", "ALiBi", "softcap", "packed varlen batches")
     return [name for name, flag in zip(names, on, strict=True) if flag]
 
 

@@ -210,7 +210,7 @@ def test_registered_flex_dispatches_variants(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize(
     ("over", "named"),
     [
-        (dict(window_left=8, causal=True), "a sliding window"),
+        (dict(window_left=8, causal=True), "sliding window"),
         (dict(alibi=True), "ALiBi"),
         (dict(softcap=30.0), "softcap"),
         (packed((3, 5)), "packed varlen batches"),
