@@ -4,7 +4,9 @@ All compute the same function as `fa_bench.run.accuracy.reference_attention`: sc
 1/sqrt(head_dim), GQA (q head h uses kv head h // group), causal bottom-right aligned when
 Sq != Sk (query i attends keys j <= i + Sk - Sq), rows with no key give 0.
 
-Decode cases (Mode.DECODE: naive, sdpa, sdpa-math, flex) are built in reference_decode.py.
+Decode cases (Mode.DECODE: naive, sdpa, sdpa-math, flex) are built in reference_decode.py;
+naive's and SDPA's variant cases (issue 19: window, ALiBi, softcap, packed) in
+reference_variants.py.
 
 Nothing here touches a device or compiles at import: availability checks run when asked,
 compilation and backend probing happen in the builders, outside the timed span.
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from fa_bench.case import PREFILL_MODES, Case, DType, Mode
-from fa_bench.kernels import reference_decode
+from fa_bench.kernels import reference_decode, reference_variants
 from fa_bench.registry import Prepared, Unsupported, register
 
 if TYPE_CHECKING:
@@ -90,6 +92,8 @@ def naive(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Attn
     # A builder's signature (fa_bench.registry): k and v are not needed to prepare.
     if case.mode is Mode.DECODE:
         return reference_decode.naive_decode(case, q, k, v)
+    if case.is_variant:
+        return reference_variants.naive_variant(case, q, k, v)
     group = case.heads_q // case.heads_kv
     scale = 1.0 / math.sqrt(case.head_dim)
     sq, sk = case.seqlen_q, case.seqlen_k
@@ -223,6 +227,8 @@ def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
         if case.mode is Mode.DECODE:
             # Before the bias import below: it imports torch._dynamo (1-2 s on this CPU).
             return reference_decode.sdpa_decode(case, q, k, v, pin=pin, no_kernel=no_kernel)
+        if case.is_variant:
+            return reference_variants.sdpa_variant(case, q, k, v, pin=pin, no_kernel=no_kernel)
         from torch.nn.attention.bias import causal_lower_right
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -279,11 +285,13 @@ register(
     "sdpa",
     description="torch SDPA, default dispatch (the backend that ran is recorded)",
     modes=_WITH_DECODE,
+    check=reference_variants.sdpa_check,
 )(_sdpa_builder(None))
 register(
     "sdpa-math",
     description="torch SDPA pinned to the math backend (eager composite)",
     modes=_WITH_DECODE,
+    check=reference_variants.sdpa_check,
 )(_sdpa_builder("MATH"))
 register(
     "sdpa-flash",
@@ -291,6 +299,7 @@ register(
     dtypes=_HALF,
     devices=("cuda",),
     availability=_flash_availability,
+    check=reference_variants.sdpa_flash_check,
 )(_sdpa_builder("FLASH_ATTENTION"))
 register(
     "sdpa-efficient",
@@ -298,6 +307,7 @@ register(
     modes=_WITH_DECODE,
     devices=("cuda",),
     availability=_cuda_reason,
+    check=reference_variants.sdpa_check,
 )(_sdpa_builder("EFFICIENT_ATTENTION"))
 register(
     "sdpa-cudnn",
@@ -306,6 +316,7 @@ register(
     dtypes=_HALF,
     devices=("cuda",),
     availability=_cudnn_availability,
+    check=reference_variants.sdpa_check,
 )(_sdpa_builder("CUDNN_ATTENTION"))
 
 

@@ -218,7 +218,8 @@ def check_accuracy(
     """Compare an implementation's outputs with the float64 reference on a cheap slice.
 
     The slice is batch 0, kv head 0 and the q heads of its group: self-contained for dk/dv
-    too. Errors are measured on the slice; NaN/Inf is counted over the whole tensor.
+    too (a packed case's batch 0 is all its documents). Errors are measured on the slice;
+    NaN/Inf is counted over the whole tensor.
     Grads are checked when `do` and the grad are given. Values are plain Python types;
     a tensor with NaN/Inf reports max_abs_err = rel_l2_err = inf (written to JSON as null).
     """
@@ -241,16 +242,26 @@ def check_accuracy(
 
     q_s, k_s, v_s = qs(q), kvs(k), kvs(v)
     do_s = None if do is None else qs(do)
-    chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, group * case.seqlen_k)))
-    ref = reference_attention(
-        q_s.double(),
-        k_s.double(),
-        v_s.double(),
-        causal=case.causal,
-        do=None if do_s is None else do_s.double(),
-        chunk_rows=chunk,
-    )
-    base = reference_attention(q_s, k_s, v_s, causal=case.causal, do=do_s, chunk_rows=chunk)
+    if case.is_variant:
+        # Window, ALiBi, softcap; a packed case's slice is all its documents (batch 1).
+        from fa_bench.run.variant_reference import case_reference
+
+        do64 = None if do_s is None else do_s.double()
+        ref = RefResult(
+            *case_reference(case, q_s.double(), k_s.double(), v_s.double(), do64, group)
+        )
+        base = RefResult(*case_reference(case, q_s, k_s, v_s, do_s, group))
+    else:
+        chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, group * case.seqlen_k)))
+        ref = reference_attention(
+            q_s.double(),
+            k_s.double(),
+            v_s.double(),
+            causal=case.causal,
+            do=None if do_s is None else do_s.double(),
+            chunk_rows=chunk,
+        )
+        base = reference_attention(q_s, k_s, v_s, causal=case.causal, do=do_s, chunk_rows=chunk)
 
     candidates = {
         "o": (o, qs, ref.o, base.o),
@@ -270,8 +281,12 @@ def check_accuracy(
         "rel_l2_err": max(t["rel_l2_err"] for t in tensors.values()),
         "passed": all(t["passed"] for t in tensors.values()),
         "tensors": tensors,
-        "slice": f"batch 0, kv head 0, {heads}",
+        "slice": f"{_batch_slice(case)}, kv head 0, {heads}",
     }
+
+
+def _batch_slice(case: Case) -> str:
+    return f"all {case.batch} documents (packed)" if case.varlen else "batch 0"
 
 
 def decode_reference(

@@ -47,11 +47,13 @@ def make_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     import torch
 
+    from fa_bench.run.variant_inputs import input_shape
+
     dt = case.dtype.torch()
-    q = torch.randn(case.batch, case.heads_q, case.seqlen_q, case.head_dim, device=device, dtype=dt)
-    k = torch.randn(
-        case.batch, case.heads_kv, case.seqlen_k, case.head_dim, device=device, dtype=dt
-    )
+    # (B, S): a packed (varlen) case's documents back to back in one (1, H, T, D) sequence.
+    batch, seqlen_q, seqlen_k = input_shape(case)
+    q = torch.randn(batch, case.heads_q, seqlen_q, case.head_dim, device=device, dtype=dt)
+    k = torch.randn(batch, case.heads_kv, seqlen_k, case.head_dim, device=device, dtype=dt)
     v = torch.randn_like(k)
     do = torch.randn_like(q)
     if case.mode is Mode.DECODE:
