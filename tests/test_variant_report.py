@@ -174,9 +174,16 @@ def test_cost_figure_and_table_show_time_ratios_and_both_tflops() -> None:
         f"{2.5 / 3.0:.3g}×"
     )
     page = build.render([variant_doc()], plotlyjs="cdn", generated="2026-11-30T00:00:00+00:00")
+    assert "8 variant cases: median time ÷ the dense case" in page
     assert 'id="section-variant-cost"' in page and 'id="variant-cost"' in page
     assert "no dense control of the same shape" in page
-    assert "8 variant cases: median time ÷ the dense case" in page
+    # The table right under its figure; with no ratio to draw, the table alone.
+    after = page[page.index('id="section-variant-cost"') :]
+    assert after.index("<section", 10) == after.index('<section id="section-variant-cost-table"')
+    alone = doc_of([record(case("flex", 2048, softcap=50.0), 0.5)])
+    assert variants.cost_figure(merge([alone])) is None
+    page = build.render([alone], plotlyjs="cdn", generated="x")
+    assert 'id="section-variant-cost-table"' in page and 'id="section-variant-cost"' not in page
 
 
 def test_a_page_without_variants_is_unchanged() -> None:
