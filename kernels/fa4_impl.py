@@ -27,9 +27,10 @@ Variant cases (issue 19): a window goes in as `window_size=(left, right)` with N
 unbounded (FA4's spelling; causal sets right to 0 itself), softcap as `softcap`. A packed
 case's (1, H, T, D) inputs go to `flash_attn_varlen_func` as (T, H, D) views with int32
 `cu_seqlens_q/k` and `max_seqlen_q/k` (the longest document), made outside the timed span.
-ALiBi: 4.0.0b36's interface takes no `alibi_slopes` (its bias hooks are CuTe DSL
-`score_mod`s); the builder reads the installed function's signature and records
-unsupported, naming it, where the keyword is absent.
+ALiBi: none of the FA4 interfaces read (the public `flash_attn/cute/interface.py` up to
+beta27; the b36 signature in tests/peer_fakes.py) takes `alibi_slopes` (its bias hooks are
+CuTe DSL `score_mod`s), so the builder reads the installed function's signature and
+records unsupported, naming it, where the keyword is absent.
 """
 
 from __future__ import annotations
