@@ -421,3 +421,25 @@ def test_the_variants_suite_at_cpu_sizes() -> None:
     cases = load_suite("variants", ov, known_impls=KNOWN).cases
     assert len(cases) == 4 * 2 * (2 * 2 * 2 * 2)  # impls, modes, windows x softcap x varlen x alibi
     assert max(tensor_bytes(c) for c in cases) < 2**20
+
+
+@pytest.mark.slow
+def test_the_documented_cpu_recipe_runs_ok_or_unsupported(tmp_path: Path) -> None:
+    """docs/suites.md's CPU command (about 25 s on two cores): every case ok or
+    unsupported, each implementation's dense cases ok, naive every variant."""
+    out = tmp_path / "run"
+    args = ["run", "-s", "variants", "--device", "cpu", "--dtype", "fp32",
+            "--impl", "naive,sdpa,sdpa-math,triton", "--seqlen", "64", "--batch", "2",
+            "--heads", "4", "--kv-heads", "2", "--head-dim", "32", "--window", "16,0",
+            "--window", "none", "--softcap", "0,30", "--varlen", "uniform:8-64",
+            "--varlen", "none", "--max-time", "0.05", "--min-samples", "3",
+            "--out", str(out), "--no-report"]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    records = json.loads((out / "results.json").read_text())["cases"]
+    assert len(records) == 128
+    assert {r["status"] for r in records} <= {"ok", "unsupported"}
+    cases = {r["id"]: Case.from_dict(r) for r in records}
+    statuses = {r["id"]: r["status"] for r in records}
+    assert all(statuses[i] == "ok" for i, c in cases.items() if not c.is_variant)
+    assert all(statuses[i] == "ok" for i, c in cases.items() if c.impl == "naive")
