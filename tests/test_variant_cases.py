@@ -18,6 +18,7 @@ from fa_bench import models
 from fa_bench.case import Case, alibi_slopes
 from fa_bench.commands.lists import ListFlagError
 from fa_bench.commands.variant_options import variant_axes, window_items
+from fa_bench.compare.match import CaseFilter
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.limits import tensor_bytes
 from fa_bench.suite.expand import Overrides, SuiteError, load_suite
@@ -443,3 +444,18 @@ def test_the_documented_cpu_recipe_runs_ok_or_unsupported(tmp_path: Path) -> Non
     statuses = {r["id"]: r["status"] for r in records}
     assert all(statuses[i] == "ok" for i, c in cases.items() if not c.is_variant)
     assert all(statuses[i] == "ok" for i, c in cases.items() if c.impl == "naive")
+
+
+def test_compare_filters_on_the_variant_fields() -> None:
+    dense = CaseRecord.from_json(_record(case().to_dict()), "r[0]")
+    windowed = CaseRecord.from_json(_record(case(window_left=4096, softcap=50).to_dict()), "r[1]")
+    for text, want in (
+        ("window_left=4096", (False, True)),
+        ("window_left=-1", (True, False)),
+        ("softcap=50", (False, True)),
+        ("softcap=0", (True, False)),
+        ("alibi=false", (True, True)),
+        ("varlen=", (True, True)),
+    ):
+        f = CaseFilter.parse(text)
+        assert (f.matches(dense), f.matches(windowed)) == want, text

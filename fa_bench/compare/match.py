@@ -56,7 +56,8 @@ def env_diffs(base_docs: Sequence[ResultsDoc], cur_docs: Sequence[ResultsDoc]) -
 
 
 FILTER_KEYS = ("id", "impl", "mode", "dtype", "batch", "heads_q", "heads_kv", "seqlen_q",
-               "seqlen_k", "head_dim", "causal", "status", "device")  # fmt: skip
+               "seqlen_k", "head_dim", "causal", "status", "device", "window_left",
+               "window_right", "alibi", "softcap", "varlen")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,12 @@ class CaseFilter:
         return cls(text, tuple(terms))
 
     def matches(self, record: CaseRecord) -> bool:
-        fields = {**record.case.to_dict(), "id": record.id, "status": record.status.value,
-                  "device": record.device}  # fmt: skip
+        # From the case, not its dict: a dense case's dict leaves out the variant fields.
+        fields = {"id": record.id, "status": record.status.value, "device": record.device}
         for key, patterns in self.terms:
-            value = fields[key]
+            value = fields[key] if key in fields else getattr(record.case, key)
             text = str(value).lower() if isinstance(value, bool) else str(value)
+            text = f"{value:g}" if isinstance(value, float) else text  # softcap=50, not 50.0
             if not any(fnmatch.fnmatchcase(text, p) for p in patterns):
                 return False
         return True
