@@ -116,8 +116,10 @@ def flex_variant(
     warm_up: Callable[..., None] | None = None,
 ) -> Prepared:
     """A variant case's fn: mods and the block mask made here, outside the timed span.
-    `warm_up(fn, q, k, v)` compiles it (the registered builder's); flex's "no valid
-    config" errors become Unsupported with its words."""
+    `warm_up(fn, q, k, v)` compiles it (the registered builder's). As the dense builder
+    does, flex's AUTO choice is tried first, then its general Triton kernel (the decoding
+    kernel AUTO may pick has no config for some GQA shapes: NoValidChoicesError); when
+    none compiles, Unsupported with flex's words."""
     device = q.device
     masked = mask_mod(case, device)
     block_mask = None
@@ -126,16 +128,32 @@ def flex_variant(
         block_mask = block_mask_fn(masked, None, None, q_len, kv_len, device=device)
     scored = score_mod(case, device)
     gqa = case.heads_q != case.heads_kv
+    errors: list[str] = []
+    for options in _ATTEMPTS:
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return flex(q, k, v, score_mod=scored, block_mask=block_mask, enable_gqa=gqa)
+        def fn(
+            q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = options
+        ) -> torch.Tensor:
+            return flex(q, k, v, score_mod=scored, block_mask=block_mask, enable_gqa=gqa,
+                        kernel_options=options)  # fmt: skip
 
-    if warm_up is not None:
+        if warm_up is None:
+            return Prepared(fn, backend=f"flex: {label(case)}")
         try:
             warm_up(fn, q, k, v)
         except Exception as err:  # inductor's error types move between torch versions
             if "NoValidChoices" not in str(err):
                 raise
-            first = str(err).splitlines()[0]
-            raise Unsupported(f"FlexAttention found no kernel: {first}") from err
-    return Prepared(fn, backend=f"flex: {label(case)}")
+            errors.append(f"{options or 'AUTO'}: {str(err).splitlines()[0]}")
+            continue
+        return Prepared(fn, backend=f"flex {'TRITON' if options else 'AUTO'}: {label(case)}")
+    raise Unsupported("FlexAttention found no kernel for this case: " + "; ".join(errors))
+
+
+# AUTO, then the general Triton kernel (newer torch spells it BACKEND, older
+# FORCE_USE_FLEX_ATTENTION).
+_ATTEMPTS: tuple[dict | None, ...] = (
+    None,
+    {"BACKEND": "TRITON"},
+    {"FORCE_USE_FLEX_ATTENTION": True},
+)

@@ -198,8 +198,39 @@ def test_registered_flex_dispatches_variants(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(reference, "_compiled_block_mask", lambda: create_block_mask)
     case = case_of(softcap=1.0, window_left=3, causal=True)
     prepared = registry.get("flex").builder(case, *inputs(case, grad=False))
-    assert prepared.backend == "flex: score_mod (softcap), block mask (window + causal)"
+    assert prepared.backend == "flex AUTO: score_mod (softcap), block mask (window + causal)"
     assert_matches(case, prepared.fn, grads=False)
+
+
+def test_flex_falls_back_to_its_triton_kernel_then_unsupported() -> None:
+    """NoValidChoices from AUTO: the general Triton kernel next; none compiling is
+    unsupported with flex's words; any other error is raised (a real error)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    case = case_of(window_left=3, causal=True)
+    tried: list[object] = []
+
+    def refusing(times: int, message: str = "NoValidChoicesError: no config"):
+        def warm_up(fn, q, k, v) -> None:
+            tried.append(fn.__defaults__[0])
+            if len(tried) <= times:
+                raise RuntimeError(message)
+
+        return warm_up
+
+    def build(warm_up):
+        tried.clear()
+        return reference_variants_flex.flex_variant(
+            case, *inputs(case, grad=False), flex=flex_attention,
+            block_mask_fn=create_block_mask, warm_up=warm_up,
+        )  # fmt: skip
+
+    assert build(refusing(1)).backend.startswith("flex TRITON: ")
+    assert tried == [None, {"BACKEND": "TRITON"}]
+    with pytest.raises(Unsupported, match="found no kernel for this case: AUTO: NoValid"):
+        build(refusing(3))
+    with pytest.raises(RuntimeError, match="boom"):
+        build(refusing(1, "boom"))
 
 
 # ---------------------------------------------------------------------------------------
