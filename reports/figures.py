@@ -27,6 +27,7 @@ from fa_bench.reports.axes import (
 )
 from fa_bench.reports.merge import Merged, MergedCase, group_by
 from fa_bench.results.record import CaseRecord
+from fa_bench.variant_cost import variant_words
 
 PALETTE = (
     "#1f77b4",
@@ -142,7 +143,7 @@ def hover(c: MergedCase) -> str:
     lines = [
         f"<b>{esc(r.impl)}</b> on {esc(c.gpu)}: {esc(r.status.value)}",
         f"B={k.batch} Hq={k.heads_q} Hkv={k.heads_kv} Sq={k.seqlen_q} "
-        f"Sk={k.seqlen_k} d={k.head_dim}",
+        f"Sk={k.seqlen_k} d={k.head_dim}" + (f" · {esc(variant_words(k))}" if k.is_variant else ""),
         f"latency {fmt_ms(median)} (p20–p80 {fmt_ms(p20)}–{fmt_ms(p80)}, n={n})",
         f"{_num(r.tflops, 'TFLOP/s')} · {_num(r.gbps_model, 'GB/s (model)')}",
         f"peak memory {'–' if peak is None else f'{peak / GIB:.3g} GiB'}",

@@ -83,6 +83,7 @@ def test_variant_cases_are_their_own_facets_in_the_line_figures() -> None:
     assert len(flex) == 5
     dense_line = next(t for t in flex if list(t.x) == [4096, 8192] and "window" not in t.text[0])
     win_line = next(t for t in flex if t is not dense_line and list(t.x) == [4096, 8192])
+    assert "window 1024/0" in win_line.text[0]  # the hover names the variant
     assert list(dense_line.y) == pytest.approx(
         [models.tflops(models.case_flops(case("flex", n)), DENSE["flex", n]) for n in (4096, 8192)]
     )
@@ -245,3 +246,33 @@ def test_terminal_prints_the_cost_lines_and_keeps_variants_apart() -> None:
     fa_console.print_summary(plain, many[:41], doc.env)
     assert "Cost of the variant" not in plain.export_text()
     assert fa_console.variant_lines(many[:41]) == []
+
+
+@pytest.mark.slow
+def test_a_cpu_run_of_the_variants_suite_reports_the_cost_of_each_variant(tmp_path: Path) -> None:
+    """The variants suite at CPU sizes (forward, naive and sdpa, a window and its dense
+    control): the summary's cost lines, and the page's figure and table with a ratio for
+    every window case, from the run's own records."""
+    from typer.testing import CliRunner
+
+    import fa_bench.cli as cli
+
+    out = tmp_path / "run"
+    args = ["run", "-s", "variants", "--device", "cpu", "--dtype", "fp32", "--mode", "fwd",
+            "--impl", "naive,sdpa", "--seqlen", "64", "--batch", "2", "--heads", "4",
+            "--kv-heads", "2", "--head-dim", "32", "--window", "16,0", "--window", "none",
+            "--softcap", "0", "--varlen", "none", "--max-time", "0.05", "--min-samples", "3",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Cost of the variant (time ÷ the dense case of the same shape)" in result.output
+    doc = load_results(out / "results.json")
+    merged = merge([doc])
+    costs = variants.costs(merged)
+    windows = [c for c in costs if c.variant.case.has_window and not c.variant.case.alibi]
+    assert {c.variant.impl for c in windows} == {"naive", "sdpa"}
+    for c in windows:
+        assert c.control == SAME_SHAPE and c.dense.id == c.variant.id.rsplit("/", 1)[0]
+        assert c.ratio == pytest.approx(c.variant.latency_ms.median / c.dense.latency_ms.median)
+    page = (out / "report.html").read_text()
+    assert 'id="section-variant-cost"' in page and 'id="section-variant-cost-table"' in page
