@@ -348,3 +348,64 @@ def test_unsupported_reasons() -> None:
     with pytest.raises(registry.Unsupported, match="softcapping"):
         q, k, v, _ = inputs(cap)
         reference_variants.sdpa_variant(cap, q, k, v, pin=lambda f: f, no_kernel=lambda e, c: None)
+
+
+# ---------------------------------------------------------------------------------------
+# Through run_case: the rule in fp16 and bf16 (the baseline applies the bias in the case
+# dtype), and the fused SDPA backends on a GPU
+
+
+LOW_PRECISION = [
+    dict(window_left=16),
+    dict(alibi=True, window_left=8),
+    dict(softcap=30.0),
+    dict(varlen="list:1,50,13,64", alibi=True),
+    dict(varlen="list:1,50,13,64", window_left=8),
+]
+
+
+def _run_all(impls: list[str], dtypes: tuple[str, ...], device: torch.device) -> list:
+    from fa_bench.run.execute import ExecOptions, run_case
+    from fa_bench.run.timing import TimingConfig
+
+    opts = ExecOptions(timing=TimingConfig(min_samples=2, max_time_s=0.05, warmup_ms=0))
+    records = []
+    for impl in impls:
+        for dtype in dtypes:
+            for variant in LOW_PRECISION:
+                b = 4 if "varlen" in variant else 2
+                c = Case(impl, "fwd_bwd", dtype, b, 4, 2, 64, 64, 32, True, **variant)
+                records.append(run_case(c, device, opts))
+            # Sq > Sk: a window leaves the first rows empty.
+            c = Case(impl, "fwd_bwd", dtype, 2, 4, 2, 80, 48, 32, True, window_left=8, alibi=True)
+            records.append(run_case(c, device, opts))
+    return records
+
+
+@pytest.mark.slow
+def test_low_precision_cases_pass_the_rule() -> None:
+    for r in _run_all(IMPLS, ("bf16", "fp16"), CPU):
+        if r.case.impl != "naive" and r.case.softcap:
+            assert r.status.value == "unsupported" and "softcapping" in r.error
+            continue
+        assert r.status.value == "ok", (r.case.id, r.error)
+        assert r.accuracy["passed"] and r.tflops is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_sdpa_backends_ok_or_unsupported_with_reason() -> None:
+    """Each SDPA backend on variant cases: ok (accuracy passed, the backend recorded) or
+    unsupported with a reason; sdpa-flash unsupported for every variant."""
+    impls = [*IMPLS, "sdpa-efficient", "sdpa-cudnn", "sdpa-flash"]
+    records = _run_all(impls, ("bf16", "fp16"), torch.device("cuda"))
+    for r in records:
+        assert r.status.value in ("ok", "unsupported"), (r.case.id, r.status, r.error)
+        if r.status.value == "ok":
+            assert r.accuracy["passed"] and r.backend, r.case.id
+        else:
+            assert r.error, r.case.id
+        if r.case.impl == "sdpa-flash":
+            assert r.status.value == "unsupported"
+    ran = {r.case.impl for r in records if r.status.value == "ok"}
+    assert {"naive", "sdpa", "sdpa-math"} <= ran
