@@ -193,6 +193,8 @@ class Case:
     @property
     def total_tokens(self) -> int:
         """Query tokens over the batch; T of a packed case's (1, H, T, D) tensors."""
+        if not self.varlen:
+            return self.batch * self.seqlen_q  # no tuple of `batch` items: batch may be huge
         return sum(self.sequence_lengths())
 
     def _variant_parts(self) -> list[str]:

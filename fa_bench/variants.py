@@ -18,6 +18,8 @@ UNBOUNDED = -1
 VARLEN_UNIFORM = "uniform"
 VARLEN_LIST = "list"
 VARLEN_FORMS = "'' (equal lengths), 'uniform:LO-HI' or 'list:L1,L2,...'"
+# Documents of one packed batch, at most: their lengths are drawn and kept as a tuple.
+MAX_DOCUMENTS = 1 << 20
 
 
 def check_window(name: str, value: object) -> str | None:
@@ -81,6 +83,10 @@ def varlen_lengths(spec: str, batch: int) -> tuple[int, ...]:
     """The `batch` document lengths of a spec; the same on every machine (a fixed seed per
     batch size). A list spec must name exactly `batch` lengths."""
     kind, values = parse_varlen(spec)
+    if kind and batch > MAX_DOCUMENTS:
+        raise ValueError(
+            f"batch {batch} is too many documents for varlen {spec!r} (at most {MAX_DOCUMENTS})"
+        )
     if kind == VARLEN_LIST:
         if len(values) != batch:
             raise ValueError(

@@ -459,3 +459,13 @@ def test_compare_filters_on_the_variant_fields() -> None:
     ):
         f = CaseFilter.parse(text)
         assert (f.matches(dense), f.matches(windowed)) == want, text
+
+
+def test_a_huge_packed_batch_is_refused_not_drawn(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="batch 4611686018427387907 is too many documents"):
+        varlen_lengths("uniform:1-9", 4611686018427387907)
+    ov = Overrides(batch=(2**62 + 3,), varlens=("uniform:1-9",))
+    with pytest.raises(SuiteError, match="too many documents"):
+        load_suite(write(tmp_path, BODY), ov, known_impls=KNOWN)
+    # Equal lengths at that batch: no tuple of lengths is built for the token count.
+    assert case(batch=2**62 + 3).total_tokens == (2**62 + 3) * 8192

@@ -4,7 +4,8 @@ A suite file gives axes (implementations, modes, dtypes, shapes). Its cases are 
 Cartesian product of the axes or, when it has `[[group]]` tables, the union of the
 groups' products. CLI flags arrive as `Overrides` and replace axes in every group.
 docs/suites.md describes the format; the built-in suites live in `fa_bench.suites`.
-Reading the TOML and checking its keys and values is `fa_bench.suite.parse`.
+Reading the TOML and checking its keys and values is `fa_bench.suite.parse`; the flags'
+`Overrides` and their checks are `fa_bench.suite.overrides`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
-from enum import Enum
+from dataclasses import dataclass, replace
 from typing import Any
 
-from fa_bench.case import Case, DType, Mode
+from fa_bench.case import Case
 from fa_bench.suite import decode, variants
+from fa_bench.suite.overrides import FLAGS, Overrides, checked_overrides
 from fa_bench.suite.parse import (
-    CHOICES,
     EXCLUDES,
     GROUP_KEYS,
     TOP_KEYS,
@@ -34,66 +34,8 @@ from fa_bench.suite.parse import (
     text_key,
 )
 
-# Override field -> (CLI flag, axis key it replaces).
-_FLAGS = {
-    "impls": ("--impl", "impls"),
-    "modes": ("--mode", "modes"),
-    "dtypes": ("--dtype", "dtypes"),
-    "seqlens": ("--seqlen", "seqlens"),
-    "head_dims": ("--head-dim", "head_dims"),
-    "batch": ("--batch", "batch"),
-    "heads": ("--heads", "heads_q"),
-    "kv_heads": ("--kv-heads", "heads_kv"),
-    "causal": ("--causal", "causal"),
-    "seqlens_q": ("--seqlen-q", "seqlens_q"),
-    "seqlens_k": ("--seqlen-k", "seqlens_k"),
-    "page_sizes": ("--page-size", "page_sizes"),
-    "ctx_spreads": ("--ctx-spread", "ctx_spreads"),
-    "windows": ("--window", "windows"),
-    "alibi": ("--alibi", "alibi"),
-    "softcaps": ("--softcap", "softcaps"),
-    "varlens": ("--varlen", "varlens"),
-}
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """Axes given on the command line; None (or an empty tuple) keeps the suite's axis.
-
-    Values may be strings or the `Mode`/`DType` enums. `heads` without `kv_heads` keeps a
-    group's heads_kv values only if they all divide every new heads_q; otherwise heads_kv
-    becomes heads_q (plain multi-head attention).
-    """
-
-    impls: tuple[str, ...] | None = None
-    modes: tuple[str, ...] | None = None
-    dtypes: tuple[str, ...] | None = None
-    seqlens: tuple[int, ...] | None = None
-    head_dims: tuple[int, ...] | None = None
-    batch: tuple[int, ...] | None = None
-    heads: tuple[int, ...] | None = None
-    kv_heads: tuple[int, ...] | None = None
-    causal: bool | None = None
-    # Query and key lengths apart (decode: Sq and the context); either alone keeps the
-    # suite's other length, or its `seqlens` where it has one.
-    seqlens_q: tuple[int, ...] | None = None
-    seqlens_k: tuple[int, ...] | None = None
-    # Decode only: tokens per page (0 = contiguous) and the spread of context lengths.
-    page_sizes: tuple[int, ...] | None = None
-    ctx_spreads: tuple[float, ...] | None = None
-    # Issue 19's variants (prefill modes only): (left, right) windows, ALiBi on/off,
-    # softcaps (0 = off) and varlen specs ("" = equal lengths).
-    windows: tuple[tuple[int, int], ...] | None = None
-    alibi: bool | None = None
-    softcaps: tuple[float, ...] | None = None
-    varlens: tuple[str, ...] | None = None
-
-    @classmethod
-    def from_flags(cls, flags: object, **fixed: object) -> Overrides:
-        """From a command's request, whose axis attributes have these same names (one it
-        lacks keeps the suite's axis); `fixed` replaces some (`sweep` sweeps `triton`)."""
-        values: dict[str, Any] = {f.name: getattr(flags, f.name, None) for f in fields(cls)}
-        return cls(**{**values, **fixed})
+__all__ = ["Overrides", "Suite", "SuiteError", "TooManyCases", "builtin_suites", "load_suite",
+           "load_suites"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -140,7 +82,7 @@ def load_suite(
     suites' cases) count towards it.
     """
     impl_choices = tuple(sorted(known_impls)) if known_impls is not None else None
-    ov = _checked_overrides(overrides, impl_choices)
+    ov = checked_overrides(overrides, impl_choices)
     source, text = read_suite(name_or_path)
     return _build(parse_toml(text, source), source, ov, impl_choices, max_cases, earlier)
 
@@ -161,56 +103,6 @@ def load_suites(
         seen.update(c.id for c in cases)
         suites.append(replace(suite, cases=cases))
     return suites
-
-
-# ---------------------------------------------------------------------------- overrides
-
-
-def _checked_overrides(ov: Overrides | None, impl_choices: tuple[str, ...] | None) -> Overrides:
-    """Validate override values (naming the CLI flag) and normalize them to plain tuples."""
-    if ov is None:
-        return Overrides()
-    if ov.seqlens and (ov.seqlens_q or ov.seqlens_k):
-        other = "--seqlen-q" if ov.seqlens_q else "--seqlen-k"
-        raise SuiteError(f"--seqlen and {other} are mutually exclusive; give one")
-    changes: dict[str, Any] = {}
-    for f in fields(ov):
-        value = getattr(ov, f.name)
-        flag = _FLAGS[f.name][0]
-        if value is None:
-            continue
-        if f.name in ("causal", "alibi"):
-            if not isinstance(value, bool):
-                raise SuiteError(f"{flag}: expected true or false, got {value!r}")
-            continue
-        values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
-        if f.name in ("modes", "dtypes"):
-            enum = Mode if f.name == "modes" else DType
-            for v in values:
-                if v not in CHOICES[f.name]:  # str enums compare equal to their value
-                    shown = v.value if isinstance(v, Enum) else v
-                    choices = ", ".join(CHOICES[f.name])
-                    raise SuiteError(f"{flag}: {shown!r} is not one of {choices}")
-            values = tuple(enum(v).value for v in values)
-        elif f.name in ("page_sizes", "ctx_spreads"):
-            values = decode.checked_flag(f.name, flag, values)
-        elif f.name in variants.VARIANT_AXES:
-            try:
-                values = variants.axis_values(f.name, values)
-            except ValueError as exc:
-                raise SuiteError(f"{flag}: {exc}") from None
-        elif f.name == "impls":
-            for v in values:
-                if not isinstance(v, str) or not v:
-                    raise SuiteError(f"{flag}: expected an implementation name, got {v!r}")
-                if impl_choices is not None and v not in impl_choices:
-                    raise SuiteError(f"{flag}: {v!r} is not one of {', '.join(impl_choices)}")
-        else:
-            for v in values:
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise SuiteError(f"{flag}: {v!r} is not a positive integer")
-        changes[f.name] = values or None
-    return replace(ov, **changes)
 
 
 # ---------------------------------------------------------------------------- expansion
@@ -236,7 +128,7 @@ def _apply(axes: Axes, ov: Overrides) -> Axes:
     for name in ("impls", "modes", "dtypes", "head_dims", "seqlens", "batch", "kv_heads"):
         values = getattr(ov, name)
         if values is not None:
-            _set(axes, _FLAGS[name][1], values)
+            _set(axes, FLAGS[name][1], values)
     if ov.heads is not None:
         _set(axes, "heads_q", ov.heads)
         kept = axes.get("heads_kv", ())
@@ -279,7 +171,7 @@ def _require(axes: Axes, where: Where) -> None:
 
 
 def _used_flags(ov: Overrides, *names: str) -> str:
-    used = [_FLAGS[n][0] for n in names if getattr(ov, n) is not None]
+    used = [FLAGS[n][0] for n in names if getattr(ov, n) is not None]
     return f" (after {', '.join(used)})" if used else ""
 
 
@@ -416,7 +308,7 @@ def _build(
             groups.append((gwhere, _merge(top, axes_table(raw, GROUP_KEYS, gwhere, impl_choices))))
 
     grid = [(gwhere, _apply(axes, ov)) for gwhere, axes in groups]
-    from_flags = {_FLAGS[n][1]: _FLAGS[n][0] for n in ("page_sizes", "ctx_spreads")}
+    from_flags = {FLAGS[n][1]: FLAGS[n][0] for n in ("page_sizes", "ctx_spreads")}
     decode.check_decode_axes_used(
         grid,
         source,
