@@ -24,9 +24,11 @@ from fa_bench.case import Case, Mode, Status
 from fa_bench.results.record import CaseRecord
 
 # A packed batch's fallback control: an equal-length dense case whose tokens (batch × N)
-# are within this fraction of the packed total; further off, the time would mostly
-# measure the token count, not the packing.
-TOKENS_TOLERANCE = 0.10
+# are within this fraction of the packed total. A suite draws a packed batch's lengths
+# around a target (`tokens`), and the seeded draws land up to ~15% off it (73462 for
+# 65536 in the variants suite); further off, the time would mostly measure the token
+# count, not the packing. The TFLOP/s (attended pairs) compare at any token count.
+TOKENS_TOLERANCE = 0.25
 SAME_SHAPE = "same shape"
 SAME_TOKENS = "equal lengths, ~same tokens"
 

@@ -151,9 +151,18 @@ def cost_rows(merged: Merged) -> list[dict]:
             "ratio": _fmt(c.ratio, "×", ".3g"),
             "variant_tflops": _fmt(v.tflops if _ms(v) is not None else None, ""),
             "dense_tflops": _fmt(d.tflops if d is not None and _ms(d) is not None else None, ""),
-            "note": c.note or (f"control {d.id}" if c.control == SAME_TOKENS and d else ""),
+            "note": c.note or _tokens_note(c),
         })  # fmt: skip
     return rows
+
+
+def _tokens_note(cost: VariantCost) -> str:
+    """A packed batch against equal lengths: the control's id and both token counts."""
+    d = cost.dense
+    if cost.control != SAME_TOKENS or d is None:
+        return ""
+    tokens = d.case.batch * d.case.seqlen_q
+    return f"control {d.id}: {tokens} tokens, the packed batch {cost.variant.case.total_tokens}"
 
 
 def summary_sentences(merged: Merged) -> list[str]:
