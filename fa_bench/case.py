@@ -351,3 +351,5 @@ _VARIANT_DEFAULTS: dict[str, object] = {
     "varlen": "",
 }
 _OPTIONAL = _DECODE_OPTIONAL | frozenset(_VARIANT_DEFAULTS)
+# Issue 19's variant fields, in Case order.
+VARIANT_FIELDS = tuple(_VARIANT_DEFAULTS)

@@ -469,3 +469,20 @@ def test_a_huge_packed_batch_is_refused_not_drawn(tmp_path: Path) -> None:
         load_suite(write(tmp_path, BODY), ov, known_impls=KNOWN)
     # Equal lengths at that batch: no tuple of lengths is built for the token count.
     assert case(batch=2**62 + 3).total_tokens == (2**62 + 3) * 8192
+
+
+def test_results_csv_names_every_rows_variant_only_in_variant_runs(tmp_path: Path) -> None:
+    from fa_bench.results.files import build_document, to_frame
+
+    dense = CaseRecord.from_json(_record(case().to_dict()), "r[0]")
+    windowed = CaseRecord.from_json(_record(case(window_left=4096).to_dict()), "r[1]")
+    plain = to_frame(build_document({}, {}, [dense]))
+    assert "window_left" not in plain.columns  # a dense run's CSV as before issue 19
+    frame = to_frame(build_document({}, {}, [dense, windowed]))
+    columns = list(frame.columns)
+    at = columns.index("causal")
+    assert columns[at + 1 : at + 6] == ["window_left", "window_right", "alibi", "softcap", "varlen"]
+    assert (
+        frame["window_left"].tolist() == [-1, 4096] and str(frame["window_left"].dtype) == "int64"
+    )
+    assert frame["varlen"].tolist() == ["", ""] and frame["softcap"].tolist() == [0.0, 0.0]

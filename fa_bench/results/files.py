@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.case import VARIANT_FIELDS, Case
 from fa_bench.results.bandwidth import fractions, is_decode
 from fa_bench.results.record import CaseRecord, ResultsDoc, ResultsError
 from fa_bench.words import plural
@@ -165,8 +166,13 @@ def to_frame(doc: ResultsDoc) -> pd.DataFrame:
     import pandas as pd
 
     rows = []
+    # A run with variant cases gives every row its variant fields (after `causal`): a
+    # blank cell would turn the column into floats. Dense runs' CSV stays as it was.
+    variants = any(r.case.is_variant for r in doc.cases)
     for record in doc.cases:
         case = sanitize(record.to_json())
+        if variants:
+            case = _with_variant_fields(case, record.case)
         row = {
             k: v
             for k, v in case.items()
@@ -186,6 +192,17 @@ def to_frame(doc: ResultsDoc) -> pd.DataFrame:
             row["gpu"] = doc.env.get("gpu_name")
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _with_variant_fields(row: dict, case: Case) -> dict:
+    """The record's keys with every variant field right after `causal`."""
+    out = {}
+    for key, value in row.items():
+        if key not in VARIANT_FIELDS:
+            out[key] = value
+        if key == "causal":
+            out.update({name: getattr(case, name) for name in VARIANT_FIELDS})
+    return out
 
 
 def load_results(path: str | os.PathLike) -> ResultsDoc:
