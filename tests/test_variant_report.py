@@ -281,3 +281,19 @@ def test_a_cpu_run_of_the_variants_suite_reports_the_cost_of_each_variant(tmp_pa
         assert c.ratio == pytest.approx(c.variant.latency_ms.median / c.dense.latency_ms.median)
     page = (out / "report.html").read_text()
     assert 'id="section-variant-cost"' in page and 'id="section-variant-cost-table"' in page
+
+
+def test_every_variant_of_the_variants_suite_has_a_dense_control() -> None:
+    """The built-in suite as the H200 will run it: each variant case finds its control
+    (packed batches: the equal-length case of the group's mean length and about its
+    tokens), so no ratio there is missing for want of a pairing."""
+    from fa_bench.suite.expand import Overrides, load_suite
+
+    impls = ("naive", "sdpa", "sdpa-math", "sdpa-efficient", "sdpa-cudnn", "flex", "triton", "fa4")
+    cases = load_suite("variants", Overrides(), known_impls=impls).cases
+    costs = variant_costs((record(c, 1.0), "H200") for c in cases)
+    assert len(costs) == sum(c.is_variant for c in cases) > 0
+    assert all(c.dense is not None for c in costs)
+    packed = [c for c in costs if c.variant.case.varlen]
+    assert packed and all(c.control == SAME_TOKENS for c in packed)
+    assert {c.dense.case.seqlen_q for c in packed} == {2048}
