@@ -43,9 +43,9 @@ import torch
 
 from fa_bench.case import PREFILL_MODES, Case, DType, Mode, alibi_slopes
 from fa_bench.kernels import peers
-from fa_bench.kernels.reference_variants_flex import cu_seqlens
 from fa_bench.registry import Prepared, Unsupported, register
 from fa_bench.run.decode_inputs import paged_cache
+from fa_bench.run.variant_inputs import cu_seqlens
 
 FA4 = peers.Peer(
     what="FlashAttention-4",

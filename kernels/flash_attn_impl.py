@@ -27,8 +27,8 @@ import torch
 
 from fa_bench.case import Case, DType, Mode, alibi_slopes
 from fa_bench.kernels import peers
-from fa_bench.kernels.reference_variants_flex import cu_seqlens
 from fa_bench.registry import Prepared, Unsupported, register
+from fa_bench.run.variant_inputs import cu_seqlens
 
 FA2 = peers.Peer(
     what="flash-attn (FlashAttention-2)",

@@ -18,25 +18,15 @@ document". A row with no visible key comes back 0, as flash-attn's do.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import torch
 
 from fa_bench.case import Case, alibi_slopes
 from fa_bench.registry import Prepared, Unsupported
+from fa_bench.run.variant_inputs import window_bounds
 
 ModFn = Callable[..., torch.Tensor]
-
-
-def bounds(case: Case) -> tuple[int | None, int | None]:
-    """The visible keys' offsets from the diagonal i + o as (left, right), None meaning
-    unbounded; causal caps the right bound at 0 (flash-attn's convention)."""
-    left = None if case.window_left < 0 else case.window_left
-    right = None if case.window_right < 0 else case.window_right
-    if case.causal:
-        right = 0 if right is None else min(right, 0)
-    return left, right
 
 
 def document_ids(case: Case, device: torch.device) -> torch.Tensor:
@@ -45,15 +35,9 @@ def document_ids(case: Case, device: torch.device) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
 
 
-def cu_seqlens(case: Case, device: torch.device) -> torch.Tensor:
-    """(B + 1,) int32 cumulative lengths of a packed case (flash-attn's cu_seqlens)."""
-    starts = [0, *itertools.accumulate(case.sequence_lengths())]
-    return torch.tensor(starts, dtype=torch.int32, device=device)
-
-
 def mask_mod(case: Case, device: torch.device) -> ModFn | None:
     """The case's mask as a flex mask_mod, or None when every key is visible."""
-    left, right = bounds(case)
+    left, right = window_bounds(case)
     docs = document_ids(case, device) if case.varlen else None
     if left is None and right is None and docs is None:
         return None
