@@ -67,7 +67,7 @@ def variant_attention(
 ) -> RefResult:
     """Exact attention with the variants in q's dtype; with `do`, also dq, dk, dv.
 
-    `alibi_slopes`: (Hq,) per q head (any float dtype; used in q's). GQA: q head h uses kv
+    `alibi_slopes`: (Hq,) per q head (any float dtype). GQA: q head h uses kv
     head h // group."""
     heads_kv, group = _check_shapes(q, k, v)
     batch, heads_q, seqlen_q, head_dim = q.shape
@@ -82,7 +82,9 @@ def variant_attention(
     left = None if window[0] == -1 else window[0]
     right = 0 if causal else (None if window[1] == -1 else window[1])
     acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    slopes = None if alibi_slopes is None else alibi_slopes.to(q.dtype).reshape(heads_kv, group)
+    # The bias in float32 (float64 for the reference), rounded once to q's dtype: what a
+    # user's bias tensor holds, so the low-precision baseline is no worse than naive's.
+    slopes = None if alibi_slopes is None else alibi_slopes.to(acc_dtype)
 
     with torch.no_grad():
         qg = q.reshape(batch, heads_kv, group, seqlen_q, head_dim)
@@ -104,7 +106,7 @@ def variant_attention(
                 tanh = torch.tanh(s / softcap)
                 s = softcap * tanh
             if slopes is not None:
-                bias = alibi_distance_bias(slopes.reshape(-1), rows, cols, offset)
+                bias = alibi_distance_bias(slopes, rows, cols, offset).to(q.dtype)
                 s = s + bias.reshape(heads_kv, group, len(rows), seqlen_k)
             keep = visible(rows, cols, offset, left, right)
             if keep is not None:
@@ -197,6 +199,7 @@ def case_reference(
     heads = case.heads_q if heads is None else heads
     slopes = None
     if case.alibi:
+        # fp32, as every implementation gets them (flash-attn's alibi_slopes dtype).
         slopes = torch.tensor(alibi_slopes(case.heads_q)[:heads], dtype=torch.float32)
     chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, heads * case.seqlen_k)))
     kw = dict(causal=case.causal, window=(case.window_left, case.window_right),
