@@ -9,9 +9,10 @@ times, and what it builds beforehand (outside the timed span):
   boolean mask, softmax, matmul, all in the case dtype, materialising the (Sq × Sk) or
   packed (T × T) scores: a block-diagonal document mask for a packed batch. Memory
   failures are `oom` records.
-- SDPA (default dispatch, math, efficient, cuDNN): `attn_mask` = the boolean mask, or,
-  with ALiBi, the float bias with -inf where masked, in the case dtype; the backend that
-  ran is recorded. SDPA has no softcap (it transforms no score before its softmax), and
+- SDPA (default dispatch, math, efficient, cuDNN): `attn_mask` = the mask as an additive
+  0/-inf tensor or, with ALiBi, the bias with -inf where masked, in the case dtype (not a
+  boolean mask: SDPA would convert it in every timed call); the backend that ran is
+  recorded. SDPA has no softcap (it transforms no score before its softmax), and
   sdpa-flash takes no mask or bias at all: both `unsupported` with the reason.
 
 A query with no visible key (a window or causal bound with Sq > Sk) outputs 0 and has zero
@@ -57,13 +58,13 @@ def sdpa_flash_check(case: Case, device: object) -> str | None:
     return FLASH_REASON if case.is_variant else None
 
 
-def _describe(case: Case, masks: VariantMask) -> str:
+def _describe(case: Case, masks: VariantMask, mask_kind: str = "boolean mask") -> str:
     """What a masked implementation was given, for its backend label."""
     parts = []
     if masks.bias is not None:
         parts.append("ALiBi bias (-inf where masked)")
     elif masks.mask is not None:
-        parts.append("boolean mask")
+        parts.append(mask_kind)
     if case.varlen:
         parts.append(f"block-diagonal over {case.batch} packed documents")
     text = ", ".join(parts) + ", made outside the timed span" if parts else "no mask"
@@ -121,7 +122,12 @@ def sdpa_variant(
     if reason:
         raise Unsupported(reason)
     masks = variant_bias(case, q.device, q.dtype)
-    attn_mask = masks.bias if masks.bias is not None else masks.mask
+    attn_mask = masks.bias
+    if attn_mask is None and masks.mask is not None:
+        # Additive (0 / -inf) in the case dtype, made here: SDPA converts a boolean mask to
+        # this form inside every call, which would time an O(Sq·Sk) conversion.
+        attn_mask = torch.zeros(masks.mask.shape, dtype=q.dtype, device=q.device)
+        attn_mask = attn_mask.masked_fill(~masks.mask, float("-inf"))
     empty = masks.empty_rows
     gqa = case.heads_q != case.heads_kv
 
@@ -150,4 +156,5 @@ def sdpa_variant(
         except (AttributeError, TypeError, ValueError, RuntimeError):
             return "unknown"
 
-    return Prepared(fn, backend=f"{pin(probe)(q, k, v)}: {_describe(case, masks)}")
+    label = _describe(case, masks, "additive 0/-inf mask")
+    return Prepared(fn, backend=f"{pin(probe)(q, k, v)}: {label}")
