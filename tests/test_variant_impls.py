@@ -409,3 +409,19 @@ def test_gpu_sdpa_backends_ok_or_unsupported_with_reason() -> None:
             assert r.status.value == "unsupported"
     ran = {r.case.impl for r in records if r.status.value == "ok"}
     assert {"naive", "sdpa", "sdpa-math"} <= ran
+
+
+def test_sdpa_timed_call_converts_no_mask() -> None:
+    """The mask reaches SDPA additive, in the case dtype: a boolean one would be turned
+    into that by aten::where inside every timed call. (Default dispatch: the math
+    backend's own _safe_softmax calls where too.)"""
+    impl = "sdpa"
+    from torch.profiler import profile
+
+    c = case(impl, mode="fwd", window_left=3)
+    q, k, v, _ = inputs(c)
+    prepared = registry.get(impl).prepare(c, q, k, v)
+    assert "additive 0/-inf mask" in prepared.backend
+    with profile() as prof:
+        prepared.fn(q, k, v)
+    assert not {e.name for e in prof.events()} & {"aten::where", "aten::logical_not"}
