@@ -11,7 +11,8 @@ times, and what it builds beforehand (outside the timed span):
   failures are `oom` records.
 - SDPA (default dispatch, math, efficient, cuDNN): `attn_mask` = the mask as an additive
   0/-inf tensor or, with ALiBi, the bias with -inf where masked, in the case dtype (not a
-  boolean mask: SDPA would convert it in every timed call); the backend that ran is
+  boolean mask: SDPA would convert it in every timed call), its rows 16-element aligned
+  (else the memory-efficient backend pads a copy in every call); the backend that ran is
   recorded. SDPA has no softcap (it transforms no score before its softmax), and
   sdpa-flash takes no mask or bias at all: both `unsupported` with the reason.
 
@@ -75,6 +76,22 @@ def _describe(case: Case, masks: VariantMask, mask_kind: str = "boolean mask") -
     return text
 
 
+# The memory-efficient backend wants a bias whose rows start MEM_ALIGN elements apart; it
+# pads any other one into a new tensor inside every call (preprocess_mask / pad_bias).
+MEM_ALIGN = 16
+
+
+def aligned(bias: torch.Tensor) -> torch.Tensor:
+    """`bias` as a view of a tensor whose last dimension is padded to a multiple of
+    MEM_ALIGN (the padding never read): SDPA then uses it as it is."""
+    last = bias.shape[-1]
+    if last % MEM_ALIGN == 0:
+        return bias
+    padded = bias.new_zeros(*bias.shape[:-1], -(-last // MEM_ALIGN) * MEM_ALIGN)
+    padded[..., :last] = bias
+    return padded[..., :last]
+
+
 def naive_variant(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
     """Eager attention with the case's variants, in the case dtype."""
     group = case.heads_q // case.heads_kv
@@ -128,6 +145,7 @@ def sdpa_variant(
         # this form inside every call, which would time an O(Sq·Sk) conversion.
         attn_mask = torch.zeros(masks.mask.shape, dtype=q.dtype, device=q.device)
         attn_mask = attn_mask.masked_fill(~masks.mask, float("-inf"))
+    attn_mask = None if attn_mask is None else aligned(attn_mask)
     empty = masks.empty_rows
     gqa = case.heads_q != case.heads_kv
 

@@ -425,3 +425,22 @@ def test_sdpa_timed_call_converts_no_mask() -> None:
     with profile() as prof:
         prepared.fn(q, k, v)
     assert not {e.name for e in prof.events()} & {"aten::where", "aten::logical_not"}
+
+
+def test_sdpa_mask_rows_aligned_for_the_memory_efficient_backend(monkeypatch) -> None:
+    bias = reference_variants.aligned(torch.arange(1 * 4 * 11 * 11.0).reshape(1, 4, 11, 11))
+    assert bias.shape == (1, 4, 11, 11) and bias.stride()[:-1] == (4 * 11 * 16, 11 * 16, 16)
+    assert torch.equal(bias, torch.arange(1 * 4 * 11 * 11.0).reshape(1, 4, 11, 11))
+    full = torch.zeros(3, 32)
+    assert reference_variants.aligned(full) is full
+    # The builder hands SDPA the aligned mask: a packed batch of T = 11 tokens.
+    made = []
+    original = reference_variants.aligned
+    monkeypatch.setattr(
+        reference_variants, "aligned", lambda t: made.append(original(t)) or made[-1]
+    )
+    for variant in ({}, {"alibi": True}):
+        c = packed("sdpa", (1, 7, 3), **variant)
+        q, k, v, _ = inputs(c)
+        reference_variants.sdpa_variant(c, q, k, v, pin=lambda f: f, no_kernel=lambda e, w: None)
+    assert [m.shape[-1] for m in made] == [11, 11] and all(m.stride(-2) == 16 for m in made)
