@@ -76,8 +76,9 @@ def _describe(case: Case, masks: VariantMask, mask_kind: str = "boolean mask") -
     return text
 
 
-# The memory-efficient backend wants a bias whose rows start MEM_ALIGN elements apart; it
-# pads any other one into a new tensor inside every call (preprocess_mask / pad_bias).
+# The memory-efficient backend wants a bias whose strides are multiples of 8 elements
+# (aten's attention.cpp: preprocess_mask checks aligned_tensor<8>, else pad_bias copies it
+# inside every call); 16 meets that with room.
 MEM_ALIGN = 16
 
 
