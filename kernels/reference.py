@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-import re
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from fa_bench.case import PREFILL_MODES, Case, DType, Mode
-from fa_bench.kernels import reference_decode, reference_variants
+from fa_bench.kernels import reference_decode, reference_variants, sdpa_probe
 from fa_bench.registry import Prepared, Unsupported, register
 
 if TYPE_CHECKING:
@@ -126,9 +125,6 @@ def naive(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Attn
 # ---------------------------------------------------------------------------------------
 # SDPA: default dispatch and each backend pinned.
 
-_NO_KERNEL = ("No available kernel", "No viable backend")
-_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)")
-
 
 def _pinned(
     backend: SDPBackend, call: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], _R]
@@ -212,23 +208,13 @@ def _dispatched_backend(
         return "unknown"
 
 
-def _reasons(caught: list[warnings.WarningMessage]) -> list[str]:
-    """SDPA's warnings minus the headers ("... not used because:") and source locations."""
-    reasons = []
-    for w in caught:
-        text = _TRIGGERED.sub("", str(w.message)).strip()
-        if text and not text.endswith("because:") and text not in reasons:
-            reasons.append(text)
-    return reasons
-
-
 def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
     def build(case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Prepared:
         if case.mode is Mode.DECODE:
             # Before the bias import below: it imports torch._dynamo (1-2 s on this CPU).
-            return reference_decode.sdpa_decode(case, q, k, v, pin=pin, no_kernel=no_kernel)
+            return reference_decode.sdpa_decode(case, q, k, v, pin=pin)
         if case.is_variant:
-            return reference_variants.sdpa_variant(case, q, k, v, pin=pin, no_kernel=no_kernel)
+            return reference_variants.sdpa_variant(case, q, k, v, pin=pin)
         from torch.nn.attention.bias import causal_lower_right
         from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -247,18 +233,7 @@ def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
 
         fn = pin(call)
 
-        # Run once: SDPA only says whether a backend can take the case by failing, with the
-        # reasons as warnings. Grad mode stays as the caller set it, because some backend
-        # constraints apply only to inputs that require grad.
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                fn(q, k, v)
-            except RuntimeError as err:
-                unsupported = no_kernel(err, caught)
-                if unsupported is None:
-                    raise
-                raise unsupported from err
+        sdpa_probe.first_call(fn, q, k, v)
         probe = functools.partial(_dispatched_backend, mask=mask, is_causal=is_causal, gqa=gqa)
         return Prepared(fn, backend=pin(probe)(q, k, v))
 
@@ -270,15 +245,6 @@ def _sdpa_builder(backend_name: str | None) -> Callable[..., Prepared]:
         return _pinned(getattr(SDPBackend, backend_name), call)
 
     return build
-
-
-def no_kernel(err: RuntimeError, caught: list[warnings.WarningMessage]) -> Unsupported | None:
-    """SDPA's "no kernel for these inputs" as Unsupported with its reasons; None for any
-    other error (a real one, to be raised)."""
-    if not any(text in str(err) for text in _NO_KERNEL):
-        return None
-    detail = "; ".join(_reasons(caught)) or str(err)
-    return Unsupported(f"SDPA has no kernel for this case: {detail}")
 
 
 register(

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fa_bench.case import Case
+from fa_bench.kernels import sdpa_probe
 from fa_bench.registry import Prepared, Unsupported
 from fa_bench.run.decode_inputs import gather_pages, page_counts, paged_cache
 
@@ -94,11 +94,10 @@ def sdpa_decode(
     v: torch.Tensor,
     *,
     pin: Callable[[Callable[..., Any]], Callable[..., Any]],
-    no_kernel: Callable[[RuntimeError, list], Unsupported | None],
 ) -> Prepared:
     """SDPA on the dense cache with a boolean length mask. `pin` wraps a call so that
-    only the builder's backend is enabled (identity for the default dispatch);
-    `no_kernel` turns SDPA's "no kernel" error into Unsupported (None: re-raise)."""
+    only the builder's backend is enabled (identity for the default dispatch); a backend
+    without a kernel for the case is Unsupported with PyTorch's reasons."""
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     mask = length_mask(case, q.device)
@@ -108,23 +107,11 @@ def sdpa_decode(
         return sdpa(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
     fn = pin(call)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fn(q, k, v)
-        except RuntimeError as err:
-            unsupported = no_kernel(err, caught)
-            if unsupported is None:
-                raise
-            raise unsupported from err
+
+    sdpa_probe.first_call(fn, q, k, v)
 
     def probe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-        try:
-            choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, False, scale=None,
-                                             enable_gqa=gqa)  # fmt: skip
-            return torch.nn.attention.SDPBackend(choice).name
-        except (AttributeError, TypeError, ValueError, RuntimeError):
-            return "unknown"
+        return sdpa_probe.masked_backend(q, k, v, mask, gqa)
 
     copy = "" if case.page_size == 0 else " (the dense copy of the pages)"
     backend = (

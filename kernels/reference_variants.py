@@ -25,13 +25,13 @@ zeroes its gradients too. Only cases with such rows pay that masked_fill.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fa_bench.case import Case
+from fa_bench.kernels import sdpa_probe
 from fa_bench.registry import Prepared, Unsupported
 from fa_bench.run.variant_inputs import VariantMask, variant_bias
 
@@ -129,11 +129,10 @@ def sdpa_variant(
     v: torch.Tensor,
     *,
     pin: Callable[[Callable[..., Any]], Callable[..., Any]],
-    no_kernel: Callable[[RuntimeError, list], Unsupported | None],
 ) -> Prepared:
     """SDPA with the case's mask or ALiBi bias as attn_mask. `pin` enables only the
-    builder's backend (identity for the default dispatch); `no_kernel` turns SDPA's "no
-    kernel" error into Unsupported with PyTorch's reasons (None: re-raise)."""
+    builder's backend (identity for the default dispatch); a backend without a kernel for
+    the case is Unsupported with PyTorch's reasons."""
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     reason = sdpa_check(case, q.device)
@@ -155,25 +154,10 @@ def sdpa_variant(
         return o if empty is None else o.masked_fill(empty, 0.0)
 
     fn = pin(call)
-    # Run once: SDPA says whether a backend takes the mask (or GQA with a mask) only by
-    # failing, with its reasons as warnings.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fn(q, k, v)
-        except RuntimeError as err:
-            unsupported = no_kernel(err, caught)
-            if unsupported is None:
-                raise
-            raise unsupported from err
+    sdpa_probe.first_call(fn, q, k, v)
 
     def probe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-        try:
-            choice = torch._fused_sdp_choice(q, k, v, attn_mask, 0.0, False, scale=None,
-                                             enable_gqa=gqa)  # fmt: skip
-            return torch.nn.attention.SDPBackend(choice).name
-        except (AttributeError, TypeError, ValueError, RuntimeError):
-            return "unknown"
+        return sdpa_probe.masked_backend(q, k, v, attn_mask, gqa)
 
     label = _describe(case, masks, "additive 0/-inf mask")
     return Prepared(fn, backend=f"{pin(probe)(q, k, v)}: {label}")

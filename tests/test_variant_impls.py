@@ -347,7 +347,7 @@ def test_unsupported_reasons() -> None:
     assert reference_variants.sdpa_check(case("sdpa", causal=True), CPU) is None
     with pytest.raises(registry.Unsupported, match="softcapping"):
         q, k, v, _ = inputs(cap)
-        reference_variants.sdpa_variant(cap, q, k, v, pin=lambda f: f, no_kernel=lambda e, c: None)
+        reference_variants.sdpa_variant(cap, q, k, v, pin=lambda f: f)
 
 
 # ---------------------------------------------------------------------------------------
@@ -442,5 +442,5 @@ def test_sdpa_mask_rows_aligned_for_the_memory_efficient_backend(monkeypatch) ->
     for variant in ({}, {"alibi": True}):
         c = packed("sdpa", (1, 7, 3), **variant)
         q, k, v, _ = inputs(c)
-        reference_variants.sdpa_variant(c, q, k, v, pin=lambda f: f, no_kernel=lambda e, w: None)
+        reference_variants.sdpa_variant(c, q, k, v, pin=lambda f: f)
     assert [m.shape[-1] for m in made] == [11, 11] and all(m.stride(-2) == 16 for m in made)
