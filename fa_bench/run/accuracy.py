@@ -25,37 +25,15 @@ nothing there. A NaN or Inf anywhere in the tensor fails.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 
 from fa_bench.case import Case, Mode
+from fa_bench.run.variant_reference import RefResult, case_reference, variant_attention
 
 # check_accuracy keeps one (chunk × Sk) float64 score block of the slice near this many
 # elements (1 GiB), so the reference stays cheap at 128k tokens without tiny chunks at 1k.
 _SCORE_BLOCK_ELEMENTS = 1 << 27
-
-
-class RefResult(NamedTuple):
-    o: torch.Tensor
-    lse: torch.Tensor  # natural-log sum-exp of the scaled scores; -inf for rows with no key
-    dq: torch.Tensor | None
-    dk: torch.Tensor | None
-    dv: torch.Tensor | None
-
-
-def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int]:
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError("q, k, v must be (batch, heads, seqlen, head_dim)")
-    batch, heads_q, _, head_dim = q.shape
-    if k.shape[0] != batch or v.shape[0] != batch or k.shape[-1] != head_dim:
-        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if k.shape[:3] != v.shape[:3]:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in batch/heads/seqlen")
-    heads_kv = k.shape[1]
-    if heads_q % heads_kv:
-        raise ValueError(f"q heads ({heads_q}) must be a multiple of kv heads ({heads_kv})")
-    return heads_kv, heads_q // heads_kv
 
 
 def reference_attention(
@@ -74,99 +52,7 @@ def reference_attention(
     uses kv head h // group). Causal with Sq != Sk is bottom-right aligned: query i attends
     keys j <= i + (Sk - Sq). Rows with no key at all give o = 0, lse = -inf, zero grads.
     """
-    heads_kv, group = _check_shapes(q, k, v)
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
-    batch, heads_q, seqlen_q, head_dim = q.shape
-    seqlen_k = k.shape[2]
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    if do is not None and do.shape != (*q.shape[:3], v.shape[-1]):
-        raise ValueError(f"do {tuple(do.shape)} does not match the output shape")
-    offset = seqlen_k - seqlen_q
-    # Grads of K and V are sums over all query chunks. Eager PyTorch forms them in a single
-    # matmul (fp32 accumulation, one rounding), so low-precision chunk sums accumulate in fp32
-    # to keep this baseline as accurate as eager and no worse.
-    acc_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-
-    with torch.no_grad():
-        # (B, Hkv, G, S, D): each kv head broadcasts over its group of q heads, no copies.
-        qg = q.reshape(batch, heads_kv, group, seqlen_q, head_dim)
-        kt = k.unsqueeze(2).transpose(-1, -2)
-        vg = v.unsqueeze(2)
-        dog = None if do is None else do.reshape(batch, heads_kv, group, seqlen_q, -1)
-        o = torch.empty(*qg.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
-        lse = torch.empty(qg.shape[:-1], dtype=q.dtype, device=q.device)
-        if dog is not None:
-            dq = torch.empty_like(qg)
-            dk = torch.zeros(k.shape, dtype=acc_dtype, device=k.device)
-            dv = torch.zeros(v.shape, dtype=acc_dtype, device=v.device)
-        cols = torch.arange(seqlen_k, device=q.device)
-
-        for start in range(0, seqlen_q, chunk_rows):
-            end = min(start + chunk_rows, seqlen_q)
-            q_c = qg[..., start:end, :]
-            s = (q_c @ kt) * scale
-            empty_rows = None
-            if causal:
-                s, empty_rows = _causal_mask(s, start, end, offset, cols)
-            p = torch.softmax(s, dim=-1)
-            lse[..., start:end] = torch.logsumexp(s, dim=-1)
-            if empty_rows is not None:
-                # softmax of an all -inf row is NaN; such a query attends nothing, so 0.
-                p = p.masked_fill(empty_rows, 0.0)
-            o_c = p @ vg
-            o[..., start:end, :] = o_c
-            if dog is None:
-                continue
-            dq_c, dk_c, dv_c = _chunk_grads(
-                p, q_c, dog[..., start:end, :], kt, vg, scale, acc_dtype
-            )
-            dv += dv_c
-            dq[..., start:end, :] = dq_c
-            dk += dk_c
-
-    o = o.reshape(batch, heads_q, seqlen_q, -1)
-    lse = lse.reshape(batch, heads_q, seqlen_q)
-    if dog is None:
-        return RefResult(o, lse, None, None, None)
-    return RefResult(o, lse, dq.reshape(q.shape), dk.to(k.dtype), dv.to(v.dtype))
-
-
-def _causal_mask(
-    s: torch.Tensor, start: int, end: int, offset: int, cols: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scores of query rows start..end with keys past each row's last one at -inf, and
-    the rows that see no key at all (None when every row sees one)."""
-    import torch
-
-    last_key = torch.arange(start, end, device=s.device) + offset
-    s = s.masked_fill(cols[None, :] > last_key[:, None], float("-inf"))
-    empty_rows = (last_key < 0)[:, None] if start + offset < 0 else None
-    return s, empty_rows
-
-
-def _chunk_grads(
-    p: torch.Tensor,
-    q_c: torch.Tensor,
-    do_c: torch.Tensor,
-    kt: torch.Tensor,
-    vg: torch.Tensor,
-    scale: float,
-    acc_dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One query chunk's dq, and its parts of dk and dv (summed over the group, in
-    `acc_dtype`)."""
-    dv_c = (p.transpose(-1, -2) @ do_c).sum(dim=2, dtype=acc_dtype)
-    dp = do_c @ vg.transpose(-1, -2)
-    # rowsum(P ∘ dP) equals rowsum(dO ∘ O) exactly; it is the form eager softmax
-    # backward uses (in fp32 for 16-bit inputs, rounded once), which keeps the
-    # low-precision baseline faithful to PyTorch.
-    p_a, dp_a = p.to(acc_dtype), dp.to(acc_dtype)
-    ds = (p_a * (dp_a - (p_a * dp_a).sum(dim=-1, keepdim=True))).to(p.dtype)
-    dq_c = (ds @ kt.transpose(-1, -2)) * scale
-    dk_c = (ds.transpose(-1, -2) @ q_c).sum(dim=2, dtype=acc_dtype) * scale
-    return dq_c, dk_c, dv_c
+    return variant_attention(q, k, v, causal=causal, scale=scale, do=do, chunk_rows=chunk_rows)
 
 
 def _floor(ref: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
@@ -244,13 +130,9 @@ def check_accuracy(
     do_s = None if do is None else qs(do)
     if case.is_variant:
         # Window, ALiBi, softcap; a packed case's slice is all its documents (batch 1).
-        from fa_bench.run.variant_reference import case_reference
-
         do64 = None if do_s is None else do_s.double()
-        ref = RefResult(
-            *case_reference(case, q_s.double(), k_s.double(), v_s.double(), do64, group)
-        )
-        base = RefResult(*case_reference(case, q_s, k_s, v_s, do_s, group))
+        ref = case_reference(case, q_s.double(), k_s.double(), v_s.double(), do64, group)
+        base = case_reference(case, q_s, k_s, v_s, do_s, group)
     else:
         chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, group * case.seqlen_k)))
         ref = reference_attention(

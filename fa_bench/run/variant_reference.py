@@ -1,9 +1,12 @@
-"""The float64 reference of the attention variants (issue 19), and their accuracy check.
+"""The float64 reference attention, dense and with the variants (issue 19).
 
-`variant_attention` is the specification of a window, ALiBi and softcap over (B, H, S, D)
-inputs with GQA, forward and analytic backward, chunked over query rows as
-`accuracy.reference_attention` is; `varlen_attention` runs it document by document over
-a packed (1, H, T, D) batch. With s = scale · q·kᵀ for query i and key j (o = Sk − Sq):
+`variant_attention` is the specification over (B, H, S, D) inputs with GQA, forward and
+analytic backward, chunked over query rows so that even a 128k-token case needs only
+O(chunk × Sk) memory; with no window, ALiBi or softcap it is the dense reference
+(`accuracy.reference_attention` calls it so). `varlen_attention` runs it document by
+document over a packed (1, H, T, D) batch.
+
+With s = scale · q·kᵀ for query i and key j (o = Sk − Sq):
 
     softcap c > 0:  s ← c · tanh(s / c)
     ALiBi m_h:      s ← s − m_h · |i + o − j|
@@ -33,10 +36,8 @@ _SCORE_BLOCK_ELEMENTS = 1 << 27
 
 
 class RefResult(NamedTuple):
-    """accuracy.RefResult's fields (not imported: accuracy imports this module)."""
-
     o: torch.Tensor
-    lse: torch.Tensor  # natural-log sum-exp of the final scores; -inf for empty rows
+    lse: torch.Tensor  # natural-log sum-exp of the scaled scores; -inf for rows with no key
     dq: torch.Tensor | None
     dk: torch.Tensor | None
     dv: torch.Tensor | None
@@ -45,11 +46,15 @@ class RefResult(NamedTuple):
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int]:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v must be (batch, heads, seqlen, head_dim)")
-    batch, heads = q.shape[0], k.shape[1]
-    if k.shape[:3] != v.shape[:3] or k.shape[0] != batch or q.shape[1] % heads:
-        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}")  # fmt: skip
-    return k.shape[1], q.shape[1] // k.shape[1]
+    batch, heads_q, _, head_dim = q.shape
+    if k.shape[0] != batch or v.shape[0] != batch or k.shape[-1] != head_dim:
+        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ in batch/heads/seqlen")
+    heads_kv = k.shape[1]
+    if heads_q % heads_kv:
+        raise ValueError(f"q heads ({heads_q}) must be a multiple of kv heads ({heads_kv})")
+    return heads_kv, heads_q // heads_kv
 
 
 def variant_attention(
@@ -74,6 +79,8 @@ def variant_attention(
     seqlen_k = k.shape[2]
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+    if do is not None and do.shape != (*q.shape[:3], v.shape[-1]):
+        raise ValueError(f"do {tuple(do.shape)} does not match the output shape")
     if alibi_slopes is not None and tuple(alibi_slopes.shape) != (heads_q,):
         raise ValueError(f"alibi_slopes must have shape ({heads_q},), got "
                          f"{tuple(alibi_slopes.shape)}")  # fmt: skip
