@@ -40,6 +40,12 @@ def check(case: Case, device: object) -> str | None:
             f"the decode kernel takes head_dim a multiple of {HEAD_DIM_MULTIPLE} up to "
             f"{MAX_HEAD_DIM}, got {case.head_dim}"
         )
+    return interpreter_reason(case, device)
+
+
+def interpreter_reason(case: Case, device: object) -> str | None:
+    """Why a Triton kernel of ours cannot run `case` on a CPU `device`, or None: on a CPU
+    they run only in the interpreter, whose bf16 tl.dot is wrong."""
     if getattr(device, "type", str(device)) == "cpu":
         if os.environ.get("TRITON_INTERPRET") != "1":
             return "CPU runs need the Triton interpreter (TRITON_INTERPRET=1)"

@@ -14,7 +14,6 @@ before it builds a case, so importing the registry must not define the kernels f
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import torch
@@ -49,12 +48,7 @@ def _check(case: Case, device: object) -> str | None:
             f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "
             f"got {case.head_dim}"
         )
-    if getattr(device, "type", str(device)) == "cpu":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            return "CPU runs need the Triton interpreter (TRITON_INTERPRET=1)"
-        if case.dtype is DType.BF16:
-            return "bf16 is wrong in the Triton CPU interpreter (tl.dot on bf16 operands)"
-    return None
+    return decode_impl.interpreter_reason(case, device)
 
 
 def case_config(
