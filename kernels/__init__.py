@@ -1,5 +1,6 @@
 """Our Triton FlashAttention as a library: `flash_attention` and its `FlashConfig`, and
-`decode_attention` (split-KV decoding against a contiguous or paged KV cache).
+`decode_attention` (split-KV decoding against a contiguous or paged KV cache), and
+`flash_attention_fp8` (the fp8 e4m3 forward, kernels/flash_fp8.py).
 
 Importing this package is cheap and decides nothing: it imports torch but not triton,
 touches no device and defines no kernel. The first call of `flash_attention` imports
@@ -17,5 +18,6 @@ the benchmark to be importable.
 from fa_bench.kernels.decode_attention import decode_attention
 from fa_bench.kernels.flash_attention import flash_attention
 from fa_bench.kernels.flash_config import FlashConfig
+from fa_bench.kernels.flash_fp8 import flash_attention_fp8
 
-__all__ = ["FlashConfig", "decode_attention", "flash_attention"]
+__all__ = ["FlashConfig", "decode_attention", "flash_attention", "flash_attention_fp8"]

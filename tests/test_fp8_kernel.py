@@ -1,0 +1,193 @@
+"""The fp8 (e4m3) forward kernel, fa_bench.kernels.flash_fp8.flash_attention_fp8.
+
+GPU (`-m gpu`, the compiled kernel on sm_89+): the output under the project's fp8
+accuracy rule (fa_bench.run.accuracy.check_fp8_accuracy) and the lse against float64,
+causal and not, GQA, odd lengths, rows with no key, head_dim 64/96/128, 16k tokens.
+
+CPU (the Triton interpreter): the interpreter's fp8 dots are exact but its fp32 → e4m3
+rounding is wrong (a carry into the exponent is lost: 125.2 → 64; subnormals flush to 0),
+so P's quantisation cannot be checked there. What does not depend on it is: the lse
+(QKᵀ in fp8 with the descales folded in, masks, GQA, tails: lse sums the fp32 P) and an
+output whose P is exact in e4m3 (q = 0: every visible key gets P = 256, so o is the mean
+of the visible values: the PV matmul, the K-major V, the V descale, causal, tails).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+pytest.importorskip("triton")
+
+from fa_bench.case import Case
+from fa_bench.kernels.flash_config import FlashConfig
+from fa_bench.kernels.flash_fp8 import (
+    dequantize_fp8,
+    flash_attention_fp8,
+    fp8_v_layout,
+    quantize_fp8,
+)
+from fa_bench.run.accuracy import check_fp8_accuracy
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+cpu_only = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 (CPU runs)")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
+# Small tiles for the interpreter: several blocks per sequence and tails.
+SMALL = FlashConfig(block_m=32, block_n=32)
+
+
+def _inputs(b, hq, hkv, sq, sk, d, device, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(b, hq, sq, d, generator=g).to(device, torch.bfloat16)
+    k = torch.randn(b, hkv, sk, d, generator=g).to(device, torch.bfloat16)
+    v = torch.randn(b, hkv, sk, d, generator=g).to(device, torch.bfloat16)
+    return [quantize_fp8(t) for t in (q, k, v)]
+
+
+def _descales(quantised) -> dict:
+    return dict(
+        zip(("q_descale", "k_descale", "v_descale"), (d for _, d in quantised), strict=True)
+    )
+
+
+def _visible(sq: int, sk: int, causal: bool) -> torch.Tensor:
+    """(sq, sk) bool: bottom-right causal, query i sees keys j <= i + sk - sq."""
+    if not causal:
+        return torch.ones(sq, sk, dtype=torch.bool)
+    return torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+
+
+def _ref_lse(quantised, causal: bool) -> torch.Tensor:
+    (q8, qd), (k8, kd), _ = quantised
+    q, k = dequantize_fp8(q8, qd, torch.float64).cpu(), dequantize_fp8(k8, kd, torch.float64).cpu()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~_visible(q.shape[2], k.shape[2], causal), float("-inf"))
+    return torch.logsumexp(s, dim=-1)
+
+
+SHAPES_CPU = [
+    # (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)
+    (1, 2, 1, 45, 77, 64, True),  # GQA, Sq < Sk, tails
+    (2, 2, 2, 70, 33, 40, True),  # rows with no key (Sq > Sk), head_dim padded to 64
+    (1, 3, 3, 64, 64, 32, False),  # even tiles, the smallest head_dim
+]
+
+
+@cpu_only
+@pytest.mark.parametrize("shape", SHAPES_CPU, ids=lambda s: "-".join(map(str, s)))
+def test_interpreter_lse_against_float64(shape):
+    b, hq, hkv, sq, sk, d, causal = shape
+    quantised = _inputs(b, hq, hkv, sq, sk, d, "cpu")
+    (q8, _), (k8, _), (v8, _) = quantised
+    o, lse = flash_attention_fp8(
+        q8, k8, v8, **_descales(quantised), causal=causal, config=SMALL, return_lse=True
+    )
+    ref = _ref_lse(quantised, causal)
+    assert o.dtype == torch.bfloat16 and o.shape == q8.shape
+    empty = torch.isinf(ref)
+    assert torch.equal(torch.isinf(lse), empty)  # rows with no key: -inf, as the reference
+    assert (lse.double() - ref)[~empty].abs().max() < 1e-5
+    if empty.any():
+        assert o[empty.expand_as(lse)].abs().max() == 0
+
+
+@cpu_only
+@pytest.mark.parametrize("causal", [False, True])
+def test_interpreter_uniform_p_gives_the_mean_of_visible_values(causal):
+    # q = 0: every visible key scores 0, P = 2^8 exactly in e4m3, o = mean of visible v.
+    b, hq, hkv, sq, sk, d = 1, 4, 2, 50, 83, 64
+    quantised = _inputs(b, hq, hkv, sq, sk, d, "cpu", seed=1)
+    (q8, _), (k8, _), (v8, vd) = quantised
+    q0 = torch.zeros_like(q8)
+    o = flash_attention_fp8(q0, k8, v8, **_descales(quantised), causal=causal, config=SMALL)
+    seen = _visible(sq, sk, causal).double()
+    v = dequantize_fp8(v8, vd, torch.float64).repeat_interleave(hq // hkv, dim=1)
+    ref = (seen / seen.sum(1, keepdim=True)) @ v
+    # bf16 output: half an ulp at the output's magnitude (|o| < 2: 2^-8) plus fp32 sums
+    assert (o.double() - ref).abs().max() <= 2**-8 + 1e-5
+
+
+@cpu_only
+def test_interpreter_v_in_either_layout_gives_one_result():
+    quantised = _inputs(1, 2, 2, 40, 40, 32, "cpu", seed=2)
+    (q8, _), (k8, _), (v8, _) = quantised
+    kw = dict(**_descales(quantised), causal=True, config=SMALL)
+    kmajor = fp8_v_layout(v8)
+    assert kmajor.stride(-2) == 1 and torch.equal(kmajor.float(), v8.float())
+    assert torch.equal(
+        flash_attention_fp8(q8, k8, v8, **kw), flash_attention_fp8(q8, k8, kmajor, **kw)
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# GPU: the compiled kernel under the accuracy rule
+# ------------------------------------------------------------------------------------------
+
+SHAPES_GPU = [
+    (2, 4, 4, 1024, 1024, 128, False),
+    (2, 4, 4, 1024, 1024, 128, True),
+    (1, 8, 2, 777, 1500, 128, True),  # GQA 4:1, Sq < Sk, odd lengths
+    (1, 8, 2, 777, 1500, 128, False),
+    (1, 4, 1, 1500, 777, 64, True),  # MQA, rows with no key (Sq > Sk)
+    (2, 4, 4, 333, 333, 64, False),
+    (1, 2, 2, 1, 1, 64, False),  # one token
+    (1, 4, 4, 300, 517, 96, True),  # head_dim padded to 128
+    (1, 16, 16, 16384, 16384, 128, True),  # long
+]
+
+
+def _case(shape) -> Case:
+    b, hq, hkv, sq, sk, d, causal = shape
+    return Case(impl="triton", mode="fwd", dtype="fp8_e4m3", batch=b, heads_q=hq, heads_kv=hkv,
+                seqlen_q=sq, seqlen_k=sk, head_dim=d, causal=causal)  # fmt: skip
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("shape", SHAPES_GPU, ids=lambda s: "-".join(map(str, s)))
+def test_gpu_fp8_forward_meets_the_accuracy_rule(shape):
+    b, hq, hkv, sq, sk, d, causal = shape
+    quantised = _inputs(b, hq, hkv, sq, sk, d, "cuda")
+    (q8, _), (k8, _), (v8, _) = quantised
+    o, lse = flash_attention_fp8(
+        q8, k8, fp8_v_layout(v8), **_descales(quantised), causal=causal, return_lse=True
+    )
+    deq = [dequantize_fp8(x, s) for x, s in quantised]
+    report = check_fp8_accuracy(_case(shape), *deq, o)
+    assert report["passed"], report
+    if sq * sk <= 1500 * 1500:
+        ref = _ref_lse(quantised, causal)
+        empty = torch.isinf(ref)
+        assert torch.equal(torch.isinf(lse.cpu()), empty)
+        assert (lse.cpu().double() - ref)[~empty].abs().max() < 1e-4
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_fp8_v_in_the_ordinary_layout_is_copied_and_agrees():
+    quantised = _inputs(1, 4, 4, 1000, 1000, 128, "cuda", seed=3)
+    (q8, _), (k8, _), (v8, _) = quantised
+    kw = dict(**_descales(quantised), causal=True)
+    assert v8.stride(-1) == 1
+    assert torch.equal(flash_attention_fp8(q8, k8, v8, **kw),
+                       flash_attention_fp8(q8, k8, fp8_v_layout(v8), **kw))  # fmt: skip
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_the_rule_fails_a_wrong_fp8_output():
+    shape = (1, 4, 4, 1024, 1024, 128, True)
+    quantised = _inputs(*shape[:6], "cuda", seed=4)
+    (q8, _), (k8, _), (v8, _) = quantised
+    o = flash_attention_fp8(q8, k8, v8, **_descales(quantised), causal=True)
+    deq = [dequantize_fp8(x, s) for x, s in quantised]
+    # an output 25% too large (a V descale applied wrongly) must fail
+    assert not check_fp8_accuracy(_case(shape), *deq, o * 1.25)["passed"]
