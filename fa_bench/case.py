@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -42,15 +43,46 @@ class DType(str, Enum):
     FP32 = "fp32"
     FP16 = "fp16"
     BF16 = "bf16"
+    # Forward only: q, k, v in e4m3 with per-tensor scales, the output in bf16 (issue 21).
+    FP8_E4M3 = "fp8_e4m3"
 
     @property
     def itemsize(self) -> int:
-        return 4 if self is DType.FP32 else 2
+        """Bytes per input element (an fp8 case's output is bf16: models.py)."""
+        return {"fp32": 4, "fp8_e4m3": 1}.get(self.value, 2)
 
     def torch(self):
         import torch
 
-        return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.value]
+        return {
+            "fp32": torch.float32,
+            "fp16": torch.float16,
+            "bf16": torch.bfloat16,
+            "fp8_e4m3": torch.float8_e4m3fn,
+        }[self.value]
+
+
+# The dtypes an implementation claims unless it names its own: fp8 needs scaled inputs
+# and a forward kernel for them, so an implementation opts into it explicitly.
+DEFAULT_DTYPES = (DType.FP32, DType.FP16, DType.BF16)
+# The modes an fp8 case may have: there is no fp8 backward.
+FP8_MODES = (Mode.FWD,)
+
+
+def check_fp8_modes(dtypes: Iterable[str | DType], modes: Iterable[str | Mode]) -> str | None:
+    """Why a grid of `dtypes` × `modes` would hold an fp8 case of a mode it cannot have
+    (the suite's check, before any Case is made), or None."""
+    if DType.FP8_E4M3 not in {DType(d) for d in dtypes}:
+        return None
+    bad = [Mode(m).value for m in modes if Mode(m) not in FP8_MODES]
+    if not bad:
+        return None
+    valid = ", ".join(m.value for m in FP8_MODES)
+    return (
+        f"key 'dtypes': fp8_e4m3 is a forward-only dtype, and 'modes' has {', '.join(bad)}; "
+        f"valid modes with fp8_e4m3: {valid} (set modes = ['fwd'] or --mode fwd, or put "
+        "fp8_e4m3 in a group of its own)"
+    )
 
 
 class Status(str, Enum):
@@ -140,6 +172,11 @@ class Case:
             )
         if not isinstance(self.causal, bool):
             raise ValueError(f"causal must be true or false, got {self.causal!r}")
+        if self.dtype is DType.FP8_E4M3 and self.mode not in FP8_MODES:
+            raise ValueError(
+                f"mode {self.mode.value} does not apply to dtype fp8_e4m3, a forward-only "
+                f"dtype (valid modes: {', '.join(m.value for m in FP8_MODES)})"
+            )
         self._check_decode()
         self._check_variants()
 

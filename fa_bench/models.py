@@ -16,15 +16,19 @@ Variants (issue 19): FLOPs count only the attended pairs, exactly, under causal 
 window (`variants.window_pairs`), per sequence; a packed (varlen) case counts each
 document as its own Sq = Sk = L_b sequence. Bytes count the packed tokens T, no padding;
 ALiBi slopes, masks and softcap add nothing (computed in the kernel, or too small).
+
+fp8 (e4m3, forward only): q, k, v at 1 byte, o at 2 (bf16); the per-tensor scales add
+nothing. FLOPs are counted as for any dtype.
 """
 
 from __future__ import annotations
 
-from fa_bench.case import Case, Mode
+from fa_bench.case import Case, DType, Mode
 from fa_bench.variants import window_pairs
 
 BWD_FLOP_FACTOR = 2.5
 LSE_ITEMSIZE = 4  # the log-sum-exp saved for backward is float32 in every fused kernel
+OUT_ITEMSIZE_FP8 = 2  # an fp8 forward's output is bf16
 
 
 def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
@@ -94,9 +98,16 @@ def _kv_bytes(case: Case) -> int:
     return case.heads_kv * _key_tokens(case) * case.head_dim * case.dtype.itemsize
 
 
+def _o_bytes(case: Case) -> int:
+    """The output: q's size, except an fp8 case's, whose output is bf16 (2 bytes)."""
+    if case.dtype is DType.FP8_E4M3:
+        return case.heads_q * case.total_tokens * case.head_dim * OUT_ITEMSIZE_FP8
+    return _q_bytes(case)
+
+
 def forward_bytes(case: Case) -> int:
     """Read Q, K, V; write O."""
-    return 2 * _q_bytes(case) + 2 * _kv_bytes(case)
+    return _q_bytes(case) + _o_bytes(case) + 2 * _kv_bytes(case)
 
 
 def backward_bytes(case: Case) -> int:

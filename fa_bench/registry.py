@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fa_bench.case import PREFILL_MODES, Case, DType, Mode
+from fa_bench.case import DEFAULT_DTYPES, PREFILL_MODES, Case, DType, Mode
 from fa_bench.errors import UsageError
 
 AttnFn = Callable[..., object]
@@ -69,7 +69,7 @@ class Impl:
     builder: Callable[..., Prepared | AttnFn]
     description: str
     modes: frozenset[Mode] = frozenset(PREFILL_MODES)  # decode is opt-in: it needs a cache
-    dtypes: frozenset[DType] = frozenset(DType)
+    dtypes: frozenset[DType] = frozenset(DEFAULT_DTYPES)  # fp8 is opt-in: scaled inputs
     devices: frozenset[str] = frozenset({"cuda", "cpu"})
     # False where the backward cannot be replayed with retain_graph=True (compiled
     # FlexAttention donates its buffers): backward time is then fwd_bwd minus fwd.
@@ -88,6 +88,8 @@ class Impl:
             return f"{self.name} runs on {'/'.join(sorted(self.devices))}, not {kind}"
         if case.mode not in self.modes:
             return f"{self.name} has no {case.mode.value} mode"
+        if case.dtype is DType.FP8_E4M3 and case.dtype not in self.dtypes:
+            return f"no fp8_e4m3 forward in {self.name}"
         if case.dtype not in self.dtypes:
             valid = ", ".join(d.value for d in DType if d in self.dtypes)
             return f"{self.name} does not support {case.dtype.value} (supports {valid})"
@@ -137,7 +139,7 @@ def register(
     *,
     description: str,
     modes: Iterable[Mode] = PREFILL_MODES,
-    dtypes: Iterable[DType] = tuple(DType),
+    dtypes: Iterable[DType] = DEFAULT_DTYPES,
     devices: Iterable[str] = ("cuda", "cpu"),
     backward_reruns: bool = True,
     check: Callable[[Case, object], str | None] | None = None,

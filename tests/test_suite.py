@@ -162,7 +162,8 @@ def test_invalid_suite_names_file_and_key(tmp_path: Path, body: str, expected: l
 
 def test_bad_dtype_message_format(tmp_path: Path) -> None:
     path = write(tmp_path, without("dtypes") + 'dtypes = "fp8"\n')
-    assert load_error(path) == f"{path}: key 'dtypes': 'fp8' is not one of fp32, fp16, bf16"
+    valid = "fp32, fp16, bf16, fp8_e4m3"
+    assert load_error(path) == f"{path}: key 'dtypes': 'fp8' is not one of {valid}"
 
 
 def test_unknown_impl_lists_known_ones(tmp_path: Path) -> None:

@@ -132,6 +132,8 @@ class CaseRecord:
     telemetry: dict[str, Any] | None = None  # fa_bench.telemetry.session.case_telemetry
     traceback: str | None = None
     prepare_s: float | None = None
+    # An fp8 case's per-tensor scales {"q", "k", "v"} (run/fp8_inputs.py); else None.
+    fp8_scales: dict[str, float] | None = None
     placement: Placement | None = None
     id: str = ""  # the case id as written; defaults to case.id
     extra: dict[str, Any] = field(default_factory=dict)
@@ -216,6 +218,8 @@ class CaseRecord:
             d["traceback"] = self.traceback
         if self.prepare_s is not None:
             d["prepare_s"] = self.prepare_s
+        if self.fp8_scales is not None:
+            d["fp8_scales"] = self.fp8_scales
         if self.placement is not None:
             gpu = self.placement.gpu
             d.update(
@@ -266,6 +270,7 @@ class CaseRecord:
             telemetry=tel,
             traceback=d.get("traceback"),
             prepare_s=d.get("prepare_s"),
+            fp8_scales=d.get("fp8_scales"),
             placement=Placement(
                 wall_s=d.get("wall_s"),
                 host=d.get("host"),
@@ -312,10 +317,23 @@ def _check_types(d: dict, where: str) -> None:
         schema.number(d, key, where, default=None, nonneg=key in _NOT_NEGATIVE)
     for key in ("timing", "accuracy"):
         schema.obj(d, key, where, default=None)
+    _check_fp8_scales(d, where)
     if d.get("timing") is not None:
         schema.check_timing(d["timing"], where)
     if isinstance(d["telemetry"], dict):
         schema.check_telemetry(d["telemetry"], where)
+
+
+def _check_fp8_scales(d: dict, where: str) -> None:
+    """`fp8_scales`, when present: {"q", "k", "v"} positive numbers (null: no fp8 case)."""
+    scales = schema.obj(d, "fp8_scales", where, default=None)
+    if scales is None:
+        return
+    at = f"{where}: fp8_scales"
+    for key in ("q", "k", "v"):
+        if key not in scales:
+            raise ResultsError(f"{at} lacks {key!r}")
+        schema.number(scales, key, at, null=False, nonneg=True)
 
 
 REQUIRED_KEYS = (
@@ -324,7 +342,7 @@ REQUIRED_KEYS = (
 )  # fmt: skip
 _KNOWN_KEYS = frozenset(
     (*REQUIRED_KEYS, *_OPTIONAL_CASE_KEYS, "backend", "derived", "timing", "flops",
-     "bytes_model", "traceback", "prepare_s", "wall_s", "host", "gpu")
+     "bytes_model", "traceback", "prepare_s", "fp8_scales", "wall_s", "host", "gpu")
 )  # fmt: skip
 
 

@@ -64,7 +64,12 @@ def _floor(ref: torch.Tensor, dtype: torch.dtype, terms: int) -> float:
 
 
 def _tensor_report(
-    x: torch.Tensor, x_slice: torch.Tensor, ref: torch.Tensor, base: torch.Tensor, terms: int
+    x: torch.Tensor,
+    x_slice: torch.Tensor,
+    ref: torch.Tensor,
+    base: torch.Tensor,
+    terms: int,
+    extra_floor: float = 0.0,
 ) -> dict:
     nonfinite = int((~torch.isfinite(x)).sum().item())
     ref = ref.double()
@@ -72,7 +77,7 @@ def _tensor_report(
     ref_norm = ref.norm().item()
     base_err = (base.double() - ref).abs().max().item() if ref.numel() else 0.0
     floor = _floor(ref, x.dtype, terms) if ref.numel() else 0.0
-    tolerance = 2.0 * base_err + floor
+    tolerance = 2.0 * base_err + floor + extra_floor
     if nonfinite:
         # inf rather than NaN so that "worst over tensors" still compares correctly.
         max_abs, rel_l2 = math.inf, math.inf
@@ -164,6 +169,53 @@ def check_accuracy(
         "passed": all(t["passed"] for t in tensors.values()),
         "tensors": tensors,
         "slice": f"{_batch_slice(case)}, kv head 0, {heads}",
+    }
+
+
+# One e4m3 step, relative: 3 mantissa bits. Twice the rounding error of one e4m3 value,
+# as _floor's 2× of the case dtype's rounding.
+E4M3_STEP = 2.0**-3
+
+
+def check_fp8_accuracy(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
+) -> dict:
+    """check_accuracy's rule for an fp8 forward case (`DType.FP8_E4M3`).
+
+    q, k, v are the DEQUANTISED inputs (x8 · descale, fp32; run/fp8_inputs.py): the case
+    is the attention of those values. The reference is their float64 attention, the
+    baseline plain PyTorch attention of them in bf16 (`reference_attention` on bf16
+    tensors: matmul, softmax, matmul), and
+
+        tolerance = 2 · max|baseline − ref| + the bf16 floor of o (as check_accuracy's)
+                    + 2⁻³ · max|ref|
+
+    The last term is one e4m3 step at the output's magnitude: an fp8 kernel rounds P to
+    e4m3 for the PV matmul (a relative error up to 2⁻⁴ per element), which the bf16
+    baseline does not. Same slice as check_accuracy (batch 0, kv head 0 and its q heads).
+    """
+    if case.mode is not Mode.FWD:
+        raise ValueError(f"an fp8 case is forward only, got mode {case.mode.value}")
+    group = case.heads_q // case.heads_kv
+    if o.shape != q.shape:
+        raise ValueError(f"o {tuple(o.shape)} differs from q {tuple(q.shape)}")
+    q_s, k_s, v_s = q[:1, :group].detach(), k[:1, :1].detach(), v[:1, :1].detach()
+    chunk = max(1, min(1024, _SCORE_BLOCK_ELEMENTS // max(1, group * case.seqlen_k)))
+    ref = reference_attention(
+        q_s.double(), k_s.double(), v_s.double(), causal=case.causal, chunk_rows=chunk
+    ).o
+    low = [t.to(torch.bfloat16) for t in (q_s, k_s, v_s)]
+    base = reference_attention(*low, causal=case.causal, chunk_rows=chunk).o
+    e4m3 = E4M3_STEP * ref.abs().max().item() if ref.numel() else 0.0
+    terms = max(case.seqlen_k, group * case.seqlen_q)
+    report = _tensor_report(o.detach(), o[:1, :group].detach(), ref, base, terms, e4m3)
+    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+    return {
+        "max_abs_err": report["max_abs_err"],
+        "rel_l2_err": report["rel_l2_err"],
+        "passed": report["passed"],
+        "tensors": {"o": report},
+        "slice": f"batch 0, kv head 0, {heads}; fp8 inputs dequantised",
     }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from fa_bench import models, registry
-from fa_bench.case import Case, Mode, Status
+from fa_bench.case import Case, DType, Mode, Status
 from fa_bench.results.record import CaseRecord, Latency
 from fa_bench.run.timing import Timing, TimingConfig, measure, summarize
 from fa_bench.telemetry.session import TelemetrySession, case_telemetry
@@ -49,7 +49,8 @@ def make_inputs(
 
     from fa_bench.run.variant_inputs import input_shape
 
-    dt = case.dtype.torch()
+    # An fp8 case's inputs are made in bf16 and quantised per tensor (run/fp8_inputs.py).
+    dt = torch.bfloat16 if case.dtype is DType.FP8_E4M3 else case.dtype.torch()
     # (B, S): a packed (varlen) case's documents back to back in one (1, H, T, D) sequence.
     batch, seqlen_q, seqlen_k = input_shape(case)
     q = torch.randn(batch, case.heads_q, seqlen_q, case.head_dim, device=device, dtype=dt)
@@ -126,6 +127,13 @@ def _run(
     impl_options: dict | None,
 ) -> CaseRecord:
     q, k, v, do = make_inputs(case, device)
+    fp8 = None
+    if case.dtype is DType.FP8_E4M3:  # quantised, V's layout made: outside the timed span
+        from fa_bench.run.fp8_inputs import quantise_inputs, with_descales
+
+        fp8 = quantise_inputs(q, k, v)
+        q, k, v = fp8.q, fp8.k, fp8.v
+        impl_options = with_descales(impl_options, fp8)
     t_prepare = time.perf_counter()
     prepared = impl.prepare(case, q, k, v, impl_options)
     # Preparation (compilation for Triton on a GPU) is outside the timed span; its
@@ -135,7 +143,11 @@ def _run(
     grads_needed = case.mode.backward
 
     accuracy = None
-    if opts.check_accuracy:
+    if opts.check_accuracy and fp8 is not None:
+        from fa_bench.run.accuracy import check_fp8_accuracy
+
+        accuracy = check_fp8_accuracy(case, *fp8.dequantised(), fn(q, k, v))
+    elif opts.check_accuracy:
         accuracy = _check(case, fn, q, k, v, do if grads_needed else None)
 
     closure, before = _timed_call(case, impl, fn, q, k, v, do)
@@ -167,6 +179,7 @@ def _run(
             opts.telemetry, case, closure, before, median_ms=median, derived=derived is not None
         ),
         prepare_s=prepare_s,
+        fp8_scales=fp8.scales() if fp8 is not None else None,
     )
 
 

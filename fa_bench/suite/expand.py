@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fa_bench.case import Case
+from fa_bench.case import Case, check_fp8_modes
 from fa_bench.suite import decode, variants
 from fa_bench.suite.overrides import FLAGS, Overrides, checked_overrides
 from fa_bench.suite.parse import (
@@ -321,6 +321,9 @@ def _build(
         reason = variants.check_group(axes)
         if reason:
             raise gwhere.error(reason + _used_flags(ov, "modes", *variants.VARIANT_AXES))
+        reason = check_fp8_modes(axes["dtypes"], axes["modes"])
+        if reason:
+            raise gwhere.error(reason + _used_flags(ov, "dtypes", "modes"))
     if max_cases is not None:
         _check_size(grid, source, ov, max_cases, earlier)
     cases: dict[str, Case] = {}
