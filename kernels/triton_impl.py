@@ -88,6 +88,10 @@ def _prepare(
     from fa_bench.sweep.vocab import config_label
 
     config, source = case_config(case, q.device, (options or {}).get("config"))
+    if case.dtype is DType.FP8_E4M3:  # forward only (Case): our fp8 kernel
+        from fa_bench.kernels import flash_fp8_impl
+
+        return flash_fp8_impl.build(case, q, k, v, options, config, f"{name}-fp8", source)
     causal = case.causal
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -106,7 +110,7 @@ def _prepare(
 
 _SUPPORT: dict = dict(
     modes=(Mode.FWD, Mode.BWD, Mode.FWD_BWD),
-    dtypes=(DType.FP32, DType.FP16, DType.BF16),
+    dtypes=(DType.FP32, DType.FP16, DType.BF16, DType.FP8_E4M3),
     devices=("cuda", "cpu"),
     check=_check,
 )
