@@ -163,11 +163,49 @@ def _validate_device(device: torch.device, shapes: str) -> None:
         )
 
 
+def _tma_alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """triton's allocator protocol (descriptor scratch); torch aligns beyond `alignment`."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_tma_allocator() -> None:
+    """Device-side descriptors need global scratch from `triton.set_allocator`, which
+    triton keeps per thread/context (a ContextVar): set it where this context has none
+    (the 16-bit forward does the same, kernels/flash_attention.py)."""
+    import triton
+
+    try:
+        from triton.runtime import _allocation
+
+        unset = isinstance(_allocation._allocator.get(), _allocation.NullAllocator)
+    except (ImportError, AttributeError):  # triton moved its internals: set it every time
+        unset = True
+    if unset:
+        triton.set_allocator(_tma_alloc)
+
+
+def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
+    """Descriptors need sm_90+, 16-byte aligned bases and strides, and V K-major (its
+    descriptor spans the (D, S) storage of a head)."""
+    if _interpreting() or q.device.type != "cuda" or v.stride(-2) != 1:
+        return False
+    if torch.cuda.get_device_capability(q.device)[0] < 9:
+        return False
+    for t in (q, k, v, o):
+        strides = [s for s in t.stride() if s != 1]
+        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in strides):
+            return False
+    return True
+
+
 def _forward_fp8(q, k, v, descales: dict, causal: bool, scale: float, cfg: FlashConfig):
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     o = torch.empty(q.shape, device=q.device, dtype=torch.bfloat16)
     lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    use_tma = cfg.use_tma and _tma_ok(q, k, v, o)
+    if use_tma:
+        _ensure_tma_allocator()
     grid = ((seq_q + cfg.block_m - 1) // cfg.block_m, batch * heads_q)
     _kernel()[grid](
         q, k, v, o, lse2, descales["q_descale"], descales["k_descale"], descales["v_descale"],
@@ -175,7 +213,8 @@ def _forward_fp8(q, k, v, descales: dict, causal: bool, scale: float, cfg: Flash
         heads_q, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_pow2(head_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=causal, EVEN_Q=seq_q % cfg.block_m == 0,
+        CAUSAL=causal, EVEN_Q=seq_q % cfg.block_m == 0, EVEN_K=seq_k % cfg.block_n == 0,
+        USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return o, lse2
@@ -211,9 +250,11 @@ def flash_attention_fp8(
     of 8 up to 256 (at least 32 after padding to a power of two). `scale` defaults to
     1/sqrt(head_dim). Rows that see no key give 0 (lse -inf).
 
-    `config` (a FlashConfig; its forward fields block_m, block_n, num_warps, num_stages)
-    overrides the tiles, which default to the bf16 forward's heuristic. Forward only: an
-    input that requires grad raises ValueError. `return_lse=True` also returns the
+    `config` (a FlashConfig; its forward fields block_m, block_n, num_warps, num_stages,
+    use_tma, warp_specialize) overrides the launch, which defaults to the bf16 forward's
+    heuristic (pointer loads; `use_tma=True` takes device-side descriptors on sm_90+ where
+    the strides allow, `warp_specialize` triton's automatic warp specialisation there).
+    Forward only: an input that requires grad raises ValueError. `return_lse=True` also returns the
     natural-log log-sum-exp of each row's scaled scores, (batch, heads_q, seqlen_q) fp32.
     """
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}

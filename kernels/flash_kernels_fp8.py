@@ -52,17 +52,23 @@ def _load_v_kmajor(
 @triton.jit
 def _fp8_inner(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_ks, stride_vs, stride_vd,
+    k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
     lo, hi, offs_m, offs_d, seq_k, causal_off, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
     DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over keys [lo, hi), as flash_kernels._fwd_inner, with P shifted
     by P_EXP and quantised to e4m3 for the PV matmul."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         cols = start_n + offs_n
-        k = load_rows(k_base, cols, stride_ks, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL, MASK_D)
+        if USE_TMA:
+            k = k_desc.load([start_n, 0])
+        else:
+            k = load_rows(
+                k_base, cols, stride_ks, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL, MASK_D
+            )
         qk = tl.dot(q, tl.trans(k), out_dtype=tl.float32)
         if DIAGONAL_OR_TAIL:
             keep = cols[None, :] < seq_k
@@ -80,9 +86,13 @@ def _fp8_inner(
             alpha = tl.math.exp2(m_i - m_ij)
         l_ij = tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        v = _load_v_kmajor(
-            v_base, cols, stride_vs, stride_vd, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL, MASK_D
-        )
+        if USE_TMA:  # V's (HEAD_DIM_PAD, BLOCK_N) block of its (D, S) storage, viewed (N, D)
+            v = tl.trans(vt_desc.load([0, start_n]))
+        else:
+            v = _load_v_kmajor(
+                v_base, cols, stride_vs, stride_vd, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
+                MASK_D,
+            )  # fmt: skip
         acc = tl.dot(p.to(tl.float8e4nv), v, acc, out_dtype=tl.float32)
         l_i = l_i * alpha + l_ij
         m_i = m_ij
@@ -100,9 +110,13 @@ def _fwd_fp8_kernel(
     heads_q, group, seq_q, seq_k, sm_scale_log2,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr,
+    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):  # fmt: skip
-    """One program: BLOCK_M query rows of one (batch, q head); streams the visible keys."""
+    """One program: BLOCK_M query rows of one (batch, q head); streams the visible keys.
+    USE_TMA: device-side tensor descriptors (sm_90+, 16-byte aligned strides) for Q, K,
+    V (its (D, S) storage) and O; WARP_SPECIALIZE: triton's automatic warp specialisation
+    of the key loop (descriptors and 4 warps only: triton specialises nothing at 8)."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     # Causal: launch the longest row blocks (the last ones) first for a balanced tail.
@@ -122,7 +136,22 @@ def _fwd_fp8_kernel(
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+    if USE_TMA:
+        # Per-(batch, head) descriptors: bounds are this head's, tails read as zeros.
+        q_desc = tl.make_tensor_descriptor(
+            q_base, [seq_q, HEAD_DIM], [stride_qs, 1], [BLOCK_M, HEAD_DIM_PAD]
+        )
+        k_desc = tl.make_tensor_descriptor(
+            k_base, [seq_k, HEAD_DIM], [stride_ks, 1], [BLOCK_N, HEAD_DIM_PAD]
+        )
+        vt_desc = tl.make_tensor_descriptor(
+            v_base, [HEAD_DIM, seq_k], [stride_vd, 1], [HEAD_DIM_PAD, BLOCK_N]
+        )
+        q = q_desc.load([m0, 0])
+    else:
+        k_desc = None
+        vt_desc = None
+        q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
     qk_scale = tl.load(Q_DESCALE) * tl.load(K_DESCALE) * sm_scale_log2
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -131,16 +160,27 @@ def _fwd_fp8_kernel(
 
     causal_off = seq_k - seq_q
     n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fp8_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, stride_vd,
-        0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D,
-    )  # fmt: skip
-    acc, l_i, m_i = _fp8_inner(
-        acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, stride_vd,
-        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D,
-    )  # fmt: skip
+    if WARP_SPECIALIZE:
+        # triton 3.6's warp specialisation fails to compile (an MLIR dominance assertion)
+        # when a second key loop follows the specialised one: one loop over all the keys,
+        # unmasked where every block is whole (non-causal, EVEN_K), else masked throughout.
+        ALL_WHOLE: tl.constexpr = EVEN_K and not CAUSAL
+        acc, l_i, m_i = _fp8_inner(
+            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
+            0, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, not ALL_WHOLE, CAUSAL, MASK_D, USE_TMA, True,
+        )  # fmt: skip
+    else:
+        acc, l_i, m_i = _fp8_inner(
+            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
+            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, False,
+        )  # fmt: skip
+        acc, l_i, m_i = _fp8_inner(
+            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
+            n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False,
+        )  # fmt: skip
 
     # Rows with no visible key: output 0, lse2 = +inf (as the dense forward).
     empty = l_i == 0.0
@@ -153,4 +193,10 @@ def _fwd_fp8_kernel(
     else:
         tl.store(lse_ptrs, lse2, mask=offs_m < seq_q)
     out = acc.to(Out.dtype.element_ty)
-    store_rows(o_base, offs_m, stride_os, offs_d, seq_q, out, HEAD_DIM, not EVEN_Q, MASK_D)
+    if USE_TMA:
+        o_desc = tl.make_tensor_descriptor(
+            o_base, [seq_q, HEAD_DIM], [stride_os, 1], [BLOCK_M, HEAD_DIM_PAD]
+        )
+        o_desc.store([m0, 0], out)
+    else:
+        store_rows(o_base, offs_m, stride_os, offs_d, seq_q, out, HEAD_DIM, not EVEN_Q, MASK_D)

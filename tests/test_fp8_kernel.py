@@ -26,6 +26,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from fa_bench.case import Case
+from fa_bench.kernels import flash_fp8
 from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_fp8 import (
     dequantize_fp8,
@@ -191,3 +192,43 @@ def test_gpu_the_rule_fails_a_wrong_fp8_output():
     deq = [dequantize_fp8(x, s) for x, s in quantised]
     # an output 25% too large (a V descale applied wrongly) must fail
     assert not check_fp8_accuracy(_case(shape), *deq, o * 1.25)["passed"]
+
+
+# The descriptor (TMA) path and triton's warp specialisation (one key loop, masked unless
+# every block is whole): compiled on sm_90 only; the interpreter takes the pointer path.
+LAUNCHES = {
+    "tma": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
+    "tma-ws": FlashConfig(block_m=128, block_n=128, num_warps=4, num_stages=3, use_tma=True,
+                          warp_specialize=True),
+    "tma-ws-64": FlashConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, use_tma=True,
+                             warp_specialize=True),
+}  # fmt: skip
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 4, 4, 1024, 1024, 128, False),
+        (2, 4, 4, 1024, 1024, 128, True),
+        (1, 8, 2, 784, 1504, 128, True),
+        (1, 4, 1, 1504, 784, 64, True),
+        (1, 4, 4, 1008, 1008, 128, False),
+    ],
+    ids=lambda s: "-".join(map(str, s)),
+)
+def test_gpu_descriptor_and_warp_specialised_paths(launch, shape):
+    # lengths multiples of 16 (V's K-major rows are seqlen_k bytes: TMA needs 16-byte
+    # strides); 1008 is not a multiple of the 64/128-key tiles (a masked tail)
+    b, hq, hkv, sq, sk, d, causal = shape
+    quantised = _inputs(b, hq, hkv, sq, sk, d, "cuda", seed=5)
+    (q8, _), (k8, _), (v8, _) = quantised
+    vt = fp8_v_layout(v8)
+    assert flash_fp8._tma_ok(q8, k8, vt, torch.empty_like(q8, dtype=torch.bfloat16))
+    o = flash_attention_fp8(
+        q8, k8, vt, **_descales(quantised), causal=causal, config=LAUNCHES[launch]
+    )
+    deq = [dequantize_fp8(x, s) for x, s in quantised]
+    assert check_fp8_accuracy(_case(shape), *deq, o)["passed"]

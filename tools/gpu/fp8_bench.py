@@ -30,16 +30,25 @@ VARIANTS = {
     128: [
         ("default", None),
         ("128x128 w8 s4", dict(block_m=128, block_n=128, num_warps=8, num_stages=4)),
-        ("128x128 w8 s2", dict(block_m=128, block_n=128, num_warps=8, num_stages=2)),
         ("128x64 w4 s3", dict(block_m=128, block_n=64, num_warps=4, num_stages=3)),
-        ("128x128 w4 s3", dict(block_m=128, block_n=128, num_warps=4, num_stages=3)),
+        ("tma 128x128 w8 s3", dict(block_m=128, block_n=128, num_warps=8, num_stages=3,
+                                   use_tma=True)),
+        ("tma+ws 128x128 w4 s3", dict(block_m=128, block_n=128, num_warps=4, num_stages=3,
+                                      use_tma=True, warp_specialize=True)),
+        ("tma+ws 128x128 w4 s2", dict(block_m=128, block_n=128, num_warps=4, num_stages=2,
+                                      use_tma=True, warp_specialize=True)),
+        ("tma+ws 128x64 w4 s3", dict(block_m=128, block_n=64, num_warps=4, num_stages=3,
+                                     use_tma=True, warp_specialize=True)),
     ],
     64: [
         ("default", None),
         ("128x128 w8 s3", dict(block_m=128, block_n=128, num_warps=8, num_stages=3)),
-        ("128x128 w4 s4", dict(block_m=128, block_n=128, num_warps=4, num_stages=4)),
+        ("tma+ws 128x128 w4 s3", dict(block_m=128, block_n=128, num_warps=4, num_stages=3,
+                                      use_tma=True, warp_specialize=True)),
+        ("tma+ws 128x64 w4 s3", dict(block_m=128, block_n=64, num_warps=4, num_stages=3,
+                                     use_tma=True, warp_specialize=True)),
     ],
-}
+}  # fmt: skip
 
 
 def _tflops(case: Case, ms: float) -> float:
