@@ -1,0 +1,316 @@
+"""Host side of the Gluon FlashAttention forward for sm_90 (issue 21).
+
+`gluon_reason(q, k, v, causal)` says why the Gluon kernel cannot run these inputs (None
+when it can); `gluon_forward(q, k, v, causal, scale, config)` runs it and returns
+(o, lse2) with exactly the conventions of `flash_attention._forward`: o in q's layout
+(B, Hq, Sq, D), lse2 the log2-domain log-sum-exp (B, Hq, Sq) fp32 with +inf for rows
+that see no key, bottom-right causal, GQA, any sequence lengths. So the `tl` backward
+consumes it unchanged.
+
+The kernels (kernels/flash_gluon_kernels.py) are written against triton 3.6.0's Gluon
+API; this module imports triton only when a kernel is launched or the API is probed, so
+importing it touches no device and no triton.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+_LOG2E = 1.4426950408889634
+VARIANTS = ("ws", "pipelined")
+HEAD_DIMS = (64, 128, 256)
+# sm_90's shared memory per block (227 KB) less what the kernels keep for mbarriers.
+SMEM_BYTES = 227 * 1024 - 1024
+_TMA_ALIGN = 16
+# setmaxnreg takes multiples of 8 from 24 to 256.
+_MIN_REGS, _MAX_REGS = 24, 256
+
+
+@dataclass(frozen=True)
+class GluonConfig:
+    """Launch parameters of the Gluon forward.
+
+    variant: "ws" (warp specialised: a producer warp and two consumer warpgroups) or
+      "pipelined" (one partition issuing its own TMA loads; the fallback).
+    block_m: query rows per consumer warpgroup ("ws": 64, each of the two consumers
+      owns its own tile, a CTA covers 2·block_m rows) or per CTA ("pipelined": 64
+      with 4 warps, 128 with 8).
+    block_n: keys per step; stages: depth of the K/V ring in shared memory.
+    num_warps: warps of the "pipelined" kernel (4 or 8); "ws" always has 4 per consumer.
+    pingpong: the two "ws" consumers take turns to issue their matmuls.
+    producer_regs / consumer_regs: per-thread registers of the "ws" producer's
+      warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
+    """
+
+    variant: str = "ws"
+    block_m: int = 64
+    block_n: int = 128
+    stages: int = 2
+    num_warps: int = 4
+    pingpong: bool = True
+    producer_regs: int = 24
+    consumer_regs: int = 240
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"GluonConfig.variant={self.variant!r}: expected one of {VARIANTS}")
+        for name, valid in (
+            ("block_m", (64, 128)),
+            ("block_n", (32, 64, 128, 256)),
+            ("stages", (1, 2, 3, 4)),
+            ("num_warps", (4, 8)),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in valid:
+                raise ValueError(f"GluonConfig.{name}={value!r}: expected one of {valid}")
+        if self.variant == "pipelined" and self.block_m != 16 * self.num_warps:
+            # wgmma tiles rows 16 per warp: 4 warps hold 64 rows, 8 warps 128
+            raise ValueError(
+                f"GluonConfig(variant='pipelined', block_m={self.block_m}, "
+                f"num_warps={self.num_warps}): block_m must be 16 * num_warps"
+            )
+        if self.variant == "ws" and (self.block_m != 64 or self.num_warps != 4):
+            raise ValueError(
+                f"GluonConfig(variant='ws', block_m={self.block_m}, num_warps={self.num_warps}): "
+                "each ws consumer is one warpgroup of 4 warps owning 64 rows"
+            )
+        if not isinstance(self.pingpong, bool):
+            raise ValueError(f"GluonConfig.pingpong={self.pingpong!r}: expected a bool")
+        for name in ("producer_regs", "consumer_regs"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value % 8
+                or not _MIN_REGS <= value <= _MAX_REGS
+            ):
+                raise ValueError(
+                    f"GluonConfig.{name}={value!r}: expected a multiple of 8 in "
+                    f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
+                )
+
+    @property
+    def rows_per_cta(self) -> int:
+        return 2 * self.block_m if self.variant == "ws" else self.block_m
+
+    def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
+        """Shared memory of the Q tile(s) and the K/V ring (the O tile reuses Q's)."""
+        return (self.rows_per_cta + 2 * self.stages * self.block_n) * head_dim * elem_bytes
+
+    def label(self) -> str:
+        """A short name for tables: the variant and its tiles."""
+        text = f"{self.variant}-m{self.block_m}-n{self.block_n}-s{self.stages}"
+        if self.variant == "pipelined":
+            return f"{text}-w{self.num_warps}"
+        return text if self.pingpong else f"{text}-nopp"
+
+
+def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
+    """The heuristic: the warp-specialised kernel with 128-key steps and the deepest ring
+    that fits shared memory (d128: 2 stages = 160 KB; d64: 4 stages = 144 KB; d256:
+    64-key steps, 2 stages = 192 KB). Not tuned on the GPU yet: see docs/kernel.md."""
+    del causal  # the same tiles for now; a parameter so that tuning can split them
+    block_n = 64 if head_dim > 128 else 128
+    stages = 4
+    while (
+        stages > 1 and GluonConfig(block_n=block_n, stages=stages).smem_bytes(head_dim) > SMEM_BYTES
+    ):
+        stages -= 1
+    return GluonConfig(block_n=block_n, stages=stages)
+
+
+def candidate_configs(head_dim: int) -> list[GluonConfig]:
+    """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim: the
+    heuristic's config, "ws" without ping-pong, a ring one stage shallower, and the
+    "pipelined" fallback (8 warps × 128 rows up to head_dim 128, 4 × 64 above)."""
+    base = gluon_config(head_dim)
+    out = [base, GluonConfig(block_n=base.block_n, stages=base.stages, pingpong=False)]
+    if base.stages > 1:
+        out.append(GluonConfig(block_n=base.block_n, stages=base.stages - 1))
+    warps = 8 if head_dim <= 128 else 4
+    out.append(
+        GluonConfig(
+            variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2
+        )
+    )
+    return out
+
+
+# Gluon is experimental and its API moves between triton releases (3.9 renamed the TMA
+# copies, for one): the kernels are written for, and compiled against, 3.6.
+GLUON_TRITON = "3.6"
+
+
+def version_reason(version: str) -> str | None:
+    """Why a triton of this version cannot build the kernels (None for 3.6.x)."""
+    if version.split(".")[:2] != GLUON_TRITON.split("."):
+        return (
+            f"triton {version}: the Gluon kernels are written for triton {GLUON_TRITON}.x's "
+            "Gluon API (experimental, it changes between releases)"
+        )
+    return None
+
+
+@functools.cache
+def _api_reason() -> str | None:
+    """Why this triton's Gluon cannot build the kernels: none at all, another version."""
+    try:
+        import triton
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.language.nvidia import hopper
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401
+    except Exception as e:  # an old triton, or one without Gluon
+        return f"triton has no usable Gluon ({type(e).__name__}: {e})"
+    reason = version_reason(getattr(triton, "__version__", "?"))
+    if reason:
+        return reason
+    missing = [
+        name
+        for name in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared")
+        if not hasattr(hopper, name)
+    ]
+    if not hasattr(gl, "warp_specialize"):
+        missing.append("warp_specialize")
+    if missing:
+        return f"triton {triton.__version__}'s Gluon lacks {', '.join(missing)}"
+    return None
+
+
+def _tensor_reason(name: str, t: Any) -> str | None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a tensor"
+    if t.dim() != 4:
+        return f"{name} has shape {tuple(t.shape)}, expected (batch, heads, seqlen, head_dim)"
+    if t.dtype not in (torch.float16, torch.bfloat16):
+        return f"{name}.dtype={t.dtype}: the Gluon forward takes float16 and bfloat16"
+    if t.stride(-1) != 1:
+        return f"{name}.stride()={tuple(t.stride())}: the last stride must be 1 (TMA)"
+    size = t.element_size()
+    if t.data_ptr() % _TMA_ALIGN or any((s * size) % _TMA_ALIGN for s in t.stride()[:-1]):
+        return f"{name}: base or strides {tuple(t.stride())} not 16-byte aligned (TMA)"
+    return None
+
+
+def gluon_reason(q: Any, k: Any, v: Any, causal: bool) -> str | None:
+    """Why the Gluon kernel cannot run these inputs, or None if it can."""
+    del causal  # both are supported
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        reason = _tensor_reason(name, t)
+        if reason:
+            return reason
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "TRITON_INTERPRET=1: Gluon kernels do not run in the Triton interpreter"
+    if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
+        return (
+            f"q, k, v on {q.device}, {k.device}, {v.device}: the Gluon kernel needs one CUDA device"
+        )
+    import torch
+
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return (
+            f"compute capability {cap[0]}.{cap[1]}: the Gluon kernel is written for sm_90 (Hopper)"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        return f"dtypes q {q.dtype}, k {k.dtype}, v {v.dtype} differ"
+    batch, heads_q, _, head_dim = q.shape
+    if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
+        return f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match"
+    if heads_q % k.shape[1]:
+        return f"heads_q={heads_q} is not a multiple of heads_kv={k.shape[1]}"
+    if head_dim not in HEAD_DIMS:
+        return f"head_dim={head_dim}: the Gluon kernel takes {HEAD_DIMS}"
+    if min(q.shape[2], k.shape[2]) < 1:
+        return f"seqlen_q={q.shape[2]}, seqlen_k={k.shape[2]}: both must be at least 1"
+    return _api_reason()
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> Any:
+    """A 4-D TMA descriptor over (B, H, S, D) with a [1, 1, rows, D] box: bounds per head."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    block = [1, 1, rows, t.shape[3]]
+    dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def gluon_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: GluonConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel: (o, lse2) as `_forward`."""
+    import torch
+
+    reason = gluon_reason(q, k, v, causal)
+    if reason:
+        raise ValueError(f"gluon_forward cannot run these inputs: {reason}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r}: expected a bool")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale={scale!r}: expected a positive float")
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    cfg = config if config is not None else gluon_config(head_dim, causal)
+    if not isinstance(cfg, GluonConfig):
+        raise TypeError(f"config={cfg!r}: expected a GluonConfig")
+    if cfg.smem_bytes(head_dim) > SMEM_BYTES:
+        raise ValueError(
+            f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} bytes "
+            f"of shared memory, more than sm_90's {SMEM_BYTES}: fewer stages or a smaller block_n"
+        )
+    from fa_bench.kernels import flash_gluon_kernels, flash_gluon_ws
+
+    o = torch.empty_like(q)  # keeps q's layout
+    lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
+    k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
+    grid = (-(-seq_q // cfg.rows_per_cta), batch * heads_q)
+    args = (
+        q_desc,
+        k_desc,
+        v_desc,
+        o_desc,
+        lse2,
+        heads_q,
+        heads_q // heads_kv,
+        seq_q,
+        seq_k,
+        float(scale) * _LOG2E,
+    )
+    common = dict(
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        HEAD_DIM=head_dim,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+    )
+    if cfg.variant == "ws":
+        flash_gluon_ws._fwd_ws[grid](
+            *args,
+            **common,
+            NUM_WARPS=4,
+            PINGPONG=cfg.pingpong,
+            PRODUCER_REGS=cfg.producer_regs,
+            CONSUMER_REGS=cfg.consumer_regs,
+            num_warps=4,
+        )
+    else:
+        flash_gluon_kernels._fwd_pipelined[grid](
+            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps
+        )
+    return o, lse2

@@ -1,0 +1,273 @@
+"""The Gluon forward for sm_90 (issue 21): kernels/flash_gluon.py and its kernels.
+
+CPU: why it cannot run (`gluon_reason`, the triton version rule), `GluonConfig`'s checks,
+the heuristic and the configs a sweep covers fitting shared memory, `gluon_forward`'s
+errors. Gluon kernels do not run in the interpreter; `slow`: compile every combination
+for sm_90 with tools/gluon_compile.py where a triton 3.6 is available (the installed one,
+or one at $GLUON_TRITON_PATH, e.g. /tmp/tri36). GPU (`-m gpu`, an H200): the forward
+against the float64 reference under the project's accuracy rule (fa_bench.run.accuracy),
+rows with no key, our `tl` backward consuming its (o, lse2), every config variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_bench.kernels.flash_gluon import (
+    HEAD_DIMS,
+    SMEM_BYTES,
+    GluonConfig,
+    candidate_configs,
+    gluon_config,
+    gluon_forward,
+    gluon_reason,
+    version_reason,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _qkv(dtype=torch.float16, shape=(1, 2, 64, 64), kv_heads=None, device="cpu"):
+    b, h, s, d = shape
+    kv = (b, kv_heads or h, s, d)
+    return (
+        torch.randn(shape, dtype=dtype, device=device),
+        torch.randn(kv, dtype=dtype, device=device),
+        torch.randn(kv, dtype=dtype, device=device),
+    )
+
+
+# --- why it cannot run --------------------------------------------------------------------
+
+
+def test_reason_names_the_dtype_and_shape_problems():
+    q, k, v = _qkv(torch.float32)
+    assert "q.dtype=torch.float32" in gluon_reason(q, k, v, False)
+    q, k, v = _qkv()
+    assert "not a tensor" in gluon_reason(q.tolist(), k, v, False)
+    assert "k has shape (2, 64, 64)" in gluon_reason(q, k[0], v, causal=True)
+
+
+def test_reason_names_strides_and_alignment():
+    q, k, v = _qkv()
+    assert "last stride must be 1" in gluon_reason(q, k.transpose(2, 3), v, False)
+    wide = torch.randn(1, 2, 64, 65, dtype=torch.float16)[..., 1:]  # 130-byte rows
+    assert "16-byte aligned" in gluon_reason(q, k, wide, False)
+
+
+def test_reason_interpreter_then_device(monkeypatch):
+    q, k, v = _qkv()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "interpreter" in gluon_reason(q, k, v, False)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert "CUDA" in gluon_reason(q, k, v, False)
+
+
+def test_version_rule():
+    assert version_reason("3.6.0") is None
+    assert version_reason("3.6.1") is None
+    for other in ("3.5.1", "3.9.0", "3.10.0"):
+        reason = version_reason(other)
+        assert reason and other in reason and "3.6" in reason
+
+
+def test_forward_refuses_what_it_cannot_run():
+    q, k, v = _qkv(torch.float32)
+    with pytest.raises(ValueError, match=r"gluon_forward cannot run.*float32"):
+        gluon_forward(q, k, v, False, 0.125)
+
+
+# --- config --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (dict(variant="tl"), r"variant='tl'"),
+        (dict(block_n=96), r"block_n=96"),
+        (dict(stages=0), r"stages=0"),
+        (dict(stages=True), r"stages=True"),
+        (dict(num_warps=2), r"num_warps=2"),
+        (dict(block_m=128), r"variant='ws', block_m=128"),
+        (dict(variant="pipelined", block_m=64, num_warps=8), r"block_m must be 16 \* num_warps"),
+        (dict(pingpong=1), r"pingpong=1"),
+        (dict(producer_regs=20), r"producer_regs=20"),
+        (dict(consumer_regs=260), r"consumer_regs=260"),
+        (dict(consumer_regs=236), r"consumer_regs=236"),
+    ],
+)
+def test_config_validation(fields, match):
+    with pytest.raises(ValueError, match=match):
+        GluonConfig(**fields)
+
+
+def test_config_shared_memory_and_label():
+    ws = GluonConfig(block_n=128, stages=2)
+    assert ws.rows_per_cta == 128
+    assert ws.smem_bytes(128) == (128 + 4 * 128) * 128 * 2
+    assert ws.label() == "ws-m64-n128-s2"
+    assert GluonConfig(pingpong=False).label().endswith("-nopp")
+    pipe = GluonConfig(variant="pipelined", block_m=128, num_warps=8)
+    assert pipe.rows_per_cta == 128
+    assert pipe.label() == "pipelined-m128-n128-s2-w8"
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_heuristic_takes_the_deepest_ring_that_fits(head_dim):
+    cfg = gluon_config(head_dim)
+    assert cfg.variant == "ws" and cfg.pingpong
+    assert cfg.smem_bytes(head_dim) <= SMEM_BYTES
+    deeper = dataclasses.replace(cfg, stages=cfg.stages + 1) if cfg.stages < 4 else None
+    assert deeper is None or deeper.smem_bytes(head_dim) > SMEM_BYTES
+    assert {64: 4, 128: 3, 256: 2}[head_dim] == cfg.stages
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_candidate_configs_fit_and_differ(head_dim):
+    configs = candidate_configs(head_dim)
+    assert configs[0] == gluon_config(head_dim)
+    assert len(set(configs)) == len(configs)
+    assert {c.variant for c in configs} == {"ws", "pipelined"}
+    assert any(not c.pingpong for c in configs)
+    assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in configs)
+
+
+def test_forward_refuses_a_config_past_shared_memory(monkeypatch):
+    import fa_bench.kernels.flash_gluon as fg
+
+    monkeypatch.setattr(fg, "gluon_reason", lambda *a: None)
+    q, k, v = _qkv(shape=(1, 1, 64, 256))
+    with pytest.raises(ValueError, match=r"ws-m64-n128-s4 at head_dim=256 needs \d+ bytes"):
+        gluon_forward(q, k, v, False, 0.1, GluonConfig(stages=4))
+    with pytest.raises(TypeError, match=r"config=.*expected a GluonConfig"):
+        gluon_forward(q, k, v, False, 0.1, config={"stages": 2})
+    with pytest.raises(ValueError, match=r"scale=-1.0"):
+        gluon_forward(q, k, v, False, -1.0)
+
+
+# --- compiled for sm_90 on a CPU --------------------------------------------------------
+
+
+def _triton36_path() -> str | None:
+    """A triton 3.6 to compile with: the installed one, or $GLUON_TRITON_PATH's."""
+    import triton
+
+    if version_reason(triton.__version__) is None:
+        return ""
+    path = os.environ.get("GLUON_TRITON_PATH", "")
+    return path if path and Path(path, "triton", "__init__.py").exists() else None
+
+
+@pytest.mark.slow
+def test_every_combination_compiles_for_sm90():
+    path = _triton36_path()
+    if path is None:
+        pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
+    env = dict(os.environ, PYTHONPATH=path)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gluon_compile.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "0 failed" in out.stdout
+
+
+# --- GPU --------------------------------------------------------------------------------
+
+needs_gluon_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or os.environ.get("TRITON_INTERPRET") == "1"
+    or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU",
+)
+
+
+def _check(q, k, v, causal, config=None, backward=False):
+    from fa_bench.case import Case
+    from fa_bench.kernels import flash_attention as fa
+    from fa_bench.kernels.flash_config import heuristic_config
+    from fa_bench.run.accuracy import check_accuracy
+
+    assert gluon_reason(q, k, v, causal) is None
+    scale = 1.0 / math.sqrt(q.shape[3])
+    o, lse2 = gluon_forward(q, k, v, causal, scale, config)
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[q.dtype]
+    b, hq, sq, d = q.shape
+    hk, sk = k.shape[1], k.shape[2]
+    mode = "fwd_bwd" if backward else "fwd"
+    case = Case("gluon", mode, dtype, b, hq, hk, sq, sk, d, causal)
+    grads: dict = {}
+    if backward:
+        do = torch.randn_like(o)
+        cfg = heuristic_config(d, q.dtype, causal, q.device, sq)
+        dq, dk, dv = fa._backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg)
+        grads = dict(do=do, dq=dq, dk=dk, dv=dv)
+    report = check_accuracy(case, q, k, v, o, **grads)
+    assert report["passed"], report
+    assert o.stride() == q.stride() and lse2.shape == (b, hq, sq)
+    if causal and sq > sk:  # rows that see no key: o = 0, lse2 = +inf
+        assert (o[:, :, : sq - sk] == 0).all()
+        assert torch.isposinf(lse2[:, :, : sq - sk]).all()
+    assert torch.isfinite(lse2[:, :, max(0, sq - sk) if causal else 0 :]).all()
+    return o, lse2
+
+
+GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq_q, seq_k)
+    (2, 2, 2, 1000, 1000),
+    (1, 4, 1, 4097, 4097),
+    (1, 2, 2, 300, 1000),
+    (1, 2, 2, 1000, 300),
+    (1, 2, 2, 1, 1),
+    (1, 2, 2, 128, 128),
+]
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_forward_accuracy(dtype, head_dim, shape, causal):
+    b, hq, hk, sq, sk = shape
+    torch.manual_seed(0)
+    q = torch.randn(b, hq, sq, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(b, hk, sk, head_dim, device="cuda", dtype=dtype)
+    v = torch.randn(b, hk, sk, head_dim, device="cuda", dtype=dtype)
+    _check(q, k, v, causal)
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 777, 777), (1, 2, 2, 1000, 300)])
+def test_gpu_backward_consumes_the_gluon_forward(shape, causal):
+    b, hq, hk, sq, sk = shape
+    torch.manual_seed(1)
+    # (B, S, H, D) tensors seen as (B, H, S, D): the output keeps that layout
+    q = torch.randn(b, sq, hq, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    _check(q, k, v, causal, backward=True)
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_every_candidate_config(head_dim, causal):
+    torch.manual_seed(2)
+    q, k, v = _qkv(torch.bfloat16, (2, 4, 1500, head_dim), kv_heads=2, device="cuda")
+    for cfg in candidate_configs(head_dim):
+        _check(q, k, v, causal, cfg)

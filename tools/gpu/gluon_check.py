@@ -1,0 +1,356 @@
+"""Check and time the Gluon forward (issue 21) on an sm_90 GPU: one command, ~3 minutes.
+
+    python tools/gpu/gluon_check.py            # writes $OUT/gluon.md and $OUT/gluon.json
+
+For each config of `flash_gluon.candidate_configs` (the heuristic's "ws", "ws" without
+ping-pong, a shallower ring, the "pipelined" fallback), in its own child process:
+
+1. correctness against the float64 reference with fa_bench.run.accuracy's rule (2 × plain
+   PyTorch attention's error in the same dtype + the rounding floor): bf16 and fp16,
+   head_dim 64/128/256, causal and not, odd lengths (1000, 4097), Sq ≠ Sk both ways
+   (rows with no key under causal: o = 0, lse2 = +inf), length 1, GQA 4:1, a (B, S, H, D)
+   transposed input; and our `tl` backward run on the Gluon forward's (o, lse2), its
+   gradients held to the same rule;
+2. `triton.testing.do_bench` TFLOP/s (FLOPs of fa_bench.models.case_flops) at 4k and 16k
+   (16k tokens, hidden 2048), head_dim 64 and 128, causal and not, bf16 and fp16.
+
+A baseline child times our `tl` forward (fa_bench.kernels.flash_attention) and SDPA's
+cuDNN backend on the same shapes. Fails soft: a child that raises records the error, one
+that stops making progress for STALL_S seconds (a deadlock on an mbarrier) is killed and
+recorded, and the next one runs. Needs CUDA; a developer tool, not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+STALL_S = 40.0
+CHECKS = ((128, "bf16"), (64, "bf16"), (128, "fp16"), (64, "fp16"), (256, "bf16"))
+BENCH_NS = (4096, 16384)
+BENCH_DIMS = (64, 128)
+TOKENS, HIDDEN = 16384, 2048
+# (batch, heads_q, heads_kv, seq_q, seq_k, transposed): odd lengths, Sq != Sk both ways,
+# length 1, GQA 4:1, a (B, S, H, D) layout
+SHAPES = (
+    (2, 2, 2, 1000, 1000, False),
+    (1, 4, 1, 4097, 4097, False),
+    (1, 2, 2, 300, 1000, False),
+    (1, 2, 2, 1000, 300, False),
+    (1, 2, 2, 1, 1, False),
+    (2, 4, 2, 128, 384, True),
+)
+
+
+def _emit(path: str, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _inputs(shape, dtype, head_dim, seed=0):
+    import torch
+
+    batch, hq, hkv, sq, sk, transposed = shape
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def make(heads, seq):
+        if transposed:  # a (B, S, H, D) tensor seen as (B, H, S, D): no copy
+            t = torch.randn(batch, seq, heads, head_dim, device="cuda", dtype=dtype, generator=gen)
+            return t.transpose(1, 2)
+        return torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=dtype, generator=gen)
+
+    return make(hq, sq), make(hkv, sk), make(hkv, sk)
+
+
+def _case(shape, dtype_name, head_dim, causal, mode="fwd"):
+    from fa_bench.case import Case
+
+    batch, hq, hkv, sq, sk, _ = shape
+    return Case(
+        impl="gluon",
+        mode=mode,
+        dtype=dtype_name,
+        batch=batch,
+        heads_q=hq,
+        heads_kv=hkv,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        head_dim=head_dim,
+        causal=causal,
+    )
+
+
+def _no_key_rows_ok(lse2, o, sq, sk, causal) -> bool:
+    """Rows that see no key (causal, Sq > Sk: the first Sq - Sk) have lse2 = +inf, o = 0."""
+    import torch
+
+    if not causal or sq <= sk:
+        return True
+    empty = sq - sk
+    return bool(
+        torch.isinf(lse2[:, :, :empty]).all()
+        and (lse2[:, :, :empty] > 0).all()
+        and (o[:, :, :empty] == 0).all()
+    )
+
+
+def check_one(cfg, shape, dtype_name, head_dim, causal, backward: bool) -> dict:
+    """The forward against the reference, then (`backward`) our backward on its (o, lse2)."""
+    import torch
+
+    from fa_bench.kernels import flash_attention as fa
+    from fa_bench.kernels.flash_config import heuristic_config
+    from fa_bench.kernels.flash_gluon import gluon_forward
+    from fa_bench.run.accuracy import check_accuracy
+
+    dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
+    q, k, v = _inputs(shape, dtype, head_dim)
+    scale = 1.0 / math.sqrt(head_dim)
+    o, lse2 = gluon_forward(q, k, v, causal, scale, cfg)
+    torch.cuda.synchronize()
+    row = dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal, shape=list(shape))
+    fwd = check_accuracy(_case(shape, dtype_name, head_dim, causal), q, k, v, o)
+    row.update(
+        o_err=fwd["max_abs_err"],
+        o_tol=fwd["tensors"]["o"]["tolerance"],
+        fwd_passed=fwd["passed"],
+        no_key_rows_ok=_no_key_rows_ok(lse2, o, shape[3], shape[4], causal),
+    )
+    if not backward:
+        row["passed"] = bool(row["fwd_passed"] and row["no_key_rows_ok"])
+        return row
+    # the `tl` backward consumes the Gluon forward's o and lse2 unchanged
+    do = torch.randn_like(o)
+    tl_cfg = heuristic_config(head_dim, dtype, causal, q.device, shape[3])
+    dq, dk, dv = fa._backward_deterministic(do, q, k, v, o, lse2, causal, scale, tl_cfg)
+    bwd = check_accuracy(
+        _case(shape, dtype_name, head_dim, causal, "fwd_bwd"),
+        q,
+        k,
+        v,
+        o,
+        do=do,
+        dq=dq,
+        dk=dk,
+        dv=dv,
+    )
+    row.update(bwd_err=bwd["max_abs_err"], bwd_passed=bwd["passed"])
+    row["passed"] = bool(row["fwd_passed"] and row["bwd_passed"] and row["no_key_rows_ok"])
+    return row
+
+
+def _bench_inputs(n, head_dim, dtype):
+    import torch
+
+    heads = HIDDEN // head_dim
+    batch = TOKENS // n
+    return [torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype) for _ in range(3)]
+
+
+def _tflops(fn, n, head_dim, dtype_name, causal) -> dict:
+    import triton
+
+    from fa_bench.models import case_flops
+
+    fn()  # compile outside the timing
+    ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+    shape = (TOKENS // n, HIDDEN // head_dim, HIDDEN // head_dim, n, n, False)
+    flops = case_flops(_case(shape, dtype_name, head_dim, causal))
+    return dict(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
+
+
+def bench_shapes():
+    for dtype_name in ("bf16", "fp16"):
+        for head_dim in BENCH_DIMS:
+            for n in BENCH_NS:
+                for causal in (False, True):
+                    yield dtype_name, head_dim, n, causal
+
+
+def child_gluon(cfg_fields: dict, out: str) -> None:
+    import torch
+
+    from fa_bench.kernels.flash_gluon import GluonConfig, gluon_forward
+
+    cfg = GluonConfig(**cfg_fields)
+    label = cfg.label()
+    failed = set()
+    for head_dim, dtype_name in CHECKS:
+        # the backward's kernels compile per shape: checked where they matter most
+        backward = head_dim == 128 and dtype_name == "bf16"
+        for causal in (False, True):
+            for shape in SHAPES:
+                try:
+                    row = check_one(cfg, shape, dtype_name, head_dim, causal, backward)
+                except Exception as e:
+                    row = dict(
+                        kind="check",
+                        dtype=dtype_name,
+                        head_dim=head_dim,
+                        causal=causal,
+                        shape=list(shape),
+                        passed=False,
+                        error=f"{type(e).__name__}: {e}"[:400],
+                    )
+                row["config"] = label
+                _emit(out, row)
+                if not row["passed"]:
+                    failed.add((dtype_name, head_dim))
+    for dtype_name, head_dim, n, causal in bench_shapes():
+        row = dict(
+            kind="bench", config=label, dtype=dtype_name, head_dim=head_dim, n=n, causal=causal
+        )
+        if (dtype_name, head_dim) in failed:
+            row["error"] = "not timed: failed its correctness check"
+        else:
+            try:
+                dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
+                q, k, v = _bench_inputs(n, head_dim, dtype)
+                scale = 1.0 / math.sqrt(head_dim)
+                row.update(
+                    _tflops(
+                        lambda q=q, k=k, v=v, c=causal, s=scale: gluon_forward(q, k, v, c, s, cfg),
+                        n,
+                        head_dim,
+                        dtype_name,
+                        causal,
+                    )
+                )
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"[:400]
+        _emit(out, row)
+
+
+def child_baseline(out: str) -> None:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from fa_bench.kernels.flash_attention import flash_attention
+
+    for dtype_name, head_dim, n, causal in bench_shapes():
+        dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
+        q, k, v = _bench_inputs(n, head_dim, dtype)
+        runs = {
+            "tl": lambda q=q, k=k, v=v, c=causal: flash_attention(q, k, v, causal=c),
+            "cudnn": lambda q=q, k=k, v=v, c=causal: _cudnn(q, k, v, c, sdpa_kernel, SDPBackend),
+        }
+        for name, fn in runs.items():
+            row = dict(
+                kind="bench", config=name, dtype=dtype_name, head_dim=head_dim, n=n, causal=causal
+            )
+            try:
+                row.update(_tflops(fn, n, head_dim, dtype_name, causal))
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"[:400]
+            _emit(out, row)
+
+
+def _cudnn(q, k, v, causal, sdpa_kernel, backend):
+    import torch.nn.functional as F
+
+    with sdpa_kernel(backend.CUDNN_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def _run_child(args: list[str], lines: str, label: str) -> dict:
+    """Run one child, killing it when its output stops growing for STALL_S seconds."""
+    start = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    last_size, last_change = -1, time.time()
+    while proc.poll() is None:
+        time.sleep(0.5)
+        size = os.path.getsize(lines) if os.path.exists(lines) else 0
+        if size != last_size:
+            last_size, last_change = size, time.time()
+        elif time.time() - last_change > STALL_S:
+            proc.kill()
+            proc.wait()
+            return dict(
+                child=label,
+                status=f"killed: no progress for {STALL_S:.0f} s",
+                seconds=round(time.time() - start, 1),
+            )
+    output = proc.stdout.read() if proc.stdout else ""
+    status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {output[-1500:]}"
+    return dict(child=label, status=status, seconds=round(time.time() - start, 1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--lines", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        try:
+            if args.child == "baseline":
+                child_baseline(args.lines)
+            else:
+                child_gluon(json.loads(args.child), args.lines)
+        except Exception:
+            traceback.print_exc()
+            return 1
+        return 0
+    return parent()
+
+
+def parent() -> int:
+    import torch
+
+    from fa_bench.kernels.flash_gluon import _api_reason, candidate_configs
+
+    out_dir = Path(os.environ.get("OUT", "fa-bench-out/out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = str(out_dir / "gluon-lines.jsonl")
+    if os.path.exists(lines):
+        os.remove(lines)
+    env = dict(
+        device=torch.cuda.get_device_name(0),
+        capability=torch.cuda.get_device_capability(0),
+        torch=torch.__version__,
+        api_reason=_api_reason(),
+    )
+    import triton
+
+    env["triton"] = triton.__version__
+    print(json.dumps(env), flush=True)
+    configs = []
+    for head_dim in (128, 64):  # one child per config: the same set at every head_dim but d256
+        for cfg in candidate_configs(head_dim):
+            if cfg not in configs:
+                configs.append(cfg)
+    # the fallback first: it is the one most likely to run if the others hang
+    configs.sort(key=lambda c: c.variant != "pipelined")
+    children = [run := _run_child(["--child", "baseline", "--lines", lines], lines, "baseline")]
+    print(json.dumps(run), flush=True)
+    for cfg in configs:
+        run = _run_child(
+            ["--child", json.dumps(dataclasses.asdict(cfg)), "--lines", lines], lines, cfg.label()
+        )
+        children.append(run)
+        print(json.dumps(run), flush=True)
+    rows = [json.loads(line) for line in open(lines)] if os.path.exists(lines) else []
+    doc = dict(env=env, children=children, rows=rows)
+    (out_dir / "gluon.json").write_text(json.dumps(doc, indent=1))
+    from gluon_report import markdown  # beside this file
+
+    (out_dir / "gluon.md").write_text(markdown(doc))
+    print((out_dir / "gluon.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    sys.exit(main())
