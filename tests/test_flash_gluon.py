@@ -12,6 +12,7 @@ rows with no key, our `tl` backward consuming its (o, lse2), every config varian
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 import subprocess
@@ -195,10 +196,11 @@ needs_gluon_gpu = pytest.mark.skipif(
 
 def _check(q, k, v, causal, config=None, backward=False):
     from fa_bench.case import Case
-    from fa_bench.kernels import flash_attention as fa
     from fa_bench.kernels.flash_config import heuristic_config
     from fa_bench.run.accuracy import check_accuracy
 
+    # the module, not the package attribute of the same name (the function)
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
     assert gluon_reason(q, k, v, causal) is None
     scale = 1.0 / math.sqrt(q.shape[3])
     o, lse2 = gluon_forward(q, k, v, causal, scale, config)
