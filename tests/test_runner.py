@@ -147,6 +147,8 @@ def test_interrupt_keeps_results_and_resume_finishes(tmp_path: Path, tiny_suite)
     assert "--resume" in stderr
     partial = load_results(out)
     assert partial.run["interrupted"] is True
+    # the worker's env survives the interrupt (it once came back as {"gpu_name": None})
+    assert partial.env.get("torch") and partial.env.get("python")
     kept = {c.id for c in partial.cases}
     assert 3 <= len(kept) < 32
 

@@ -167,8 +167,8 @@ def run_plan(
     save_plan(out_dir, plan)
     try:
         return execute(plan.cases, out_dir, plan.options, on_event, stop=stop), False
-    except KeyboardInterrupt:
-        return None, True
+    except KeyboardInterrupt as exc:
+        return getattr(exc, "env", None), True
 
 
 def exit_code(records: Sequence[CaseRecord]) -> int:

@@ -319,6 +319,15 @@ class CaseRunner:
 ProgressFn = Callable[[str, Case, CaseRecord | None], None]
 
 
+class RunStopped(KeyboardInterrupt):
+    """A KeyboardInterrupt out of `execute` that carries the worker's env: an interrupted
+    run's results.json still says what it ran on (its versions, GPUs, copy bandwidth)."""
+
+    def __init__(self, env: dict | None):
+        super().__init__()
+        self.env = env
+
+
 def execute(
     cases: Sequence[Case],
     out_dir: Path,
@@ -344,6 +353,8 @@ def execute(
             append_journal(out_dir, record)
             if on_event:
                 on_event("done", case, record)
+    except KeyboardInterrupt as exc:
+        raise RunStopped(runner.env) from exc
     finally:
         runner.close(kill=sys.exc_info()[0] is not None)
     return runner.env
