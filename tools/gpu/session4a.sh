@@ -27,7 +27,8 @@ step() {
   fi
   echo "[$(date -u +%T) +${SECONDS}s] $name: start (limit ${budget} s)" | tee -a "$STEPS"
   timeout -s TERM -k 15 "$budget" "$@"
-  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $?" | tee -a "$STEPS"
+  local rc=$?  # before the echo: its $(date) would reset $?
+  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
 }
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
