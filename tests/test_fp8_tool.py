@@ -344,3 +344,16 @@ def test_record_without_fp8_scales_has_no_key():
 def test_record_checks_fp8_scales(bad, message):
     with pytest.raises(ResultsError, match=message):
         CaseRecord.from_json(_record_json(fp8_scales=bad))
+
+
+def test_results_csv_has_scale_columns_only_with_fp8_cases():
+    from fa_bench.results.files import to_frame
+    from fa_bench.results.record import ResultsDoc
+
+    bf16 = CaseRecord.for_case(Case(impl="x", mode="fwd", dtype="bf16", causal=False, **SHAPE),
+                               "cpu", "unsupported")  # fmt: skip
+    fp8 = CaseRecord.for_case(fp8_case(), "cpu", "ok", fp8_scales={"q": 0.5, "k": 0.25, "v": 2.0})
+    dense = to_frame(ResultsDoc(run={}, env={}, cases=[bf16]))
+    assert not [c for c in dense.columns if c.startswith("fp8")]
+    mixed = to_frame(ResultsDoc(run={}, env={}, cases=[bf16, fp8]))
+    assert mixed["fp8_scales.k"].tolist()[1] == 0.25

@@ -77,7 +77,7 @@ DTypes = Annotated[
         "--dtype",
         panel=CASES,
         metavar=metavar(DType),
-        help="fp32, fp16 or bf16; repeatable or a comma list.",
+        help="fp32, fp16, bf16 or fp8_e4m3 (forward only); repeatable or a comma list.",
     ),
 ]
 Seqlens = Annotated[

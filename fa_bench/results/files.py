@@ -178,7 +178,8 @@ def to_frame(doc: ResultsDoc) -> pd.DataFrame:
             for k, v in case.items()
             if not isinstance(v, (dict, list)) and k != "traceback"  # the JSON keeps it
         }
-        for key in ("latency_ms", "accuracy", "timing", "telemetry"):
+        # fp8_scales: an fp8 case's per-tensor scales (absent elsewhere: no columns)
+        for key in ("latency_ms", "accuracy", "timing", "telemetry", "fp8_scales"):
             for sub, val in (case.get(key) or {}).items():
                 if not isinstance(val, (dict, list)):
                     row[f"{key}.{sub}"] = val
