@@ -232,3 +232,64 @@ def test_gpu_descriptor_and_warp_specialised_paths(launch, shape):
     )
     deq = [dequantize_fp8(x, s) for x, s in quantised]
     assert check_fp8_accuracy(_case(shape), *deq, o)["passed"]
+
+
+# Compiled for sm_90 on any machine (no GPU: the stages up to PTX run on the CPU), in a
+# subprocess without TRITON_INTERPRET; pointers and strides divisible by 16 and V K-major
+# (stride_vs == 1), as a launch from flash_attention_fp8 specialises them.
+_COMPILE_SM90 = r"""
+import re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from fa_bench.kernels import flash_kernels_fp8 as m
+
+fn = m._fwd_fp8_kernel
+for hd, causal, tma, ws, bn, warps in [(128, False, False, False, 128, 8),
+                                      (128, True, False, False, 128, 8),
+                                      (64, True, False, False, 64, 4),
+                                      (128, True, True, True, 128, 4)]:
+    consts = dict(HEAD_DIM=hd, HEAD_DIM_PAD=hd, BLOCK_M=128, BLOCK_N=bn, CAUSAL=causal,
+                  EVEN_Q=False, EVEN_K=False, USE_TMA=tma, WARP_SPECIALIZE=ws, stride_vs=1)
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name.startswith("stride_") or name in ("heads_q", "group", "seq_q", "seq_k"):
+            sig[name] = "i32"
+        elif name == "sm_scale_log2":
+            sig[name] = "fp32"
+        else:
+            sig[name] = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "V": "*fp8e4nv",
+                         "Out": "*bf16"}.get(name, "*fp32")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+             if name not in consts and not name.endswith("DESCALE")
+             and (sig[name][0] == "*" or name.startswith("stride_"))}
+    kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
+                            target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": warps, "num_stages": 3})
+    ptx, ttgir = kernel.asm["ptx"], kernel.asm["ttgir"]
+    print(hd, causal, tma, ws,
+          "fp8-wgmma=%d" % len(re.findall(r"wgmma\.mma_async\S*e4m3", ptx)),
+          "async=%d" % ttgir.count("async_copy_global_to_local"),
+          "tma=%d" % ptx.count("cp.async.bulk.tensor"),
+          "ws=%d" % ttgir.count("ttg.warp_specialize"),
+          "spills=%d" % len(re.findall(r"\b(ld|st)\.local", ptx)))
+"""
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_with_fp8_wgmma_pipelined_without_spills():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SM90], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stdout
+    for line in lines:
+        assert "fp8-wgmma=0" not in line and line.endswith("spills=0"), line
+    assert all("async=0 " not in line for line in lines[:3]), done.stdout  # pointer path
+    assert "ws=1" in lines[3] and "tma=0" not in lines[3], done.stdout
