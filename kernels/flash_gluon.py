@@ -14,6 +14,7 @@ importing it touches no device and no triton.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ class GluonConfig:
     block_n: keys per step; stages: depth of the K/V ring in shared memory.
     num_warps: warps of the "pipelined" kernel (4 or 8); "ws" always has 4 per consumer.
     pingpong: the two "ws" consumers take turns to issue their matmuls.
+    persistent: "ws" only: one CTA per SM looping over the tiles (heaviest causal
+      tiles first) instead of one CTA per tile.
     producer_regs / consumer_regs: per-thread registers of the "ws" producer's
       warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
     """
@@ -54,6 +57,7 @@ class GluonConfig:
     stages: int = 2
     num_warps: int = 4
     pingpong: bool = True
+    persistent: bool = False
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -80,8 +84,13 @@ class GluonConfig:
                 f"GluonConfig(variant='ws', block_m={self.block_m}, num_warps={self.num_warps}): "
                 "each ws consumer is one warpgroup of 4 warps owning 64 rows"
             )
-        if not isinstance(self.pingpong, bool):
-            raise ValueError(f"GluonConfig.pingpong={self.pingpong!r}: expected a bool")
+        for name in ("pingpong", "persistent"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
+        if self.persistent and self.variant != "ws":
+            raise ValueError(
+                f"GluonConfig(variant={self.variant!r}, persistent=True): only 'ws' is persistent"
+            )
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -108,7 +117,8 @@ class GluonConfig:
         text = f"{self.variant}-m{self.block_m}-n{self.block_n}-s{self.stages}"
         if self.variant == "pipelined":
             return f"{text}-w{self.num_warps}"
-        return text if self.pingpong else f"{text}-nopp"
+        text = text if self.pingpong else f"{text}-nopp"
+        return f"{text}-persist" if self.persistent else text
 
 
 def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
@@ -125,19 +135,22 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
     return GluonConfig(block_n=block_n, stages=stages)
 
 
-def candidate_configs(head_dim: int) -> list[GluonConfig]:
-    """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim: the
-    heuristic's config, "ws" without ping-pong, a ring one stage shallower, and the
-    "pipelined" fallback (8 warps × 128 rows up to head_dim 128, 4 × 64 above)."""
+def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
+    """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim, by role:
+    "ws" the heuristic's config, "ws-nopp" without ping-pong, "ws-persist" persistent,
+    "ws-shallow" a ring one stage shallower (when it has two), "pipelined" the fallback
+    (8 warps × 128 rows up to head_dim 128, 4 × 64 above)."""
     base = gluon_config(head_dim)
-    out = [base, GluonConfig(block_n=base.block_n, stages=base.stages, pingpong=False)]
+    out = {
+        "ws": base,
+        "ws-nopp": dataclasses.replace(base, pingpong=False),
+        "ws-persist": dataclasses.replace(base, persistent=True),
+    }
     if base.stages > 1:
-        out.append(GluonConfig(block_n=base.block_n, stages=base.stages - 1))
+        out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     warps = 8 if head_dim <= 128 else 4
-    out.append(
-        GluonConfig(
-            variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2
-        )
+    out["pipelined"] = GluonConfig(
+        variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2
     )
     return out
 
@@ -264,7 +277,6 @@ def gluon_forward(
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"scale={scale!r}: expected a positive float")
     batch, heads_q, seq_q, head_dim = q.shape
-    heads_kv, seq_k = k.shape[1], k.shape[2]
     cfg = config if config is not None else gluon_config(head_dim, causal)
     if not isinstance(cfg, GluonConfig):
         raise TypeError(f"config={cfg!r}: expected a GluonConfig")
@@ -273,44 +285,38 @@ def gluon_forward(
             f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} bytes "
             f"of shared memory, more than sm_90's {SMEM_BYTES}: fewer stages or a smaller block_n"
         )
-    from fa_bench.kernels import flash_gluon_kernels, flash_gluon_ws
-
     o = torch.empty_like(q)  # keeps q's layout
     lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    _launch(cfg, q, k, v, o, lse2, causal, float(scale) * _LOG2E)
+    return o, lse2
+
+
+def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lse2: torch.Tensor, causal: bool, qk_scale: float) -> None:  # fmt: skip
+    """One launch of the config's kernel: descriptors, grid, constexprs."""
+    import torch
+
+    from fa_bench.kernels import flash_gluon_kernels, flash_gluon_persist, flash_gluon_ws
+
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
     q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
     k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
-    grid = (-(-seq_q // cfg.rows_per_cta), batch * heads_q)
-    args = (
-        q_desc,
-        k_desc,
-        v_desc,
-        o_desc,
-        lse2,
-        heads_q,
-        heads_q // heads_kv,
-        seq_q,
-        seq_k,
-        float(scale) * _LOG2E,
-    )
-    common = dict(
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        HEAD_DIM=head_dim,
-        STAGES=cfg.stages,
-        CAUSAL=causal,
-    )
-    if cfg.variant == "ws":
-        flash_gluon_ws._fwd_ws[grid](
-            *args,
-            **common,
-            NUM_WARPS=4,
-            PINGPONG=cfg.pingpong,
-            PRODUCER_REGS=cfg.producer_regs,
-            CONSUMER_REGS=cfg.consumer_regs,
-            num_warps=4,
-        )
+    args = (q_desc, k_desc, v_desc, o_desc, lse2, heads_q, heads_q // heads_kv, seq_q, seq_k,
+            qk_scale)  # fmt: skip
+    common = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
+                  STAGES=cfg.stages, CAUSAL=causal)  # fmt: skip
+    tiles = -(-seq_q // cfg.rows_per_cta)
+    if cfg.variant == "pipelined":
+        grid = (tiles, batch * heads_q)
+        flash_gluon_kernels._fwd_pipelined[grid](*args, **common, NUM_WARPS=cfg.num_warps,
+                                                 num_warps=cfg.num_warps)  # fmt: skip
+        return
+    ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
+              CONSUMER_REGS=cfg.consumer_regs, num_warps=4)  # fmt: skip
+    if cfg.persistent:
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        grid = (min(sms, tiles * batch * heads_q),)
+        flash_gluon_persist._fwd_ws_persistent[grid](*args, batch * heads_q, **common, **ws)
     else:
-        flash_gluon_kernels._fwd_pipelined[grid](
-            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps
-        )
-    return o, lse2
+        flash_gluon_ws._fwd_ws[(tiles, batch * heads_q)](*args, **common, **ws)

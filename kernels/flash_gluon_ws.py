@@ -76,28 +76,29 @@ def _ws_producer(descs, smem, bars, coords):
 
 
 @gluon.jit
-def _qk(q2, k_bufs, j, s_zero):
-    """S_j = Q K_jᵀ issued asynchronously (ring slot j % STAGES)."""
+def _qk(q2, k_bufs, g, s_zero):
+    """S = Q Kᵀ issued asynchronously on the K tile in ring slot g % STAGES."""
     STAGES: gl.constexpr = k_bufs.shape[0]
-    k_t = k_bufs.index(j % STAGES).reshape([k_bufs.shape[3], k_bufs.shape[4]]).permute((1, 0))
+    k_t = k_bufs.index(g % STAGES).reshape([k_bufs.shape[3], k_bufs.shape[4]]).permute((1, 0))
     return warpgroup_mma(q2, k_t, s_zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
-def _pv(p, v_bufs, v_ready, j, acc):
-    """O += P V_j issued asynchronously, once V_j has landed."""
+def _pv(p, v_bufs, v_ready, g, acc):
+    """O += P V issued asynchronously, once the V tile of ring index g has landed."""
     STAGES: gl.constexpr = v_bufs.shape[0]
-    mbarrier.wait(v_ready.index(j % STAGES), (j // STAGES) & 1)
-    v = v_bufs.index(j % STAGES).reshape([v_bufs.shape[3], v_bufs.shape[4]])
+    mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+    v = v_bufs.index(g % STAGES).reshape([v_bufs.shape[3], v_bufs.shape[4]])
     return warpgroup_mma(p, v, acc, is_async=True)
 
 
 @gluon.jit
-def _ws_step(j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
+def _ws_step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
              ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    """Key block j ≥ 1 of one consumer: returns the new (acc, m_i, l_i, p)."""
+    """Key block j ≥ 1 of one consumer's tile (ring index g, tc-th turn of the ping-pong):
+    returns the new (acc, m_i, l_i, p)."""
     q_smem, k_bufs, v_bufs = smem
-    _q_bars, k_ready, k_empty, v_ready, v_empty, turn = bars
+    k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
     seq_q, seq_k, qk_scale = scalars
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -106,34 +107,34 @@ def _ws_step(j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, dtype.primitive_bitwidth)
     o_layout: gl.constexpr = _acc_layout(k_bufs.shape[4], 4, dtype.primitive_bitwidth)
     p_layout: gl.constexpr = _p_layout(k_bufs.shape[4], 4, dtype.primitive_bitwidth)
-    mbarrier.wait(k_ready.index(j % STAGES), (j // STAGES) & 1)
+    mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
     if PINGPONG:
         # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier;
         # consumer 1's first one waits for consumer 0's first arrival
-        mbarrier.wait(turn.index(ME), (j - ME) & 1)
-    s = _qk(q2, k_bufs, j, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
-    acc = _pv(p, v_bufs, v_ready, j - 1, acc)
+        mbarrier.wait(turn.index(ME), (tc + 1 - ME) & 1)
+    s = _qk(q2, k_bufs, g, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
+    acc = _pv(p, v_bufs, v_ready, g - 1, acc)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - ME), count=1)
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
-    mbarrier.arrive(k_empty.index(j % STAGES), count=1)
+    mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if j >= n_full:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
     m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-    mbarrier.arrive(v_empty.index((j - 1) % STAGES), count=1)
+    mbarrier.arrive(v_empty.index((g - 1) % STAGES), count=1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, m_i, l_i, p_next
 
 
 @gluon.jit
-def _ws_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars,
-                 CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
-    o_desc, lse_ptr = out
+def _ws_tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars,
+             ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    """One consumer's BLOCK_M rows against key blocks [0, n_end), the first at ring index
+    g0, its ping-pong turns counted from tc0: returns (acc, m_i, l_i). Uses ring indices
+    g0 .. g0 + n_end − 1 and n_end − 1 turns."""
     q_smem, k_bufs, v_bufs = smem
-    q_bars, k_ready, k_empty, v_ready, v_empty, _turn = bars
-    b, h, bh, row0, n_end = coords
+    k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
     seq_q, seq_k, qk_scale = scalars
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     HEAD_DIM: gl.constexpr = q_smem.shape[4]
@@ -143,30 +144,46 @@ def _ws_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars,
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, dtype.primitive_bitwidth)
     o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, dtype.primitive_bitwidth)
     p_layout: gl.constexpr = _p_layout(HEAD_DIM, 4, dtype.primitive_bitwidth)
-    my_row0 = row0 + ME * BLOCK_M
     n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    q_tile = q_smem.index(ME)
-    q2 = q_tile.reshape([BLOCK_M, HEAD_DIM])
     rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
-    mbarrier.wait(q_bars.index(ME), 0)
     if n_end > 0:
         # block 0: S_0 and its softmax, nothing to overlap with yet
-        mbarrier.wait(k_ready.index(0), 0)
-        s = _qk(q2, k_bufs, 0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
+        mbarrier.wait(k_ready.index(g0 % STAGES), (g0 // STAGES) & 1)
+        s = _qk(q2, k_bufs, g0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
         s = warpgroup_mma_wait(0, deps=[s])
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(g0 % STAGES), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
         m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout)
         for j in range(1, n_end):
-            acc, m_i, l_i, p = _ws_step(j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full,
-                                        scalars, ME, CAUSAL, PINGPONG)  # fmt: skip
-        acc = _pv(p, v_bufs, v_ready, n_end - 1, acc)
+            acc, m_i, l_i, p = _ws_step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
+                                        rows, n_full, scalars, ME, CAUSAL, PINGPONG)  # fmt: skip
+        last = g0 + n_end - 1
+        acc = _pv(p, v_bufs, v_ready, last, acc)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-        mbarrier.arrive(v_empty.index((n_end - 1) % STAGES), count=1)
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars,
+                 CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
+    o_desc, lse_ptr = out
+    q_smem = smem[0]
+    b, h, bh, row0, n_end = coords
+    seq_q, _seq_k, qk_scale = scalars
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    HEAD_DIM: gl.constexpr = q_smem.shape[4]
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, q_smem.dtype.primitive_bitwidth)
+    my_row0 = row0 + ME * BLOCK_M
+    q_tile = q_smem.index(ME)
+    mbarrier.wait(bars[0].index(ME), 0)
+    acc, m_i, l_i = _ws_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, n_end,
+                             0, 0, scalars, ME, CAUSAL, PINGPONG)  # fmt: skip
     _epilogue(acc, m_i, l_i, qk_scale, q_tile, o_desc, lse_ptr, bh * seq_q, b, h, my_row0, seq_q,
               BLOCK_M, HEAD_DIM, o_layout)  # fmt: skip
 

@@ -100,6 +100,11 @@ def test_forward_refuses_what_it_cannot_run():
         (dict(block_m=128), r"variant='ws', block_m=128"),
         (dict(variant="pipelined", block_m=64, num_warps=8), r"block_m must be 16 \* num_warps"),
         (dict(pingpong=1), r"pingpong=1"),
+        (dict(persistent="yes"), r"persistent='yes'"),
+        (
+            dict(variant="pipelined", block_m=128, num_warps=8, persistent=True),
+            r"only 'ws' is persistent",
+        ),
         (dict(producer_regs=20), r"producer_regs=20"),
         (dict(consumer_regs=260), r"consumer_regs=260"),
         (dict(consumer_regs=236), r"consumer_regs=236"),
@@ -116,6 +121,7 @@ def test_config_shared_memory_and_label():
     assert ws.smem_bytes(128) == (128 + 4 * 128) * 128 * 2
     assert ws.label() == "ws-m64-n128-s2"
     assert GluonConfig(pingpong=False).label().endswith("-nopp")
+    assert GluonConfig(persistent=True).label() == "ws-m64-n128-s2-persist"
     pipe = GluonConfig(variant="pipelined", block_m=128, num_warps=8)
     assert pipe.rows_per_cta == 128
     assert pipe.label() == "pipelined-m128-n128-s2-w8"
@@ -134,11 +140,13 @@ def test_heuristic_takes_the_deepest_ring_that_fits(head_dim):
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_candidate_configs_fit_and_differ(head_dim):
     configs = candidate_configs(head_dim)
-    assert configs[0] == gluon_config(head_dim)
-    assert len(set(configs)) == len(configs)
-    assert {c.variant for c in configs} == {"ws", "pipelined"}
-    assert any(not c.pingpong for c in configs)
-    assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in configs)
+    assert configs["ws"] == gluon_config(head_dim)
+    assert not configs["ws-nopp"].pingpong and configs["ws-persist"].persistent
+    assert configs["pipelined"].variant == "pipelined"
+    assert len(set(configs.values())) == len(configs)
+    assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in configs.values())
+    labels = [c.label() for c in configs.values()]
+    assert len(set(labels)) == len(labels)
 
 
 def test_forward_refuses_a_config_past_shared_memory(monkeypatch):
@@ -271,5 +279,5 @@ def test_gpu_backward_consumes_the_gluon_forward(shape, causal):
 def test_gpu_every_candidate_config(head_dim, causal):
     torch.manual_seed(2)
     q, k, v = _qkv(torch.bfloat16, (2, 4, 1500, head_dim), kv_heads=2, device="cuda")
-    for cfg in candidate_configs(head_dim):
+    for cfg in candidate_configs(head_dim).values():
         _check(q, k, v, causal, cfg)

@@ -31,7 +31,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from fa_bench.kernels import flash_gluon_kernels, flash_gluon_ws
+from fa_bench.kernels import flash_gluon_kernels, flash_gluon_persist, flash_gluon_ws
 from fa_bench.kernels.flash_gluon import (
     HEAD_DIMS,
     GluonConfig,
@@ -73,6 +73,9 @@ def compile_one(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> ob
     )
     if cfg.variant == "ws":
         fn = flash_gluon_ws._fwd_ws
+        if cfg.persistent:
+            fn = flash_gluon_persist._fwd_ws_persistent
+            sig["n_bh"] = "i32"
         consts.update(
             NUM_WARPS=4,
             PINGPONG=cfg.pingpong,
@@ -120,7 +123,7 @@ def grid(quick: bool) -> list[tuple[GluonConfig, str, int, bool]]:
     combos = []
     dtypes = ("bf16",) if quick else ("bf16", "fp16")
     for dtype, head_dim, causal in itertools.product(dtypes, HEAD_DIMS, (False, True)):
-        for cfg in candidate_configs(head_dim):
+        for cfg in candidate_configs(head_dim).values():
             combos.append((cfg, dtype, head_dim, causal))
     return combos
 

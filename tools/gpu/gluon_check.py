@@ -23,7 +23,6 @@ recorded, and the next one runs. Needs CUDA; a developer tool, not installed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import math
@@ -179,15 +178,17 @@ def bench_shapes():
                     yield dtype_name, head_dim, n, causal
 
 
-def child_gluon(cfg_fields: dict, out: str) -> None:
+def child_gluon(role: str, out: str) -> None:
+    """One role of `candidate_configs` (its config at each head_dim): checks, then timing."""
     import torch
 
-    from fa_bench.kernels.flash_gluon import GluonConfig, gluon_forward
+    from fa_bench.kernels.flash_gluon import candidate_configs, gluon_forward
 
-    cfg = GluonConfig(**cfg_fields)
-    label = cfg.label()
     failed = set()
     for head_dim, dtype_name in CHECKS:
+        cfg = candidate_configs(head_dim).get(role)
+        if cfg is None:
+            continue
         # the backward's kernels compile per shape: checked where they matter most
         backward = head_dim == 128 and dtype_name == "bf16"
         for causal in (False, True):
@@ -195,23 +196,19 @@ def child_gluon(cfg_fields: dict, out: str) -> None:
                 try:
                     row = check_one(cfg, shape, dtype_name, head_dim, causal, backward)
                 except Exception as e:
-                    row = dict(
-                        kind="check",
-                        dtype=dtype_name,
-                        head_dim=head_dim,
-                        causal=causal,
-                        shape=list(shape),
-                        passed=False,
-                        error=f"{type(e).__name__}: {e}"[:400],
-                    )
-                row["config"] = label
+                    row = dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal,
+                               shape=list(shape), passed=False,
+                               error=f"{type(e).__name__}: {e}"[:400])  # fmt: skip
+                row.update(config=role, label=cfg.label())
                 _emit(out, row)
                 if not row["passed"]:
                     failed.add((dtype_name, head_dim))
     for dtype_name, head_dim, n, causal in bench_shapes():
-        row = dict(
-            kind="bench", config=label, dtype=dtype_name, head_dim=head_dim, n=n, causal=causal
-        )
+        cfg = candidate_configs(head_dim).get(role)
+        if cfg is None:
+            continue
+        row = dict(kind="bench", config=role, label=cfg.label(), dtype=dtype_name,
+                   head_dim=head_dim, n=n, causal=causal)  # fmt: skip
         if (dtype_name, head_dim) in failed:
             row["error"] = "not timed: failed its correctness check"
         else:
@@ -219,15 +216,11 @@ def child_gluon(cfg_fields: dict, out: str) -> None:
                 dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
                 q, k, v = _bench_inputs(n, head_dim, dtype)
                 scale = 1.0 / math.sqrt(head_dim)
-                row.update(
-                    _tflops(
-                        lambda q=q, k=k, v=v, c=causal, s=scale: gluon_forward(q, k, v, c, s, cfg),
-                        n,
-                        head_dim,
-                        dtype_name,
-                        causal,
-                    )
-                )
+
+                def run(q=q, k=k, v=v, c=causal, s=scale, cfg=cfg):
+                    return gluon_forward(q, k, v, c, s, cfg)
+
+                row.update(_tflops(run, n, head_dim, dtype_name, causal))
             except Exception as e:
                 row["error"] = f"{type(e).__name__}: {e}"[:400]
         _emit(out, row)
@@ -297,7 +290,7 @@ def main() -> int:
             if args.child == "baseline":
                 child_baseline(args.lines)
             else:
-                child_gluon(json.loads(args.child), args.lines)
+                child_gluon(args.child, args.lines)
         except Exception:
             traceback.print_exc()
             return 1
@@ -308,7 +301,7 @@ def main() -> int:
 def parent() -> int:
     import torch
 
-    from fa_bench.kernels.flash_gluon import _api_reason, candidate_configs
+    from fa_bench.kernels.flash_gluon import HEAD_DIMS, _api_reason, candidate_configs
 
     out_dir = Path(os.environ.get("OUT", "fa-bench-out/out"))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -325,23 +318,20 @@ def parent() -> int:
     import triton
 
     env["triton"] = triton.__version__
+    env["configs"] = {
+        d: {role: cfg.label() for role, cfg in candidate_configs(d).items()} for d in HEAD_DIMS
+    }
     print(json.dumps(env), flush=True)
-    configs = []
-    for head_dim in (128, 64):  # one child per config: the same set at every head_dim but d256
-        for cfg in candidate_configs(head_dim):
-            if cfg not in configs:
-                configs.append(cfg)
-    # the fallback first: it is the one most likely to run if the others hang
-    configs.sort(key=lambda c: c.variant != "pipelined")
+    # the roles in order of importance: the fallback first (it is the one most likely to
+    # run if the others hang), then the heuristic's, then the variants
+    roles = ["pipelined", "ws", "ws-nopp", "ws-persist", "ws-shallow"]
     children = [run := _run_child(["--child", "baseline", "--lines", lines], lines, "baseline")]
     print(json.dumps(run), flush=True)
-    for cfg in configs:
+    for role in roles:
         if time.time() - started > BUDGET_S:
-            children.append(dict(child=cfg.label(), status="skipped: time budget", seconds=0))
+            children.append(dict(child=role, status="skipped: time budget", seconds=0))
             continue
-        run = _run_child(
-            ["--child", json.dumps(dataclasses.asdict(cfg)), "--lines", lines], lines, cfg.label()
-        )
+        run = _run_child(["--child", role, "--lines", lines], lines, role)
         children.append(run)
         print(json.dumps(run), flush=True)
     rows = [json.loads(line) for line in open(lines)] if os.path.exists(lines) else []
