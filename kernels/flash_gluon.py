@@ -308,15 +308,15 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   STAGES=cfg.stages, CAUSAL=causal)  # fmt: skip
     tiles = -(-seq_q // cfg.rows_per_cta)
     if cfg.variant == "pipelined":
-        grid = (tiles, batch * heads_q)
-        flash_gluon_kernels._fwd_pipelined[grid](*args, **common, NUM_WARPS=cfg.num_warps,
+        flash_gluon_kernels._fwd_pipelined[(tiles, batch * heads_q)](*args, **common, NUM_WARPS=cfg.num_warps,
                                                  num_warps=cfg.num_warps)  # fmt: skip
         return
     ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
               CONSUMER_REGS=cfg.consumer_regs, num_warps=4)  # fmt: skip
     if cfg.persistent:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        grid = (min(sms, tiles * batch * heads_q),)
-        flash_gluon_persist._fwd_ws_persistent[grid](*args, batch * heads_q, **common, **ws)
+        flash_gluon_persist._fwd_ws_persistent[(min(sms, tiles * batch * heads_q),)](
+            *args, batch * heads_q, **common, **ws
+        )
     else:
         flash_gluon_ws._fwd_ws[(tiles, batch * heads_q)](*args, **common, **ws)
