@@ -308,8 +308,10 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   STAGES=cfg.stages, CAUSAL=causal)  # fmt: skip
     tiles = -(-seq_q // cfg.rows_per_cta)
     if cfg.variant == "pipelined":
-        flash_gluon_kernels._fwd_pipelined[(tiles, batch * heads_q)](*args, **common, NUM_WARPS=cfg.num_warps,
-                                                 num_warps=cfg.num_warps)  # fmt: skip
+        kernel = flash_gluon_kernels._fwd_pipelined
+        kernel[(tiles, batch * heads_q)](
+            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps
+        )
         return
     ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
               CONSUMER_REGS=cfg.consumer_regs, num_warps=4)  # fmt: skip
