@@ -96,7 +96,7 @@ def dequantize_fp8(x8: torch.Tensor, descale: torch.Tensor, dtype=torch.float32)
 def fp8_v_layout(v: torch.Tensor) -> torch.Tensor:
     """`v` (B, H, S, D) as the kernel reads it: the same values and shape, stored K-major
     ((B, H, D, S) in memory, so `stride(-2) == 1`). A copy unless v already is."""
-    if v.dim() == 4 and v.stride(-2) == 1 and v.shape[-1] > 1:
+    if v.dim() == 4 and v.stride(-2) == 1:
         return v
     return v.transpose(-1, -2).contiguous().transpose(-1, -2)
 
@@ -185,15 +185,19 @@ def _ensure_tma_allocator() -> None:
 
 
 def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> bool:
-    """Descriptors need sm_90+, 16-byte aligned bases and strides, and V K-major (its
-    descriptor spans the (D, S) storage of a head)."""
-    if _interpreting() or q.device.type != "cuda" or v.stride(-2) != 1:
+    """Descriptors need sm_90+, 16-byte aligned bases and 16-byte multiples for every
+    stride the kernel gives them, a unit last stride, and V K-major (its descriptor spans
+    a head's (D, S) storage, row stride v.stride(3))."""
+    if _interpreting() or q.device.type != "cuda":
         return False
     if torch.cuda.get_device_capability(q.device)[0] < 9:
         return False
-    for t in (q, k, v, o):
-        strides = [s for s in t.stride() if s != 1]
-        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in strides):
+    used = ((q, (0, 1, 2), 3), (k, (0, 1, 2), 3), (v, (0, 1, 3), 2), (o, (0, 1, 2), 3))
+    for t, dims, unit in used:
+        size = t.element_size()
+        if t.stride(unit) != 1 or t.data_ptr() % 16:
+            return False
+        if any((t.stride(d) * size) % 16 for d in dims):
             return False
     return True
 

@@ -293,3 +293,19 @@ def test_compiles_for_sm90_with_fp8_wgmma_pipelined_without_spills():
         assert "fp8-wgmma=0" not in line and line.endswith("spills=0"), line
     assert all("async=0 " not in line for line in lines[:3]), done.stdout  # pointer path
     assert "ws=1" in lines[3] and "tma=0" not in lines[3], done.stdout
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("seqlen_k", [1, 8, 100])
+def test_gpu_descriptor_config_falls_back_where_v_strides_do_not_allow_it(seqlen_k):
+    # V K-major has rows of seqlen_k bytes: not a multiple of 16 here, so the pointer path
+    shape = (1, 4, 2, 37, seqlen_k, 64, True)
+    quantised = _inputs(*shape[:6], "cuda", seed=6)
+    (q8, _), (k8, _), (v8, _) = quantised
+    vt = fp8_v_layout(v8)
+    assert not flash_fp8._tma_ok(q8, k8, vt, torch.empty_like(q8, dtype=torch.bfloat16))
+    o = flash_attention_fp8(q8, k8, vt, **_descales(quantised), causal=True,
+                            config=LAUNCHES["tma-ws"])  # fmt: skip
+    deq = [dequantize_fp8(x, s) for x, s in quantised]
+    assert check_fp8_accuracy(_case(shape), *deq, o)["passed"]
