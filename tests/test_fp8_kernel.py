@@ -128,6 +128,57 @@ def test_interpreter_v_in_either_layout_gives_one_result():
     )
 
 
+def _bad_call(**change):
+    """flash_attention_fp8 on small CPU inputs with one argument replaced."""
+    quantised = _inputs(1, 4, 2, 8, 8, 32, "cpu")
+    (q8, _), (k8, _), (v8, _) = quantised
+    kw = dict(q=q8, k=k8, v=v8, **_descales(quantised), causal=False)
+    kw.update(change)
+    q, k, v = kw.pop("q"), kw.pop("k"), kw.pop("v")
+    return flash_attention_fp8(q, k, v, **kw)
+
+
+F8 = torch.float8_e4m3fn
+
+
+@cpu_only  # CPU tensors: on a GPU machine (no interpreter) the device check comes first
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (dict(q=torch.zeros(1, 4, 8, 32, dtype=torch.bfloat16)), TypeError,
+         r"q must be torch.float8_e4m3fn, got torch.bfloat16"),
+        (dict(v="v"), TypeError, r"v must be a torch.Tensor, got str"),
+        (dict(k_descale=0.5), TypeError, r"k_descale must be a torch.Tensor, got float"),
+        (dict(q_descale=torch.ones(2)), ValueError,
+         r"q_descale must be an fp32 tensor of one element .*got torch.float32 of shape \(2,\)"),
+        (dict(v_descale=torch.ones(1, dtype=torch.float16)), ValueError,
+         r"v_descale must be an fp32 tensor of one element .*got torch.float16"),
+        (dict(q=torch.zeros(1, 4, 8, 16, dtype=F8), k=torch.zeros(1, 2, 8, 16, dtype=F8),
+              v=torch.zeros(1, 2, 8, 16, dtype=F8)), ValueError,
+         r"head_dim must be a multiple of 8 and <= 256 \(padded to >= 32\), got 16"),
+        (dict(q=torch.zeros(1, 4, 8, 36, dtype=F8), k=torch.zeros(1, 2, 8, 36, dtype=F8),
+              v=torch.zeros(1, 2, 8, 36, dtype=F8)), ValueError, r"got 36"),
+        (dict(q=torch.zeros(1, 3, 8, 32, dtype=F8)), ValueError,
+         r"heads_q \(3\) must be a multiple of heads_kv \(2\)"),
+        (dict(v=torch.zeros(1, 2, 9, 32, dtype=F8)), ValueError, r"k and v must have one shape"),
+        (dict(q=torch.zeros(4, 8, 32, dtype=F8)), ValueError, r"must be 4-D"),
+        (dict(k=torch.zeros(1, 2, 8, 32, dtype=F8).requires_grad_()), ValueError,
+         r"k requires grad: flash_attention_fp8 is forward only"),
+        (dict(scale=-1.0), ValueError, r"scale must be a positive number, got -1.0"),
+        (dict(config={"block_m": 32}), TypeError, r"config must be a FlashConfig, got dict"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_name_the_argument_and_value(change, error, message):
+    with pytest.raises(error, match=message):
+        _bad_call(**change)
+
+
+def test_a_cpu_tensor_needs_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="CPU tensors need the Triton interpreter"):
+        _bad_call()
+
+
 # ------------------------------------------------------------------------------------------
 # GPU: the compiled kernel under the accuracy rule
 # ------------------------------------------------------------------------------------------
