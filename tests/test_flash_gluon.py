@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
+import importlib.util
 import os
 import subprocess
 import sys
@@ -202,74 +202,109 @@ needs_gluon_gpu = pytest.mark.skipif(
 )
 
 
-def _check(q, k, v, causal, config=None, backward=False):
-    from fa_bench.case import Case
-    from fa_bench.kernels.flash_config import heuristic_config
-    from fa_bench.run.accuracy import check_accuracy
-
-    # the module, not the package attribute of the same name (the function)
-    fa = importlib.import_module("fa_bench.kernels.flash_attention")
-    assert gluon_reason(q, k, v, causal) is None
-    scale = 1.0 / math.sqrt(q.shape[3])
-    o, lse2 = gluon_forward(q, k, v, causal, scale, config)
-    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}[q.dtype]
-    b, hq, sq, d = q.shape
-    hk, sk = k.shape[1], k.shape[2]
-    mode = "fwd_bwd" if backward else "fwd"
-    case = Case("gluon", mode, dtype, b, hq, hk, sq, sk, d, causal)
-    grads: dict = {}
-    if backward:
-        do = torch.randn_like(o)
-        cfg = heuristic_config(d, q.dtype, causal, q.device, sq)
-        dq, dk, dv = fa._backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg)
-        grads = dict(do=do, dq=dq, dk=dk, dv=dv)
-    report = check_accuracy(case, q, k, v, o, **grads)
-    assert report["passed"], report
-    assert o.stride() == q.stride() and lse2.shape == (b, hq, sq)
-    if causal and sq > sk:  # rows that see no key: o = 0, lse2 = +inf
-        assert (o[:, :, : sq - sk] == 0).all()
-        assert torch.isposinf(lse2[:, :, : sq - sk]).all()
-    assert torch.isfinite(lse2[:, :, max(0, sq - sk) if causal else 0 :]).all()
-    return o, lse2
-
-
-GPU_SHAPES = [  # (batch, heads_q, heads_kv, seq_q, seq_k)
-    (2, 2, 2, 1000, 1000),
-    (1, 4, 1, 4097, 4097),
-    (1, 2, 2, 300, 1000),
-    (1, 2, 2, 1000, 300),
-    (1, 2, 2, 1, 1),
-    (1, 2, 2, 128, 128),
+# (batch, heads_q, heads_kv, seq_q, seq_k, (B, S, H, D) layout)
+GPU_SHAPES = [
+    (2, 2, 2, 1000, 1000, False),
+    (1, 4, 1, 4097, 4097, False),
+    (1, 2, 2, 300, 1000, False),
+    (1, 2, 2, 1000, 300, False),
+    (1, 2, 2, 1, 1, False),
+    (2, 4, 2, 128, 384, True),
 ]
+
+
+def check_tool():
+    """tools/gpu/gluon_check.py as a module: its check_one is what the GPU run applies."""
+    path = ROOT / "tools" / "gpu" / "gluon_check.py"
+    spec = importlib.util.spec_from_file_location("gluon_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the check itself, on a CPU: the `tl` forward stands in for the Gluon one ------------
+
+
+def _cpu_check(monkeypatch, forward, shape, causal, backward=False):
+    import fa_bench.kernels.flash_gluon as fg
+    from fa_bench.kernels.flash_config import heuristic_config
+
+    tool = check_tool()
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
+
+    def inputs(shape, dtype, head_dim, seed=0):
+        b, hq, hk, sq, sk, _ = shape
+        gen = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(b, h, s, head_dim, dtype=dtype, generator=gen)
+                     for h, s in ((hq, sq), (hk, sk), (hk, sk)))  # fmt: skip
+
+    def stand_in(q, k, v, causal, scale, cfg=None):
+        config = heuristic_config(q.shape[3], q.dtype, causal, q.device, q.shape[2])
+        return forward(*fa._forward(q, k, v, causal, scale, config))
+
+    monkeypatch.setattr(tool, "_inputs", inputs)
+    monkeypatch.setattr(fg, "gluon_forward", stand_in)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    return tool.check_one(None, shape, "fp16", 16, causal, backward)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter (CPU) run")
+@pytest.mark.parametrize("causal", [False, True])
+def test_check_passes_a_right_forward_and_catches_wrong_ones(monkeypatch, causal):
+    shape = (2, 4, 2, 40, 24, False)  # Sq > Sk: causal rows with no key
+    row = _cpu_check(monkeypatch, lambda o, lse2: (o, lse2), shape, causal)
+    assert row["passed"] and row["no_key_rows_ok"] and row["layout_ok"], row
+
+    def wrong_batch(o, lse2):  # only the second batch is off: a slice check would miss it
+        o = o.clone()
+        o[1, 3] *= 1.05
+        return o, lse2
+
+    row = _cpu_check(monkeypatch, wrong_batch, shape, causal)
+    assert not row["passed"] and not row["fwd_passed"]
+    if causal:
+
+        def finite_empty_rows(o, lse2):
+            lse2 = lse2.clone()
+            lse2[:, :, :16] = 0.0
+            return o, lse2
+
+        row = _cpu_check(monkeypatch, finite_empty_rows, shape, causal)
+        assert not row["passed"] and not row["no_key_rows_ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter (CPU) run")
+def test_check_runs_our_backward_on_the_forward_output(monkeypatch):
+    shape = (1, 2, 1, 40, 24, False)
+    row = _cpu_check(monkeypatch, lambda o, lse2: (o, lse2), shape, True, backward=True)
+    assert row["passed"] and row["bwd_passed"], row
+
+    def wrong_lse(o, lse2):  # the backward recomputes P from lse2: a wrong one shows there
+        return o, lse2 + 0.25
+
+    row = _cpu_check(monkeypatch, wrong_lse, shape, True, backward=True)
+    assert row["fwd_passed"] and not row["bwd_passed"], row
 
 
 @pytest.mark.gpu
 @needs_gluon_gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("shape", GPU_SHAPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_forward_accuracy(dtype, head_dim, shape, causal):
-    b, hq, hk, sq, sk = shape
-    torch.manual_seed(0)
-    q = torch.randn(b, hq, sq, head_dim, device="cuda", dtype=dtype)
-    k = torch.randn(b, hk, sk, head_dim, device="cuda", dtype=dtype)
-    v = torch.randn(b, hk, sk, head_dim, device="cuda", dtype=dtype)
-    _check(q, k, v, causal)
+    row = check_tool().check_one(None, shape, dtype, head_dim, causal, backward=False)
+    assert row["passed"], row
 
 
 @pytest.mark.gpu
 @needs_gluon_gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 4, 2, 777, 777), (1, 2, 2, 1000, 300)])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 777, 777, True), (1, 2, 2, 1000, 300, False)])
 def test_gpu_backward_consumes_the_gluon_forward(shape, causal):
-    b, hq, hk, sq, sk = shape
-    torch.manual_seed(1)
-    # (B, S, H, D) tensors seen as (B, H, S, D): the output keeps that layout
-    q = torch.randn(b, sq, hq, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    k = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    v = torch.randn(b, sk, hk, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    _check(q, k, v, causal, backward=True)
+    row = check_tool().check_one(None, shape, "bf16", 128, causal, backward=True)
+    assert row["passed"], row
 
 
 @pytest.mark.gpu
@@ -277,7 +312,7 @@ def test_gpu_backward_consumes_the_gluon_forward(shape, causal):
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_every_candidate_config(head_dim, causal):
-    torch.manual_seed(2)
-    q, k, v = _qkv(torch.bfloat16, (2, 4, 1500, head_dim), kv_heads=2, device="cuda")
-    for cfg in candidate_configs(head_dim).values():
-        _check(q, k, v, causal, cfg)
+    for role, cfg in candidate_configs(head_dim).items():
+        row = check_tool().check_one(cfg, (2, 4, 2, 1500, 1500, False), "bf16", head_dim, causal,
+                                     backward=False)  # fmt: skip
+        assert row["passed"], (role, row)

@@ -35,7 +35,9 @@ def _failure(r: dict) -> str:
         return f"{where}: {r['error'][:160]}"
     parts = []
     if not r.get("fwd_passed", True):
-        parts.append(f"o err {r['o_err']:.3g} > tol {r['o_tol']:.3g}")
+        parts.append(f"o err {r['o_err']:.3g} over the rule")
+    if not r.get("layout_ok", True):
+        parts.append("o not in q's layout or lse2 shape wrong")
     if not r.get("no_key_rows_ok", True):
         parts.append("rows with no key not (0, +inf)")
     if not r.get("bwd_passed", True):
