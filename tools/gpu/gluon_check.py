@@ -2,17 +2,20 @@
 
     python tools/gpu/gluon_check.py            # writes $OUT/gluon.md and $OUT/gluon.json
 
-For each config of `flash_gluon.candidate_configs` (the heuristic's "ws", "ws" without
-ping-pong, a shallower ring, the "pipelined" fallback), in its own child process:
+For each role of `flash_gluon.candidate_configs` ("ws": the heuristic's warp-specialised
+config, "pipelined": the fallback, then "ws-persist", "ws-nopp", "ws-shallow"), in its own
+child process and with that role's config at each head_dim:
 
 1. correctness against the float64 reference with fa_bench.run.accuracy's rule (2 × plain
-   PyTorch attention's error in the same dtype + the rounding floor): bf16 and fp16,
-   head_dim 64/128/256, causal and not, odd lengths (1000, 4097), Sq ≠ Sk both ways
-   (rows with no key under causal: o = 0, lse2 = +inf), length 1, GQA 4:1, a (B, S, H, D)
-   transposed input; and our `tl` backward run on the Gluon forward's (o, lse2), its
+   PyTorch attention's error in the same dtype + the rounding floor) on every (batch, kv
+   head) slice: bf16 and fp16 ("ws", "pipelined"; the variants bf16), head_dim 64/128
+   (and 256), causal and not, odd lengths (1000, 4097), Sq ≠ Sk both ways (rows with no
+   key under causal: o = 0, lse2 = +inf), length 1, GQA 4:1, a (B, S, H, D) transposed
+   input; for "ws" also our `tl` backward run on the Gluon forward's (o, lse2), its
    gradients held to the same rule;
 2. `triton.testing.do_bench` TFLOP/s (FLOPs of fa_bench.models.case_flops) at 4k and 16k
-   (16k tokens, hidden 2048), head_dim 64 and 128, causal and not, bf16 and fp16.
+   (16k tokens, hidden 2048), head_dim 64 and 128, causal and not, bf16 and fp16 (the
+   variants bf16).
 
 A baseline child times our `tl` forward (fa_bench.kernels.flash_attention) and SDPA's
 cuDNN backend on the same shapes. Fails soft: a child that raises records the error, one
@@ -37,6 +40,10 @@ STALL_S = 30.0
 # the whole check stays near 3 minutes of GPU time: no child starts after this many seconds
 BUDGET_S = 165.0
 CHECKS = ((128, "bf16"), (64, "bf16"), (128, "fp16"), (64, "fp16"), (256, "bf16"))
+# the heuristic's role ("ws") gets every check, our backward on its output and both dtypes'
+# timings; the fallback every check; the variants bf16 only, to stay in the budget
+ROLE_CHECKS = {"ws": CHECKS, "pipelined": CHECKS}
+VARIANT_CHECKS = CHECKS[:2]
 BENCH_NS = (4096, 16384)
 BENCH_DIMS = (64, 128)
 TOKENS, HIDDEN = 16384, 2048
@@ -207,12 +214,12 @@ def child_gluon(role: str, out: str) -> None:
     from fa_bench.kernels.flash_gluon import candidate_configs, gluon_forward
 
     failed = set()
-    for head_dim, dtype_name in CHECKS:
+    for head_dim, dtype_name in ROLE_CHECKS.get(role, VARIANT_CHECKS):
         cfg = candidate_configs(head_dim).get(role)
         if cfg is None:
             continue
         # the backward's kernels compile per shape: checked where they matter most
-        backward = head_dim == 128 and dtype_name == "bf16"
+        backward = role == "ws" and head_dim == 128 and dtype_name == "bf16"
         for causal in (False, True):
             for shape in SHAPES:
                 try:
@@ -227,7 +234,7 @@ def child_gluon(role: str, out: str) -> None:
                     failed.add((dtype_name, head_dim))
     for dtype_name, head_dim, n, causal in bench_shapes():
         cfg = candidate_configs(head_dim).get(role)
-        if cfg is None:
+        if cfg is None or (dtype_name != "bf16" and role not in ROLE_CHECKS):
             continue
         row = dict(kind="bench", config=role, label=cfg.label(), dtype=dtype_name,
                    head_dim=head_dim, n=n, causal=causal)  # fmt: skip
@@ -344,9 +351,9 @@ def parent() -> int:
         d: {role: cfg.label() for role, cfg in candidate_configs(d).items()} for d in HEAD_DIMS
     }
     print(json.dumps(env), flush=True)
-    # the roles in order of importance: the fallback first (it is the one most likely to
-    # run if the others hang), then the heuristic's, then the variants
-    roles = ["pipelined", "ws", "ws-nopp", "ws-persist", "ws-shallow"]
+    # the roles in order of importance: the heuristic's, the fallback (a hang in the first
+    # costs STALL_S, then the fallback still runs), then the variants
+    roles = ["ws", "pipelined", "ws-persist", "ws-nopp", "ws-shallow"]
     children = [run := _run_child(["--child", "baseline", "--lines", lines], lines, "baseline")]
     print(json.dumps(run), flush=True)
     for role in roles:
