@@ -357,3 +357,27 @@ def test_results_csv_has_scale_columns_only_with_fp8_cases():
     assert not [c for c in dense.columns if c.startswith("fp8")]
     mixed = to_frame(ResultsDoc(run={}, env={}, cases=[bf16, fp8]))
     assert mixed["fp8_scales.k"].tolist()[1] == 0.25
+
+
+def test_case_inputs_quantise_fp8_cases_only():
+    from fa_bench.run.fp8_inputs import case_inputs
+
+    q, k, v = (torch.randn(1, 2, 16, 32, dtype=torch.bfloat16) for _ in range(3))
+    bf16 = Case(impl="triton", mode="fwd", dtype="bf16", causal=False, batch=1, heads_q=2,
+                heads_kv=2, seqlen_q=16, seqlen_k=16, head_dim=32)  # fmt: skip
+    assert case_inputs(bf16, q, k, v, None) == (q, k, v, None, None)
+    fp8 = Case(**{**bf16.to_dict(), "dtype": "fp8_e4m3"})
+    q8, _, v8, options, inputs = case_inputs(fp8, q, k, v, {"config": {"block_n": 16}})
+    assert q8.dtype == torch.float8_e4m3fn and v8.stride(-2) == 1
+    assert options["config"] == {"block_n": 16} and inputs is not None
+    assert options[OPTION]["v_descale"] is inputs.v_descale
+
+
+def test_sweep_precompile_builds_fp8_points_from_quantised_inputs():
+    # On a CPU the build stops at the adapter's device check, past the descales it needs.
+    from fa_bench.sweep.precompile import _build_group
+
+    case = Case(impl="triton", mode="fwd", dtype="fp8_e4m3", causal=False, batch=1, heads_q=2,
+                heads_kv=2, seqlen_q=16, seqlen_k=16, head_dim=32)  # fmt: skip
+    [(point, _, error)] = _build_group("cpu", [("p", case.to_dict(), {"block_m": 16})])
+    assert point == "p" and "CUDA GPUs only" in error, error

@@ -127,13 +127,10 @@ def _run(
     impl_options: dict | None,
 ) -> CaseRecord:
     q, k, v, do = make_inputs(case, device)
-    fp8 = None
-    if case.dtype is DType.FP8_E4M3:  # quantised, V's layout made: outside the timed span
-        from fa_bench.run.fp8_inputs import quantise_inputs, with_descales
+    from fa_bench.run.fp8_inputs import case_inputs
 
-        fp8 = quantise_inputs(q, k, v)
-        q, k, v = fp8.q, fp8.k, fp8.v
-        impl_options = with_descales(impl_options, fp8)
+    # an fp8 case: quantised, V's layout made, outside the timed span (else unchanged)
+    q, k, v, impl_options, fp8 = case_inputs(case, q, k, v, impl_options)
     t_prepare = time.perf_counter()
     prepared = impl.prepare(case, q, k, v, impl_options)
     # Preparation (compilation for Triton on a GPU) is outside the timed span; its

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fa_bench.case import Case, DType
 from fa_bench.kernels.flash_fp8 import dequantize_fp8, fp8_v_layout, quantize_fp8
 
 # The key of `options` (a builder's keyword) that carries the descales.
@@ -71,3 +72,15 @@ def quantise_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Fp8Inp
 def with_descales(options: dict | None, inputs: Fp8Inputs) -> dict:
     """A builder's options with the descales added (a sweep's config fields kept)."""
     return {**(options or {}), OPTION: inputs.descales()}
+
+
+def case_inputs(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict | None, Fp8Inputs | None]:
+    """What a builder gets for `case` from `make_inputs`' tensors: unchanged for a 16-bit
+    or fp32 case; for an fp8 case the quantised tensors, the options with the descales,
+    and the Fp8Inputs (run/execute's accuracy check and record, sweep/precompile)."""
+    if case.dtype is not DType.FP8_E4M3:
+        return q, k, v, options, None
+    fp8 = quantise_inputs(q, k, v)
+    return fp8.q, fp8.k, fp8.v, with_descales(options, fp8), fp8

@@ -75,6 +75,7 @@ def _build_group(device: str, items: list[tuple[str, dict, dict]]) -> list[tuple
     from fa_bench import registry
     from fa_bench.case import Case
     from fa_bench.run.execute import make_inputs
+    from fa_bench.run.fp8_inputs import case_inputs
 
     registry.load()
     impl = registry.get("triton")
@@ -85,7 +86,8 @@ def _build_group(device: str, items: list[tuple[str, dict, dict]]) -> list[tuple
         t0 = time.perf_counter()
         try:
             q, k, v, _ = make_inputs(case, dev)
-            impl.prepare(case, q, k, v, {"config": fields})
+            q, k, v, options, _ = case_inputs(case, q, k, v, {"config": fields})  # fp8: quantised
+            impl.prepare(case, q, k, v, options)
             error = ""
         except Exception as exc:  # the timing worker meets it again and records it
             error = f"{type(exc).__name__}: {exc}"[:300]
