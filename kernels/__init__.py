@@ -19,5 +19,12 @@ from fa_bench.kernels.decode_attention import decode_attention
 from fa_bench.kernels.flash_attention import flash_attention
 from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_fp8 import flash_attention_fp8
+from fa_bench.kernels.flash_varlen import flash_attention_varlen
 
-__all__ = ["FlashConfig", "decode_attention", "flash_attention", "flash_attention_fp8"]
+__all__ = [
+    "FlashConfig",
+    "decode_attention",
+    "flash_attention",
+    "flash_attention_fp8",
+    "flash_attention_varlen",
+]

@@ -32,22 +32,17 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from types import SimpleNamespace
 
 import torch
 
-from fa_bench.kernels.flash_config import (
-    HEAD_DIM_MULTIPLE,
-    MAX_HEAD_DIM,
-    FlashConfig,
-    heuristic_config,
-    pad_pow2,
-)
+from fa_bench.kernels.flash_config import FlashConfig, heuristic_config, pad_pow2
+from fa_bench.kernels.flash_validate import Variant, make_variant
+from fa_bench.kernels.flash_validate import check_inputs as _validate
+from fa_bench.kernels.flash_validate import interpreting as _interpreting
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Rows per program of the backward's preprocessing (delta = rowsum(dO·O)): a cheap
 # elementwise pass whose tile is not part of FlashConfig.
 _PREPROCESS_ROWS = 64
@@ -59,10 +54,6 @@ _TMA_ALIGN_BYTES = 16
 # ---------------------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------------------
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @functools.cache
@@ -85,51 +76,6 @@ def _kernels() -> SimpleNamespace:
 def _cdiv(n: int, d: int) -> int:
     """`triton.cdiv` for the grids, without importing triton here."""
     return (n + d - 1) // d
-
-
-def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    return f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-
-
-def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> None:
-    """Raise TypeError/ValueError (with the shapes) for inputs the kernels cannot take."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    shapes = _shapes(q, k, v)
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-D (batch, heads, seqlen, head_dim); got {shapes}")
-    if q.dtype not in _DTYPES:
-        raise TypeError(f"unsupported dtype {q.dtype} (fp16, bf16, fp32); {shapes}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}/{k.dtype}/{v.dtype}")
-    batch, heads_q, seq_q, head_dim = q.shape
-    _, heads_kv, seq_k, _ = k.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape; got {shapes}")
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError(f"q and k/v must agree on batch and head_dim; got {shapes}")
-    if min(batch, heads_q, seq_q, heads_kv, seq_k, head_dim) < 1:
-        raise ValueError(f"every dimension must be >= 1; got {shapes}")
-    if heads_q % heads_kv:
-        raise ValueError(
-            f"heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}); {shapes}"
-        )
-    if head_dim % HEAD_DIM_MULTIPLE or head_dim > MAX_HEAD_DIM:
-        raise ValueError(
-            f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "
-            f"got {head_dim}; {shapes}"
-        )
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}/{k.device}/{v.device}")
-    if q.device.type == "cpu" and not _interpreting():
-        raise ValueError(
-            f"CPU tensors need the Triton interpreter (TRITON_INTERPRET=1 before import); {shapes}"
-        )
-    if q.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"unsupported device {q.device}; {shapes}")
-    if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError(f"scale must be a positive number, got {scale!r}")
 
 
 def _last_dim_unit(t: torch.Tensor) -> torch.Tensor:
@@ -206,7 +152,20 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
+def _programs(
+    variant: Variant | None, batch: int, seq: int, block: int, keys: bool = False
+) -> tuple[int, int]:
+    """(blocks of `seq` query rows, or keys, and batches): a packed batch's grid covers
+    its longest sequence and its sequence count (programs past a sequence's end return)."""
+    if variant is None or variant.varlen is None:
+        return _cdiv(seq, block), batch
+    vl = variant.varlen
+    return _cdiv(vl.max_k if keys else vl.max_q, block), vl.batch
+
+
+def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig, variant: Variant | None = None):
+    """(o, lse2) of a (B, H, S, D) call; a packed batch comes as (1, H, T, D) views with
+    `variant.varlen` (lse2 is then (1, H, T), flash-attn's (H, T))."""
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     o = torch.empty_like(q)  # keeps q's layout: a (B, S, H, D) view in gives one out
@@ -214,17 +173,19 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig):
     use_tma = cfg.use_tma and _tma_ok(q, k, v, o)
     if use_tma:
         _ensure_tma_allocator()
-    grid = (_cdiv(seq_q, cfg.block_m), batch * heads_q)
-    _kernels().fwd[grid](
+    blocks, seqs = _programs(variant, batch, seq_q, cfg.block_m)
+    extra = {} if variant is None else variant.kernel_args()
+    even_q = seq_q % cfg.block_m == 0 and not extra.get("VARLEN")
+    _kernels().fwd[(blocks, seqs * heads_q)](
         q, k, v, o, lse2,
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         heads_q, heads_q // heads_kv, seq_q, seq_k, scale * _LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad_pow2(head_dim),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=causal, EVEN_Q=seq_q % cfg.block_m == 0,
+        CAUSAL=causal, EVEN_Q=even_q,
         USE_TMA=use_tma, WARP_SPECIALIZE=use_tma and cfg.warp_specialize,
         DOT_PREC=_dot_precision(q.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra,
     )  # fmt: skip
     return o, lse2
 
@@ -241,7 +202,9 @@ def _preprocess(do, o, lse2):
     return delta
 
 
-def _backward_deterministic(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig):
+def _backward_deterministic(
+    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig, variant=None
+):
     """The two-kernel backward: dK/dV, then dQ recomputing S and dP (seven matmuls per
     tile pair, no atomics, bitwise reproducible)."""
     batch, heads_q, seq_q, head_dim = q.shape
@@ -254,21 +217,26 @@ def _backward_deterministic(do, q, k, v, o, lse2, causal: bool, scale: float, cf
     # streams keys (see kernels/flash_config.py).
     held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
     prec = _dot_precision(q.dtype)
-    _kernels().dkdv[(_cdiv(seq_k, held), batch * heads_kv)](
+    extra = {} if variant is None else variant.kernel_args()
+    packed = bool(extra.get("VARLEN"))
+    key_blocks, seqs = _programs(variant, batch, seq_k, held, keys=True)
+    _kernels().dkdv[(key_blocks, seqs * heads_kv)](
         q, k, v, do, dk, dv, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         heads_q, heads_kv, group, seq_q, seq_k, scale * _LOG2E, scale,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_HELD=held, BLOCK_STREAMED=streamed,
-        CAUSAL=causal, EVEN_Q=seq_q % streamed == 0, EVEN_K=seq_k % held == 0, DOT_PREC=prec,
-        num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
+        CAUSAL=causal, EVEN_Q=seq_q % streamed == 0 and not packed,
+        EVEN_K=seq_k % held == 0 and not packed, DOT_PREC=prec,
+        num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages, **extra,
     )  # fmt: skip
-    _kernels().dq[(_cdiv(seq_q, held), batch * heads_q)](
+    row_blocks, seqs = _programs(variant, batch, seq_q, held)
+    _kernels().dq[(row_blocks, seqs * heads_q)](
         q, k, v, do, dq, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
         heads_q, group, seq_q, seq_k, scale * _LOG2E, scale,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_HELD=held, BLOCK_STREAMED=streamed,
-        CAUSAL=causal, EVEN_Q=seq_q % held == 0, DOT_PREC=prec,
-        num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages,
+        CAUSAL=causal, EVEN_Q=seq_q % held == 0 and not packed, DOT_PREC=prec,
+        num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages, **extra,
     )  # fmt: skip
     return dq, dk, dv
 
@@ -310,11 +278,18 @@ def _backward_one_pass(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: Fl
 
 
 def _backward(
-    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig, deterministic: bool
-):
+    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig, deterministic: bool,
+    variant: Variant | None = None,
+):  # fmt: skip
     do = _last_dim_unit(do)
-    run = _backward_deterministic if deterministic else _backward_one_pass
-    return run(do, q, k, v, o, lse2, causal, scale, cfg)
+    if deterministic:
+        return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
+    if variant is not None:
+        raise ValueError(
+            "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
+            "packed batches; use deterministic=True (the default) for their gradients"
+        )
+    return _backward_one_pass(do, q, k, v, o, lse2, causal, scale, cfg)
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,11 +299,11 @@ def _backward(
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, config, deterministic):
-        o, lse2 = _forward(q, k, v, causal, scale, config)
+    def forward(ctx, q, k, v, causal, scale, config, deterministic, variant=None):
+        o, lse2 = _forward(q, k, v, causal, scale, config, variant)
         ctx.save_for_backward(q, k, v, o, lse2)
         ctx.causal, ctx.scale, ctx.config = causal, scale, config
-        ctx.deterministic = deterministic
+        ctx.deterministic, ctx.variant = deterministic, variant
         ctx.mark_non_differentiable(lse2)
         return o, lse2
 
@@ -336,9 +311,10 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, do, _dlse2):
         q, k, v, o, lse2 = ctx.saved_tensors
         dq, dk, dv = _backward(
-            do, q, k, v, o, lse2, ctx.causal, ctx.scale, ctx.config, ctx.deterministic
-        )
-        return dq, dk, dv, None, None, None, None
+            do, q, k, v, o, lse2, ctx.causal, ctx.scale, ctx.config, ctx.deterministic,
+            ctx.variant,
+        )  # fmt: skip
+        return dq, dk, dv, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------
@@ -353,6 +329,9 @@ def flash_attention(
     *,
     causal: bool = False,
     scale: float | None = None,
+    window: tuple[int, int] = (-1, -1),
+    alibi_slopes: torch.Tensor | None = None,
+    softcap: float = 0.0,
     return_lse: bool = False,
     config: FlashConfig | None = None,
     deterministic: bool = True,
@@ -366,6 +345,13 @@ def flash_attention(
     1/sqrt(head_dim). Causal with seqlen_q > seqlen_k leaves the first rows without any
     key: their output is 0, their lse -inf, their gradients 0.
 
+    The variants (flash-attn's semantics, applied in this order, o = seqlen_k - seqlen_q):
+    `softcap` c > 0 turns s = scale · q·k into c · tanh(s / c); `alibi_slopes` (fp32,
+    (heads_q,) or (batch, heads_q), on q's device) subtract m_h · |i + o - j|; `window`
+    (left, right), -1 unbounded, lets query i see keys i + o - left <= j <= i + o + right
+    (causal is right = 0 and composes with a left window). Blocks outside a window are
+    never loaded. Rows that see no key output 0, lse -inf, zero gradients.
+
     With `return_lse=True` also returns the natural-log log-sum-exp of each row's scaled
     scores, (batch, heads_q, seqlen_q) fp32, not differentiable. `config` overrides the
     tile heuristic (`fa_bench.kernels.flash_config.default_config`); no tuning cache is
@@ -375,14 +361,25 @@ def flash_attention(
     no atomics): bitwise identical gradients on repeated calls. `deterministic=False` runs
     the experimental one-pass backward: two fewer matmuls per tile pair, but dQ sums the
     key blocks' shares with fp32 atomic adds, so it can differ in the last bits from run
-    to run, and on the H200 it measured slower in every shape (docs/kernel.md).
+    to run, and on the H200 it measured slower in every shape (docs/kernel.md). It has no
+    variants: their backward raises ValueError there (their forward runs).
     """
     _validate(q, k, v, scale)
+    variant = make_variant(
+        q, causal=bool(causal), window=window, alibi_slopes=alibi_slopes, softcap=softcap,
+        batch=q.shape[0], seq_q=q.shape[2], seq_k=k.shape[2],
+    )  # fmt: skip
+    return _run(q, k, v, causal, scale, config, deterministic, variant, return_lse)
+
+
+def _run(q, k, v, causal, scale, config, deterministic, variant, return_lse: bool):
+    """The checked call: config, autograd, and the public lse (natural log, -inf for rows
+    without keys); flash_attention_varlen calls it with (1, H, T, D) views."""
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)
     causal = bool(causal)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     cfg = _resolve_config(config, q, k.shape[2], causal)
-    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, bool(deterministic))
+    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, bool(deterministic), variant)
     if not return_lse:
         return o
     # internal +inf marks rows without keys; the public lse is log(0) = -inf there

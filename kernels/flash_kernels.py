@@ -27,6 +27,14 @@ TRITON_INTERPRET must be set before this module (or triton) is first imported.
 import triton
 import triton.language as tl
 
+from fa_bench.kernels.flash_kernels_variants import (
+    alibi_slope2,
+    sequence,
+    variant_scores,
+    window_keep,
+    window_ranges,
+)
+
 # `tl.dot` takes no operand dimension under 16: the smallest tile and head_dim pad.
 MIN_DOT = tl.constexpr(16)
 
@@ -119,6 +127,9 @@ def _fwd_inner(
     # only blocks that every row of the tile sees fully, so it pays no mask at all.
     DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
     USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_PREC: tl.constexpr,
+    # the variants (flash_kernels_variants.py): runtime values, None when off
+    win_left=None, win_right=None, softcap2=None, slope2=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
 ):  # fmt: skip
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -130,16 +141,29 @@ def _fwd_inner(
                 k_base, cols, stride_ks, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL, MASK_D
             )
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        if SOFTCAP or ALIBI:
+            s2, _ = variant_scores(
+                qk, qk_scale, softcap2, slope2, offs_m, cols, causal_off, SOFTCAP, ALIBI, False
+            )
         if DIAGONAL_OR_TAIL:
             keep = cols[None, :] < seq_k
-            if CAUSAL:
+            if WINDOW:
+                keep = keep & window_keep(offs_m, cols, causal_off, win_left, win_right, False)
+            elif CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
-            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            if SOFTCAP or ALIBI:
+                qk = tl.where(keep, s2, float("-inf"))
+            else:
+                qk = tl.where(keep, qk * qk_scale, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
             # a row with no visible key so far keeps m = -inf: subtract 0 instead of -inf
             m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
             p = tl.math.exp2(qk - m_safe[:, None])
             alpha = tl.math.exp2(m_i - m_safe)
+        elif SOFTCAP or ALIBI:
+            m_ij = tl.maximum(m_i, tl.max(s2, 1))
+            p = tl.math.exp2(s2 - m_ij[:, None])
+            alpha = tl.math.exp2(m_i - m_ij)
         else:
             m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
@@ -159,13 +183,58 @@ def _fwd_inner(
 
 
 @triton.jit
+def _fwd_variant_loops(
+    acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+    m0, offs_m, offs_d, seq_k, causal_off, qk_scale,
+    win_left, win_right, softcap2, slope2,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, MASK_D: tl.constexpr, USE_TMA: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, DOT_PREC: tl.constexpr,
+    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+):  # fmt: skip
+    """The forward's key loops with a window, softcap or ALiBi. A window streams only the
+    keys some row sees ([lo, hi) from window_ranges): masked blocks at both edges, whole
+    blocks in between with no mask; without one, the dense loops (causal or not) with
+    the softcap / ALiBi scores."""
+    if WINDOW:
+        lo, lo_full, hi_full, hi = window_ranges(
+            m0, seq_k, causal_off - win_left, causal_off + win_right, BLOCK_M, BLOCK_N
+        )
+    else:
+        lo = 0
+        lo_full = 0
+        hi_full, hi = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
+    if WINDOW:
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+            lo, lo_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+        )  # fmt: skip
+    acc, l_i, m_i = _fwd_inner(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+        lo_full, hi_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, WARP_SPECIALIZE, DOT_PREC,
+        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+    )  # fmt: skip
+    acc, l_i, m_i = _fwd_inner(
+        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+        hi_full, hi, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False, DOT_PREC,
+        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+    )  # fmt: skip
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _fwd_kernel(
     # tensors: inputs, output, and lse2 (B, Hq, Sq) fp32 saved for the backward
     Q, K, V, Out, LSE,
     # strides in elements (batch, head, seq); the last dimension's stride is 1
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
-    # sizes (group = heads_q // heads_kv) and scale · log2(e)
+    # sizes (group = heads_q // heads_kv) and scale · log2(e); VARLEN: seq_q and seq_k
+    # are the packed totals (the tensors are (1, H, T, D) views)
     heads_q, group, seq_q, seq_k, qk_scale,
     # constexpr: tile shapes and HEAD_DIM_PAD size register tiles (must be compile-time);
     # the flags select code paths so that full tiles carry no masks.
@@ -173,8 +242,16 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr,
     USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, DOT_PREC: tl.constexpr,
+    # the variants (flash_kernels_variants.py), None when off so that a dense launch
+    # compiles to the same code: window bounds, softcap · log2(e), ALiBi slopes (fp32,
+    # batch stride 0 for per-head slopes), cumulative lengths of a packed batch
+    win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
+    CuQ=None, CuK=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
-    """One program: BLOCK_M query rows of one (batch, q head); streams the visible keys."""
+    """One program: BLOCK_M query rows of one (batch, q head); streams the visible keys.
+    VARLEN: the batch index is the packed sequence's; programs past its end return."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     # Causal: launch the longest row blocks (the last ones) first for a balanced tail.
@@ -186,10 +263,22 @@ def _fwd_kernel(
     off_b = (off_bh // heads_q).to(tl.int64)
     off_h = (off_bh % heads_q).to(tl.int64)
     off_hk = off_h // group
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
-    o_base = Out + off_b * stride_ob + off_h * stride_oh
+    if VARLEN:
+        lse_row0 = off_h * seq_q  # lse2 is (H, T): seq_q is the total here
+        q_start, seq_q = sequence(CuQ, off_b)
+        k_start, seq_k = sequence(CuK, off_b)
+        if pid_m * BLOCK_M >= seq_q:
+            return
+        lse_row0 += q_start
+        q_base = Q + q_start.to(tl.int64) * stride_qs + off_h * stride_qh
+        k_base = K + k_start.to(tl.int64) * stride_ks + off_hk * stride_kh
+        v_base = V + k_start.to(tl.int64) * stride_vs + off_hk * stride_vh
+        o_base = Out + q_start.to(tl.int64) * stride_os + off_h * stride_oh
+    else:
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        k_base = K + off_b * stride_kb + off_hk * stride_kh
+        v_base = V + off_b * stride_vb + off_hk * stride_vh
+        o_base = Out + off_b * stride_ob + off_h * stride_oh
 
     m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
@@ -216,25 +305,38 @@ def _fwd_kernel(
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
     causal_off = seq_k - seq_q
-    n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-        0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, WARP_SPECIALIZE, DOT_PREC,
-    )  # fmt: skip
-    # warp specialization only on the long unmasked loop (see FlashConfig.warp_specialize)
-    acc, l_i, m_i = _fwd_inner(
-        acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False, DOT_PREC,
-    )  # fmt: skip
+    if WINDOW or SOFTCAP or ALIBI:
+        acc, l_i, m_i = _fwd_variant_loops(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+            m0, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            win_left, win_right, softcap2,
+            alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI),
+            HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, MASK_D, USE_TMA, WARP_SPECIALIZE, DOT_PREC,
+            WINDOW, SOFTCAP, ALIBI,
+        )  # fmt: skip
+    else:
+        n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, WARP_SPECIALIZE, DOT_PREC,
+        )  # fmt: skip
+        # warp specialization only on the long unmasked loop (see FlashConfig.warp_specialize)
+        acc, l_i, m_i = _fwd_inner(
+            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
+            n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False, DOT_PREC,
+        )  # fmt: skip
 
     # Rows with no visible key: output 0, lse2 = +inf (see the module docstring).
     empty = l_i == 0.0
     l_safe = tl.where(empty, 1.0, l_i)
     acc = acc / l_safe[:, None]
     lse2 = tl.where(empty, float("inf"), m_i + tl.math.log2(l_safe))
-    lse_ptrs = LSE + off_bh.to(tl.int64) * seq_q + offs_m
+    if VARLEN:
+        lse_ptrs = LSE + lse_row0 + offs_m
+    else:
+        lse_ptrs = LSE + off_bh.to(tl.int64) * seq_q + offs_m
     if EVEN_Q:
         tl.store(lse_ptrs, lse2)
     else:

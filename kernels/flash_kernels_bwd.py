@@ -11,6 +11,13 @@ import triton
 import triton.language as tl
 
 from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
+from fa_bench.kernels.flash_kernels_variants import (
+    alibi_slope2,
+    sequence,
+    variant_scores,
+    window_keep,
+    window_ranges,
+)
 
 
 @triton.jit
@@ -54,6 +61,10 @@ def _bwd_dkdv_inner(
     # need the causal mask; the other loop's blocks see every held key.
     ON_DIAGONAL: tl.constexpr, EVEN_Q: tl.constexpr, MASK_D: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    # the variants (flash_kernels_variants.py): runtime values, None when off; with a
+    # WINDOW, ON_DIAGONAL means "the window's edge blocks" (masked by the window)
+    win_left=None, win_right=None, softcap2=None, slope2=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_STREAMED):
         offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
@@ -67,12 +78,24 @@ def _bwd_dkdv_inner(
             lse2 = tl.load(lse_base + offs_m, mask=offs_m < seq_q, other=float("inf"))
             delta = tl.load(delta_base + offs_m, mask=offs_m < seq_q, other=0.0)
         qk_t = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)  # (BLOCK_HELD, BLOCK_STREAMED)
-        p_t = tl.math.exp2(qk_t * qk_scale - lse2[None, :])
+        if SOFTCAP or ALIBI:
+            s_t, th_t = variant_scores(
+                qk_t, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, True
+            )
+            p_t = tl.math.exp2(s_t - lse2[None, :])
+        else:
+            p_t = tl.math.exp2(qk_t * qk_scale - lse2[None, :])
         if ON_DIAGONAL:
-            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, p_t, 0.0)
+            if WINDOW:
+                keep = window_keep(offs_m, offs_n, causal_off, win_left, win_right, True)
+                p_t = tl.where(keep, p_t, 0.0)
+            else:
+                p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         ds_t = p_t * (dp_t - delta[None, :])
+        if SOFTCAP:
+            ds_t = ds_t * (1.0 - th_t * th_t)  # through c · tanh(s / c)
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PREC)
     return dk, dv
 
@@ -85,12 +108,18 @@ def _bwd_dkdv_kernel(
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
     stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs,
-    # sizes, scale · log2(e) for the scores and the plain scale for dK
+    # sizes, scale · log2(e) for the scores and the plain scale for dK (VARLEN: seq_q
+    # and seq_k are the packed totals)
     heads_q, heads_kv, group, seq_q, seq_k, qk_scale, sm_scale,
     # constexpr: register tile shapes (held keys, streamed query rows) and code paths
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_HELD: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
+    # the variants, as in _fwd_kernel (None / False when off)
+    win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
+    CuQ=None, CuK=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     """One program: BLOCK_HELD keys of one (batch, kv head); streams BLOCK_STREAMED query
     rows at a time and loops over the group's q heads."""
@@ -103,8 +132,17 @@ def _bwd_dkdv_kernel(
     n0 = pid_n * BLOCK_HELD
     offs_n = n0 + tl.arange(0, BLOCK_HELD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    if VARLEN:
+        total_q = seq_q
+        q_start, seq_q = sequence(CuQ, off_b)
+        k_start, seq_k = sequence(CuK, off_b)
+        if n0 >= seq_k:
+            return
+        k_base = K + k_start.to(tl.int64) * stride_ks + off_hk * stride_kh
+        v_base = V + k_start.to(tl.int64) * stride_vs + off_hk * stride_vh
+    else:
+        k_base = K + off_b * stride_kb + off_hk * stride_kh
+        v_base = V + off_b * stride_vb + off_hk * stride_vh
     # Keys past the end load as 0; their dK/dV rows are computed but never stored.
     k = load_rows(k_base, offs_n, stride_ks, offs_d, seq_k, HEAD_DIM, not EVEN_K, MASK_D)
     v = load_rows(v_base, offs_n, stride_vs, offs_d, seq_k, HEAD_DIM, not EVEN_K, MASK_D)
@@ -113,7 +151,13 @@ def _bwd_dkdv_kernel(
 
     causal_off = seq_k - seq_q
     m_tiles_end = tl.cdiv(seq_q, BLOCK_STREAMED) * BLOCK_STREAMED
-    if CAUSAL:
+    if WINDOW:
+        # the rows that see some held key, those that see all of them (no mask)
+        m_lo, m_mid, m_full_end, m_hi = window_ranges(
+            n0, seq_q, -causal_off - win_right, -causal_off + win_left,
+            BLOCK_HELD, BLOCK_STREAMED,
+        )  # fmt: skip
+    elif CAUSAL:
         # rows < n0 - off see none of these keys; rows >= n0 + BLOCK_HELD - 1 - off see all
         m_lo = (tl.maximum(n0 - causal_off, 0) // BLOCK_STREAMED) * BLOCK_STREAMED
         m_mid = tl.cdiv(tl.maximum(n0 + BLOCK_HELD - 1 - causal_off, 0), BLOCK_STREAMED)
@@ -122,24 +166,48 @@ def _bwd_dkdv_kernel(
     else:
         m_lo = 0
         m_mid = 0
+    if not WINDOW:
+        m_full_end = seq_q
     for g in range(group):
         off_h = off_hk * group + g
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        row0 = (off_b * heads_q + off_h) * seq_q
+        if VARLEN:
+            q_base = Q + q_start.to(tl.int64) * stride_qs + off_h * stride_qh
+            do_base = DO + q_start.to(tl.int64) * stride_dos + off_h * stride_doh
+            row0 = off_h * total_q + q_start  # lse2 and delta are (H, T)
+        else:
+            q_base = Q + off_b * stride_qb + off_h * stride_qh
+            do_base = DO + off_b * stride_dob + off_h * stride_doh
+            row0 = (off_b * heads_q + off_h) * seq_q
+        if ALIBI:
+            slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
+        else:
+            slope2 = None
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
             m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
         )  # fmt: skip
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
-            m_mid, seq_q, offs_n, offs_d, seq_q, causal_off, qk_scale,
+            m_mid, m_full_end, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, False, EVEN_Q, MASK_D, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
         )  # fmt: skip
+        if WINDOW:
+            dk, dv = _bwd_dkdv_inner(
+                dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs,
+                stride_dos, m_full_end, m_hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
+                HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
+                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            )  # fmt: skip
     dk = dk * sm_scale
-    dk_base = DK + off_b * stride_dkb + off_hk * stride_dkh
-    dv_base = DV + off_b * stride_dvb + off_hk * stride_dvh
+    if VARLEN:
+        dk_base = DK + k_start.to(tl.int64) * stride_dks + off_hk * stride_dkh
+        dv_base = DV + k_start.to(tl.int64) * stride_dvs + off_hk * stride_dvh
+    else:
+        dk_base = DK + off_b * stride_dkb + off_hk * stride_dkh
+        dv_base = DV + off_b * stride_dvb + off_hk * stride_dvh
     store_rows(
         dk_base, offs_n, stride_dks, offs_d, seq_k, dk.to(DK.dtype.element_ty),
         HEAD_DIM, not EVEN_K, MASK_D,
@@ -162,6 +230,9 @@ def _bwd_dq_inner(
     # DIAGONAL_OR_TAIL: as in _fwd_inner (masked loads; causal mask on the scores)
     DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    # the variants, as in _bwd_dkdv_inner
+    win_left=None, win_right=None, softcap2=None, slope2=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
 ):  # fmt: skip
     for start_n in range(lo, hi, BLOCK_STREAMED):
         offs_n = start_n + tl.arange(0, BLOCK_STREAMED)
@@ -171,11 +242,28 @@ def _bwd_dq_inner(
         v = load_rows(v_base, offs_n, stride_vs, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
                        MASK_D)  # fmt: skip
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        p = tl.math.exp2(qk * qk_scale - lse2[:, None])
-        if DIAGONAL_OR_TAIL and CAUSAL:
+        if SOFTCAP or ALIBI:
+            s2, th = variant_scores(
+                qk, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, False
+            )
+            p = tl.math.exp2(s2 - lse2[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+        if DIAGONAL_OR_TAIL and (WINDOW or SOFTCAP or ALIBI):
+            # a tail key's score is no longer bounded by the row's: exp2 may overflow,
+            # and inf · 0 would reach dQ, so the tail is masked too
+            keep = offs_n[None, :] < seq_k
+            if WINDOW:
+                keep = keep & window_keep(offs_m, offs_n, causal_off, win_left, win_right, False)
+            elif CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_off)
+            p = tl.where(keep, p, 0.0)
+        elif DIAGONAL_OR_TAIL and CAUSAL:
             p = tl.where(offs_n[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - th * th)  # through c · tanh(s / c)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
     return dq
 
@@ -188,12 +276,18 @@ def _bwd_dq_kernel(
     stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
     stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
     stride_dqb, stride_dqh, stride_dqs,
-    # sizes, scale · log2(e) for the scores and the plain scale for dQ
+    # sizes, scale · log2(e) for the scores and the plain scale for dQ (VARLEN: seq_q
+    # and seq_k are the packed totals)
     heads_q, group, seq_q, seq_k, qk_scale, sm_scale,
     # constexpr: register tile shapes (held query rows, streamed keys) and code paths
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_HELD: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
     CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, DOT_PREC: tl.constexpr,
+    # the variants, as in _fwd_kernel (None / False when off)
+    win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
+    CuQ=None, CuK=None,
+    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
     BLOCK_STREAMED at a time."""
@@ -210,13 +304,26 @@ def _bwd_dq_kernel(
     m0 = pid_m * BLOCK_HELD
     offs_m = m0 + tl.arange(0, BLOCK_HELD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    do_base = DO + off_b * stride_dob + off_h * stride_doh
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    if VARLEN:
+        row0 = off_h * seq_q  # lse2 and delta are (H, T): seq_q is the total here
+        q_start, seq_q = sequence(CuQ, off_b)
+        k_start, seq_k = sequence(CuK, off_b)
+        if m0 >= seq_q:
+            return
+        row0 += q_start
+        q_base = Q + q_start.to(tl.int64) * stride_qs + off_h * stride_qh
+        do_base = DO + q_start.to(tl.int64) * stride_dos + off_h * stride_doh
+        k_base = K + k_start.to(tl.int64) * stride_ks + off_hk * stride_kh
+        v_base = V + k_start.to(tl.int64) * stride_vs + off_hk * stride_vh
+    else:
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        do_base = DO + off_b * stride_dob + off_h * stride_doh
+        k_base = K + off_b * stride_kb + off_hk * stride_kh
+        v_base = V + off_b * stride_vb + off_hk * stride_vh
     q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
     do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
-    row0 = off_bh.to(tl.int64) * seq_q
+    if not VARLEN:
+        row0 = off_bh.to(tl.int64) * seq_q
     if EVEN_Q:
         lse2 = tl.load(LSE + row0 + offs_m)
         delta = tl.load(DELTA + row0 + offs_m)
@@ -226,19 +333,45 @@ def _bwd_dq_kernel(
     dq = tl.zeros([BLOCK_HELD, HEAD_DIM_PAD], dtype=tl.float32)
 
     causal_off = seq_k - seq_q
-    n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_HELD, BLOCK_STREAMED, CAUSAL)
-    dq = _bwd_dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-        0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
-    )  # fmt: skip
+    if ALIBI:
+        slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
+    else:
+        slope2 = None
+    if WINDOW:
+        lo, n_lo_full, n_full, n_end = window_ranges(
+            m0, seq_k, causal_off - win_left, causal_off + win_right, BLOCK_HELD, BLOCK_STREAMED
+        )
+        dq = _bwd_dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
+            lo, n_lo_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+        )  # fmt: skip
+        dq = _bwd_dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
+            n_lo_full, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+        )  # fmt: skip
+    else:
+        n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_HELD, BLOCK_STREAMED, CAUSAL)
+        dq = _bwd_dq_inner(
+            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
+            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+        )  # fmt: skip
     dq = _bwd_dq_inner(
         dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
         n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
         HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
+        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
     )  # fmt: skip
     dq = dq * sm_scale
-    dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
+    if VARLEN:
+        dq_base = DQ + q_start.to(tl.int64) * stride_dqs + off_h * stride_dqh
+    else:
+        dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
     store_rows(
         dq_base, offs_m, stride_dqs, offs_d, seq_q, dq.to(DQ.dtype.element_ty),
         HEAD_DIM, not EVEN_Q, MASK_D,

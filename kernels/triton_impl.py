@@ -14,11 +14,12 @@ before it builds a case, so importing the registry must not define the kernels f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from fa_bench.case import Case, DType, Mode
+from fa_bench.case import Case, DType, Mode, alibi_slopes
 from fa_bench.kernels import decode_impl
 from fa_bench.kernels.flash_config import (
     HEAD_DIM_MULTIPLE,
@@ -27,6 +28,7 @@ from fa_bench.kernels.flash_config import (
     heuristic_config,
 )
 from fa_bench.registry import Prepared, register
+from fa_bench.run.variant_inputs import cu_seqlens
 from fa_bench.sweep import tuning
 
 
@@ -38,11 +40,19 @@ def _variants(case: Case) -> list[str]:
     return [name for name, flag in zip(names, on, strict=True) if flag]
 
 
+def _check_onepass(case: Case, device: object) -> str | None:
+    """`_check`, and the one-pass backward has no variants (its forward is triton's)."""
+    variants = _variants(case)
+    if variants and case.mode is not Mode.FWD:
+        return (
+            f"the one-pass backward has no {' or '.join(variants)} (issue 19); `triton` "
+            "runs them with the two-kernel backward, and this forward is the same"
+        )
+    return _check(case, device)
+
+
 def _check(case: Case, device: object) -> str | None:
     """Why `triton` cannot run this case on `device`, or None."""
-    variants = _variants(case)
-    if variants:  # the kernel's windows, ALiBi, softcap and varlen come in a later session
-        return f"our kernel has no {' or '.join(variants)} yet (issue 19)"
     if case.head_dim % HEAD_DIM_MULTIPLE or case.head_dim > MAX_HEAD_DIM:
         return (
             f"head_dim must be a multiple of {HEAD_DIM_MULTIPLE} and <= {MAX_HEAD_DIM}, "
@@ -93,9 +103,14 @@ def _prepare(
 
         return flash_fp8_impl.build(case, q, k, v, options, config, f"{name}-fp8", source)
     causal = case.causal
+    if case.is_variant:
+        fn = _variant_fn(case, q.device, config, deterministic)
+    else:
 
-    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return flash_attention(q, k, v, causal=causal, config=config, deterministic=deterministic)
+        def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return flash_attention(
+                q, k, v, causal=causal, config=config, deterministic=deterministic
+            )
 
     if q.device.type == "cuda":
         # Compile the forward (and backward) kernels here, outside the timed span.
@@ -106,6 +121,39 @@ def _prepare(
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize(q.device)
     return Prepared(fn=fn, backend=f"{name}:{config_label(config, case.mode.value)} ({source})")
+
+
+def _variant_fn(
+    case: Case, device: torch.device, config: FlashConfig, deterministic: bool
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The timed call of a variant case (issue 19). The ALiBi slopes and a packed
+    batch's cumulative lengths are built (and checked) here, outside the timed span; a
+    packed batch's (1, H, T, D) inputs go to flash_attention_varlen as (T, H, D) views
+    and its output comes back as a (1, H, T, D) view: no copy, and the gradients reach
+    the runner's tensors."""
+    from fa_bench.kernels.flash_attention import flash_attention
+    from fa_bench.kernels.flash_varlen import check_cu_seqlens, flash_attention_varlen
+
+    kw: dict = dict(
+        causal=case.causal, window=(case.window_left, case.window_right),
+        softcap=case.softcap, config=config, deterministic=deterministic,
+    )  # fmt: skip
+    if case.alibi:
+        kw["alibi_slopes"] = torch.tensor(
+            alibi_slopes(case.heads_q), dtype=torch.float32, device=device
+        )
+    if not case.varlen:
+        return lambda q, k, v: flash_attention(q, k, v, **kw)
+    cu = cu_seqlens(case, device)
+    check_cu_seqlens("cu_seqlens", cu, case.total_tokens, cu.device)
+    longest = max(case.sequence_lengths())
+
+    def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))
+        o = flash_attention_varlen(q, k, v, cu, cu, longest, longest, check_values=False, **kw)
+        return o.transpose(0, 1).unsqueeze(0)
+
+    return packed
 
 
 _SUPPORT: dict = dict(
@@ -120,9 +168,11 @@ _SUPPORT: dict = dict(
     "triton",
     description=(
         "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
-        "exp2, GQA, bottom-right causal; two-kernel backward (a separate dQ kernel, seven "
-        "matmuls per tile pair, no atomics: bitwise identical gradients); decode cases: our "
-        "split-KV decode kernel (fa_bench.kernels.decode_attention), contiguous or paged cache"
+        "exp2, GQA, bottom-right causal; sliding windows (blocks outside skipped), ALiBi, "
+        "softcap, packed varlen batches (flash_attention_varlen); two-kernel backward (a "
+        "separate dQ kernel, seven matmuls per tile pair, no atomics: bitwise identical "
+        "gradients); decode cases: our split-KV decode kernel "
+        "(fa_bench.kernels.decode_attention), contiguous or paged cache"
     ),
     **decode_impl.with_decode(_SUPPORT),
 )
@@ -143,11 +193,11 @@ def triton_flash(
     description=(
         "experimental: `triton` with deterministic=False, the one-pass backward (five "
         "matmuls per tile pair, dQ summed by scalar fp32 atomics: not bitwise reproducible); "
-        "same forward. Slower on the H200 as measured 2026-11-30: bf16 d128 16k backward "
-        "375 vs 401 TFLOP/s non-causal (tensor cores 40% vs 62% busy), 381 vs 405 causal; "
-        "d64 16k 302 vs 367"
+        "same forward; variant cases forward only. Slower on the H200 as measured "
+        "2026-11-30: bf16 d128 16k backward 375 vs 401 TFLOP/s non-causal (tensor cores "
+        "40% vs 62% busy), 381 vs 405 causal; d64 16k 302 vs 367"
     ),
-    **_SUPPORT,
+    **dict(_SUPPORT, check=_check_onepass),
 )
 def triton_flash_onepass(
     case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
