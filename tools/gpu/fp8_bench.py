@@ -67,7 +67,7 @@ def _shape_rows(d: int, n: int, causal: bool) -> list[dict]:
 
     def bench(label: str, fn) -> None:
         try:
-            ms = triton.testing.do_bench(fn, warmup=50, rep=150)
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100)
             rows.append(dict(d=d, n=n, causal=causal, variant=label, ms=ms,
                              tflops=_tflops(case, ms)))  # fmt: skip
         except Exception as exc:  # a config that does not fit is a finding, not a stop

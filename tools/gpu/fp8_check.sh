@@ -58,23 +58,23 @@ fi
 # (a) correctness on the GPU
 XDIST=()
 python3 -c "import xdist" 2> /dev/null && XDIST=(-n 4)
-step "gpu tests: test_fp8_kernel.py" 60 \
+step "gpu tests: test_fp8_kernel.py" 50 \
   python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_fp8_kernel.py \
   > "$OUT/fp8-tests.log" 2>&1
 grep -E "passed|failed|error" "$OUT/fp8-tests.log" | tail -3 >> "$STEPS"
 
 # (b) the standard suite's forward: ours in fp8 and bf16, cuDNN in bf16 for scale
-step "run fp8_e4m3,bf16" 70 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
+step "run fp8_e4m3,bf16" 65 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
   -i triton -i sdpa-cudnn --head-dim "$HEAD_DIMS" --seqlen "$SEQLENS" \
-  --tuning-cache off --no-report --no-telemetry --max-time 0.4 --min-samples 5 --warmup 100 "${DEV[@]}" \
+  --tuning-cache off --no-report --no-telemetry --max-time 0.3 --min-samples 5 --warmup 100 "${DEV[@]}" \
   --out "$WORK/run" > "$OUT/fp8-run.log" 2>&1
 cp "$WORK/run/results.json" "$OUT/fp8-results.json" 2>> "$STEPS"
 
 # (c) the summary
-step "summary" 20 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
+step "summary" 15 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
   >> "$STEPS" 2>&1
 
 # (d) tiles and V layout, if time is left
 step "fp8 A/B (do_bench)" 200 python3 tools/gpu/fp8_bench.py "$OUT/fp8_bench.md" \
-  --json "$OUT/fp8_bench.json" >> "$STEPS" 2>&1
+  --json "$OUT/fp8_bench.json" --head-dims "${BENCH_HEAD_DIMS:-128,64}" >> "$STEPS" 2>&1
 echo "[$(date -u +%T) +${SECONDS}s] done" | tee -a "$STEPS"
