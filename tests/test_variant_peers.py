@@ -251,10 +251,10 @@ def test_flex_falls_back_to_its_triton_kernel_then_unsupported() -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Our kernel: unsupported with the reason until its variants land.
+# Our kernel runs the variants (tests/test_flash_variants.py); the one-pass backward does
+# not, so triton-onepass takes their forward only.
 
 
-@pytest.mark.parametrize("impl", ["triton", "triton-onepass"])
 @pytest.mark.parametrize(
     ("over", "named"),
     [
@@ -265,10 +265,16 @@ def test_flex_falls_back_to_its_triton_kernel_then_unsupported() -> None:
         (dict(alibi=True, softcap=5.0), "ALiBi or softcap"),
     ],
 )
-def test_triton_refuses_variants_with_the_reason(impl: str, over: dict, named: str) -> None:
-    spec = registry.get(impl)
-    reason = spec.check(case_of(impl, **over), CPU)
-    assert reason == f"our kernel has no {named} yet (issue 19)"
+def test_triton_takes_variants_and_onepass_their_forward_only(
+    over: dict, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for mode in ("fwd", "bwd", "fwd_bwd"):
+        assert registry.get("triton").check(case_of("triton", mode, **over), CPU) is None
+    onepass = registry.get("triton-onepass")
+    assert onepass.check(case_of("triton-onepass", "fwd", **over), CPU) is None
+    reason = onepass.check(case_of("triton-onepass", "bwd", **over), CPU)
+    assert reason is not None and reason.startswith(f"the one-pass backward has no {named} ")
 
 
 def test_triton_takes_plain_cases_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
