@@ -154,63 +154,39 @@ def _program(heads_q, group):
 
 
 @gluon.jit
-def _fwd_pipelined(
-    q_desc,
-    k_desc,
-    v_desc,
-    o_desc,
-    lse_ptr,
-    heads_q,
-    group,
-    seq_q,
-    seq_k,
-    qk_scale,
-    BLOCK_M: gl.constexpr,
-    BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr,
-    STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr,
-    NUM_WARPS: gl.constexpr,
-):
-    dtype: gl.constexpr = q_desc.dtype
+def _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, slot, coords, j, live):
+    """K_j and V_j into ring slot `slot`, one mbarrier for both; nothing when not live."""
+    b, hk = coords
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    bar = ready.index(slot)
+    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes, pred=live)
+    tma.async_copy_global_to_shared(
+        k_desc, [b, hk, j * BLOCK_N, 0], bar, k_bufs.index(slot), pred=live
+    )
+    tma.async_copy_global_to_shared(
+        v_desc, [b, hk, j * BLOCK_N, 0], bar, v_bufs.index(slot), pred=live
+    )
+
+
+@gluon.jit
+def _pipelined_loop(q2, k_bufs, v_bufs, ready, descs, coords, rows, n_full, n_end, scalars,
+                    CAUSAL: gl.constexpr, NUM_WARPS: gl.constexpr):  # fmt: skip
+    """Key blocks [0, n_end): S, softmax, PV, each waited for; the slot just read is
+    refilled with block j + STAGES. Returns (acc, m_i, l_i)."""
+    k_desc, v_desc = descs
+    seq_q, seq_k, qk_scale = scalars
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    HEAD_DIM: gl.constexpr = k_bufs.shape[4]
+    BLOCK_M: gl.constexpr = q2.shape[0]
+    dtype: gl.constexpr = k_bufs.dtype
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, NUM_WARPS, dtype.primitive_bitwidth)
     o_layout: gl.constexpr = _acc_layout(HEAD_DIM, NUM_WARPS, dtype.primitive_bitwidth)
     p_layout: gl.constexpr = _p_layout(HEAD_DIM, NUM_WARPS, dtype.primitive_bitwidth)
-    b, h, hk, bh = _program(heads_q, group)
-    row0 = gl.program_id(0) * BLOCK_M
-    if CAUSAL:  # heaviest tiles first: the last query tiles see the most keys
-        row0 = (gl.num_programs(0) - 1 - gl.program_id(0)) * BLOCK_M
-    n_full, n_end = _kv_bounds(row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-
-    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # noqa: RUF005
-    v_bufs = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # noqa: RUF005
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, row0, 0], q_bar, q_smem)
-    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
-    for i in gl.static_range(STAGES):  # fill the ring
-        live = i < n_end
-        mbarrier.expect(ready.index(i), kv_bytes, pred=live)
-        tma.async_copy_global_to_shared(
-            k_desc, [b, hk, i * BLOCK_N, 0], ready.index(i), k_bufs.index(i), pred=live
-        )
-        tma.async_copy_global_to_shared(
-            v_desc, [b, hk, i * BLOCK_N, 0], ready.index(i), v_bufs.index(i), pred=live
-        )
-
-    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    q2 = q_smem.reshape([BLOCK_M, HEAD_DIM])
-    mbarrier.wait(q_bar, 0)
     for j in range(n_end):
         slot = j % STAGES
         mbarrier.wait(ready.index(slot), (j // STAGES) & 1)
@@ -224,33 +200,44 @@ def _fwd_pipelined(
         v = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v, acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc, p])[0]
-        nxt = j + STAGES  # the slot is free again: refill it
-        live = nxt < n_end
-        mbarrier.expect(ready.index(slot), kv_bytes, pred=live)
-        tma.async_copy_global_to_shared(
-            k_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(slot), k_bufs.index(slot), pred=live
-        )
-        tma.async_copy_global_to_shared(
-            v_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(slot), v_bufs.index(slot), pred=live
-        )
+        # the slot is free again: refill it
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, slot, coords, j + STAGES,
+                 j + STAGES < n_end)  # fmt: skip
+    return acc, m_i, l_i
 
+
+@gluon.jit
+def _fwd_pipelined(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_k,
+                   qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   NUM_WARPS: gl.constexpr):  # fmt: skip
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N, NUM_WARPS, dtype.primitive_bitwidth)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, NUM_WARPS, dtype.primitive_bitwidth)
+    b, h, hk, bh = _program(heads_q, group)
+    row0 = gl.program_id(0) * BLOCK_M
+    if CAUSAL:  # heaviest tiles first: the last query tiles see the most keys
+        row0 = (gl.num_programs(0) - 1 - gl.program_id(0)) * BLOCK_M
+    n_full, n_end = _kv_bounds(row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # noqa: RUF005
+    v_bufs = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # noqa: RUF005
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, row0, 0], q_bar, q_smem)
+    for i in gl.static_range(STAGES):  # fill the ring
+        _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, i, (b, hk), i, i < n_end)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    mbarrier.wait(q_bar, 0)
+    acc, m_i, l_i = _pipelined_loop(q_smem.reshape([BLOCK_M, HEAD_DIM]), k_bufs, v_bufs, ready,
+                                    (k_desc, v_desc), (b, hk), rows, n_full, n_end,
+                                    (seq_q, seq_k, qk_scale), CAUSAL, NUM_WARPS)  # fmt: skip
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
-    _epilogue(
-        acc,
-        m_i,
-        l_i,
-        qk_scale,
-        q_smem,
-        o_desc,
-        lse_ptr,
-        bh * seq_q,
-        b,
-        h,
-        row0,
-        seq_q,
-        BLOCK_M,
-        HEAD_DIM,
-        o_layout,
-    )
+    _epilogue(acc, m_i, l_i, qk_scale, q_smem, o_desc, lse_ptr, bh * seq_q, b, h, row0, seq_q,
+              BLOCK_M, HEAD_DIM, o_layout)  # fmt: skip
