@@ -39,6 +39,9 @@ from pathlib import Path
 STALL_S = 30.0
 # the whole check stays near 3 minutes of GPU time: no child starts after this many seconds
 BUDGET_S = 165.0
+# the roles in order of importance: the heuristic's, the fallback (a hang in the first
+# costs STALL_S, then the fallback still runs), then the variants
+ROLES = ("ws", "pipelined", "ws-persist", "ws-nopp", "ws-shallow")
 CHECKS = ((128, "bf16"), (64, "bf16"), (128, "fp16"), (64, "fp16"), (256, "bf16"))
 # the heuristic's role ("ws") gets every check, our backward on its output and both dtypes'
 # timings; the fallback every check; the variants bf16 only, to stay in the budget
@@ -313,6 +316,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--lines", help=argparse.SUPPRESS)
+    ap.add_argument("--roles", default=",".join(ROLES), help="candidate_configs roles, in order")
     args = ap.parse_args()
     if args.child:
         try:
@@ -324,10 +328,10 @@ def main() -> int:
             traceback.print_exc()
             return 1
         return 0
-    return parent()
+    return parent(args.roles.split(","))
 
 
-def parent() -> int:
+def parent(roles: list[str]) -> int:
     import torch
 
     from fa_bench.kernels.flash_gluon import HEAD_DIMS, _api_reason, candidate_configs
@@ -351,9 +355,6 @@ def parent() -> int:
         d: {role: cfg.label() for role, cfg in candidate_configs(d).items()} for d in HEAD_DIMS
     }
     print(json.dumps(env), flush=True)
-    # the roles in order of importance: the heuristic's, the fallback (a hang in the first
-    # costs STALL_S, then the fallback still runs), then the variants
-    roles = ["ws", "pipelined", "ws-persist", "ws-nopp", "ws-shallow"]
     children = [run := _run_child(["--child", "baseline", "--lines", lines], lines, "baseline")]
     print(json.dumps(run), flush=True)
     for role in roles:
