@@ -41,6 +41,16 @@ from types import SimpleNamespace
 
 import torch
 
+from fa_bench.kernels.decode_config import (  # noqa: F401  (re-exported: tests, tools)
+    MAX_SPLITS,
+    DecodeConfig,
+    Launch,
+    block_n_for,
+    check_config,
+    choose_num_splits,
+    resolve,
+    row_tiles,
+)
 from fa_bench.kernels.flash_attention import _dot_precision, _interpreting, _last_dim_unit
 from fa_bench.kernels.flash_config import HEAD_DIM_MULTIPLE, MAX_HEAD_DIM, pad_pow2
 
@@ -49,13 +59,6 @@ _LN2 = 0.6931471805599453
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_SEQ_Q = 16
 PAGE_SIZE_MIN, PAGE_SIZE_MAX, PAGE_SIZE_STEP = 16, 256, 16
-MAX_SPLITS = 128
-# Keys per block: 64 keeps a bf16 d128 block at 16 KB per operand, several in flight.
-_BLOCK_N = 64
-# Rows (token, head pairs) per program: 64 rows of fp32 accumulators at d256 still fit.
-_MAX_ROWS = 64
-_MIN_BLOCKS_PER_SPLIT = 4
-_WAVES = 2
 _INTERPRETER_SMS = 4
 
 
@@ -219,51 +222,46 @@ def _check_options(scale, num_splits) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Tiles and splits
-# ---------------------------------------------------------------------------------------
-
-
-def block_n_for(page_size: int | None) -> int:
-    """Keys per block: `_BLOCK_N` for a contiguous cache (page_size None); for a paged
-    one the largest power of two up to `_BLOCK_N` that divides page_size."""
-    if page_size is None:
-        return _BLOCK_N
-    return min(_BLOCK_N, page_size & -page_size)
-
-
-def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
-    """(rows per program, row blocks) for GROUP · Sq rows."""
-    block = min(_MAX_ROWS, pad_pow2(group * seq_q))
-    return block, _cdiv(group * seq_q, block)
-
-
-def choose_num_splits(programs: int, capacity: int, block_n: int, sms: int) -> int:
-    """Splits per sequence so that programs · splits fills `sms` SMs about `_WAVES` times,
-    each split keeping at least `_MIN_BLOCKS_PER_SPLIT` key blocks of a `capacity`-long
-    context; 1 when the programs alone fill the GPU; at most MAX_SPLITS."""
-    wanted = _cdiv(_WAVES * sms, programs)
-    most = max(1, _cdiv(capacity, block_n) // _MIN_BLOCKS_PER_SPLIT)
-    return max(1, min(wanted, most, MAX_SPLITS))
-
-
-# ---------------------------------------------------------------------------------------
 # Launch
 # ---------------------------------------------------------------------------------------
 
 
-def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, num_splits):
+def plan_launch(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor | None,
+    num_splits: int | None = None,
+    config: DecodeConfig | None = None,
+) -> Launch:
+    """The launch decode_attention makes for these (valid) arguments: `config`'s and
+    `num_splits`' set values, the heuristic's for the rest (fa_bench.kernels.decode_config)."""
+    batch, seq_q, heads_q, _ = q.shape
+    heads_kv = k_cache.shape[2]
+    _, row_blocks = row_tiles(heads_q // heads_kv, seq_q)
+    sms = _INTERPRETER_SMS if _interpreting() else _sm_count(q.device.index or 0)
+    if block_table is None:
+        capacity, page_size = k_cache.shape[1], None
+    else:
+        capacity, page_size = block_table.shape[1] * k_cache.shape[1], k_cache.shape[1]
+    return resolve(
+        config,
+        num_splits,
+        programs=batch * heads_kv * row_blocks,
+        capacity=capacity,
+        page_size=page_size,
+        sms=sms,
+    )
+
+
+def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launch: Launch):
     batch, seq_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     group = heads_q // heads_kv
     paged = block_table is not None
     page_size = k_cache.shape[1] if paged else None
-    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
-    block_n = block_n_for(page_size)
+    block_n, num_splits = launch.block_n, launch.num_splits
     block_rows, row_blocks = row_tiles(group, seq_q)
     programs = batch * heads_kv * row_blocks
-    if num_splits is None:
-        sms = _INTERPRETER_SMS if _interpreting() else _sm_count(q.device.index or 0)
-        num_splits = choose_num_splits(programs, capacity, block_n, sms)
     o = torch.empty((batch, seq_q, heads_q, head_dim), device=q.device, dtype=q.dtype)
     lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
     split = num_splits > 1
@@ -290,7 +288,8 @@ def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, num_s
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, GROUP=group, SEQ_Q=seq_q,
         BLOCK_ROWS=block_rows, BLOCK_N=block_n,
         PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
-        DOT_PREC=_dot_precision(q.dtype),
+        DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
     if split:
         _kernels().combine[(batch * seq_q * heads_q,)](
@@ -318,6 +317,7 @@ def decode_attention(
     num_splits: int | None = None,
     return_lse: bool = False,
     check_values: bool = True,
+    config: DecodeConfig | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of Sq new tokens per sequence against a KV cache (forward only).
 
@@ -332,7 +332,9 @@ def decode_attention(
 
     Returns o (B, Sq, Hq, D) in q's dtype, and with `return_lse=True` also the natural-log
     log-sum-exp of each row's scaled scores, (B, Hq, Sq) fp32. `num_splits` (1 to 128)
-    overrides the split-KV heuristic (see the module docstring).
+    overrides the split-KV heuristic (see the module docstring); `config` (a
+    DecodeConfig) fixes any of the other launch parameters (key block, warps, pipeline
+    stages, interleaved splits), the heuristic choosing the rest.
 
     Bad arguments raise ValueError naming them. `check_values=False` skips the two checks
     that read cache_seqlens' and block_table's values (a device-to-host copy and a sync on
@@ -341,11 +343,13 @@ def decode_attention(
     """
     _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
     _check_options(scale, num_splits)
+    check_config(config, k_cache.shape[1] if block_table is not None else None)
     if check_values:
         _check_values(q.shape[1], k_cache, cache_seqlens, block_table)
     q, k_cache, v_cache = (_last_dim_unit(t) for t in (q, k_cache, v_cache))
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    o, lse2 = _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits)
+    launch = plan_launch(q, k_cache, block_table, num_splits, config)
+    o, lse2 = _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale, launch)
     if not return_lse:
         return o
     return o, lse2 * _LN2

@@ -17,9 +17,13 @@ whole point of decoding with GQA: the cache is read once, not GROUP times). A sp
 contiguous run of key blocks of its own sequence; a split past the sequence's last block
 is empty and writes lse2 = -inf with a zero output, which the combine weighs by 0.
 
-Paged caches: a key block never straddles a page (the launcher picks BLOCK_N dividing
-PAGE_SIZE), so each block costs one block-table read and its rows are contiguous in one
-page.
+Paged caches: a key block either lies inside one page (BLOCK_N divides PAGE_SIZE: one
+block-table read per block) or covers whole pages (PAGE_SIZE divides BLOCK_N: each key row
+reads its page's entry, a gather of BLOCK_N / PAGE_SIZE distinct entries), so small pages
+need not mean small blocks.
+
+A split is either a run of consecutive key blocks or (interleave) every num_splits-th
+block; see `_decode_split_kernel`.
 
 Triton decides when these functions are defined whether to interpret them, so
 TRITON_INTERPRET must be set before this module (or triton) is first imported.
@@ -56,8 +60,9 @@ def _attend(
     # K/V bases of this (sequence, KV head): the batch offset is in them for a contiguous
     # cache, the page offset is added per block for a paged one
     k_base, v_base, stride_kp, stride_ks, stride_vp, stride_vs, bt_base,
-    # the keys [lo, hi) to stream, the sequence length and the log2-domain scale
-    lo, hi, seqlen, offs_d, qk_scale,
+    # the key blocks blk_lo, blk_lo + step, ... below blk_hi to stream, the sequence length
+    # and the log2-domain scale
+    blk_lo, blk_hi, step, seqlen, offs_d, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
     # PAGED / PAGE_SIZE: constexpr so that a contiguous cache pays no block-table read and
     # the page arithmetic of a power-of-two page is shifts
@@ -67,13 +72,28 @@ def _attend(
     MASKED: tl.constexpr, MASK_D: tl.constexpr, DOT_PREC: tl.constexpr,
 ):  # fmt: skip
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    for blk in range(blk_lo, blk_hi, step):
+        start_n = blk * BLOCK_N
         cols = start_n + offs_n
         if PAGED:
-            page = tl.load(bt_base + start_n // PAGE_SIZE).to(tl.int64)
-            in_page = start_n % PAGE_SIZE + offs_n
-            k_rows = page * stride_kp + in_page * stride_ks
-            v_rows = page * stride_vp + in_page * stride_vs
+            if BLOCK_N <= PAGE_SIZE:
+                # the block lies in one page: one table entry
+                page = tl.load(bt_base + start_n // PAGE_SIZE).to(tl.int64)
+                in_page = start_n % PAGE_SIZE + offs_n
+                k_rows = page * stride_kp + in_page * stride_ks
+                v_rows = page * stride_vp + in_page * stride_vs
+            else:
+                # the block spans BLOCK_N / PAGE_SIZE pages: each key row looks up its own
+                # (a gather of a few distinct entries); entries past the sequence's pages
+                # may be anything (-1 in the tests), so the masked loop does not read them
+                if MASKED:
+                    pages = tl.load(bt_base + cols // PAGE_SIZE, mask=cols < seqlen, other=0)
+                else:
+                    pages = tl.load(bt_base + cols // PAGE_SIZE)
+                pages = pages.to(tl.int64)
+                in_page = cols % PAGE_SIZE
+                k_rows = pages * stride_kp + in_page * stride_ks
+                v_rows = pages * stride_vp + in_page * stride_vs
         else:
             k_rows = cols.to(tl.int64) * stride_ks
             v_rows = cols.to(tl.int64) * stride_vs
@@ -127,12 +147,17 @@ def _decode_split_kernel(
     GROUP: tl.constexpr, SEQ_Q: tl.constexpr,
     BLOCK_ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr,
+    # how the splits share a sequence's key blocks (runs or interleaved, see below)
+    INTERLEAVE: tl.constexpr,
 ):  # fmt: skip
     """One program: the rows of one row block of one (sequence, KV head) against one
     split of that sequence's keys."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_ROWS, BLOCK_N)
     if PAGED:
-        tl.static_assert(PAGE_SIZE % BLOCK_N == 0, "a key block must not straddle pages")
+        tl.static_assert(
+            PAGE_SIZE % BLOCK_N == 0 or BLOCK_N % PAGE_SIZE == 0,
+            "a key block lies in one page or covers whole pages",
+        )
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -156,15 +181,26 @@ def _decode_split_kernel(
     q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
     last_key = seqlen - SEQ_Q + tok
 
-    # this split's share of the sequence's key blocks (the same share for every split
-    # of the sequence; the last ones may be short or empty)
+    # This split's share of the sequence's key blocks. Runs (interleave 0): blocks
+    # [split · per, (split + 1) · per), per = cdiv(blocks, splits), so the last splits of
+    # a short sequence may be short or empty. Interleaved (1): blocks split, split + S,
+    # split + 2S, ...: the programs running at one time read neighbouring blocks (a
+    # copy's access pattern) rather than points a power-of-two distance apart.
     n_blocks = tl.cdiv(seqlen, BLOCK_N)
-    per_split = tl.cdiv(n_blocks, num_splits)
-    lo = split * per_split * BLOCK_N
-    hi = tl.minimum(lo + per_split * BLOCK_N, seqlen)
+    if INTERLEAVE:
+        step = num_splits
+        blk_lo = split
+        blk_hi = n_blocks
+    else:
+        step = 1
+        per_split = tl.cdiv(n_blocks, num_splits)
+        blk_lo = split * per_split
+        blk_hi = tl.minimum(blk_lo + per_split, n_blocks)
     # keys [0, n_full) are seen by every row (row t = 0 sees up to seqlen - SEQ_Q) and lie
-    # in whole blocks inside the sequence: no mask there
-    n_full = (tl.maximum(seqlen - SEQ_Q + 1, 0) // BLOCK_N) * BLOCK_N
+    # in whole blocks inside the sequence: no mask there. The masked loop starts at the
+    # split's first block at or past them.
+    full_blocks = tl.maximum(seqlen - SEQ_Q + 1, 0) // BLOCK_N
+    masked_lo = blk_lo + tl.cdiv(tl.maximum(full_blocks - blk_lo, 0), step) * step
 
     k_base = K + off_b * stride_kb + off_hk * stride_kh
     v_base = V + off_b * stride_vb + off_hk * stride_vh
@@ -174,12 +210,13 @@ def _decode_split_kernel(
     acc = tl.zeros([BLOCK_ROWS, HEAD_DIM_PAD], dtype=tl.float32)
     acc, l_i, m_i = _attend(
         acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
-        stride_vs, bt_base, lo, tl.minimum(hi, n_full), seqlen, offs_d, qk_scale,
+        stride_vs, bt_base, blk_lo, tl.minimum(blk_hi, full_blocks), step, seqlen, offs_d,
+        qk_scale,
         HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, False, MASK_D, DOT_PREC,
     )  # fmt: skip
     acc, l_i, m_i = _attend(
         acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
-        stride_vs, bt_base, tl.maximum(lo, n_full), hi, seqlen, offs_d, qk_scale,
+        stride_vs, bt_base, masked_lo, blk_hi, step, seqlen, offs_d, qk_scale,
         HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, True, MASK_D, DOT_PREC,
     )  # fmt: skip
 
