@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Issue 19's GPU check of our kernel's variants in one device call (one H200, ~3 minutes):
+# the GPU tests (bf16/fp16 at realistic sizes, pointer and TMA paths, a deterministic
+# variant backward), then `fa-bench run` on subsets of the `variants` suite (bf16, fwd and
+# bwd, triton against flex and sdpa-cudnn):
+#   (a) a 4k sliding window, causal, at 32k, beside the dense causal control;
+#   (b) the packed batch of about 16k tokens from mixed lengths (uniform:256-3840, 8
+#       documents) beside 8 equal 2048-token sequences;
+#   (c) softcap 50 and ALiBi at 8k (batch 8) beside the plain causal kernel;
+# and a summary of the issue's ratios into $OUT/variants.md (tools/gpu/variants_summary.py).
+#
+# From the repository root (fa-bench installed editable, or installed here if not):
+#
+#   bash tools/gpu/variants_check.sh
+#
+# Every step runs under a deadline and logs its exit code; a failing step does not stop
+# the next. Files back under $OUT: steps.log, tests.log, run-*.log, results-*.json,
+# variants.md.
+set -u
+export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
+OUT=${OUT:-fa-bench-out/out}
+WORK=fa-bench-out/variants
+mkdir -p "$OUT" "$WORK"
+LIMIT=${LIMIT:-200} # seconds of wall time for the whole script
+# For a dry run of the plumbing on a CPU (the Triton interpreter), e.g.
+#   LIMIT=300 DTYPE=fp32 IMPLS=triton,naive HD=32 WIN=16,0 SEQ_WIN=64 SEQ_MOD=64 \
+#     SEQ_PACK=32 VARLEN=uniform:8-56 BATCH=2 TESTS=0 \
+#     DEV="--device cpu --heads 4 --kv-heads 2" bash tools/gpu/variants_check.sh
+DTYPE=${DTYPE:-bf16} IMPLS=${IMPLS:-triton,flex,sdpa-cudnn} HD=${HD:-128}
+WIN=${WIN:-4096,0} SEQ_WIN=${SEQ_WIN:-32768} SEQ_MOD=${SEQ_MOD:-8192}
+SEQ_PACK=${SEQ_PACK:-2048} VARLEN=${VARLEN:-uniform:256-3840} BATCH=${BATCH:-}
+MAXT=${MAXT:-0.4} TESTS=${TESTS:-1}
+read -r -a DEV <<< "${DEV:-}"
+STEPS="$OUT/steps.log"
+
+left() { echo $((LIMIT - SECONDS)); }
+# step NAME CAP_S COMMAND...: run COMMAND under min(CAP_S, time left - reserve) and log it
+step() {
+  local name=$1 cap=$2 budget
+  shift 2
+  budget=$(($(left) - 10))
+  [ "$budget" -gt "$cap" ] && budget=$cap
+  if [ "$budget" -lt 15 ]; then
+    echo "[$(date -u +%T) +${SECONDS}s] $name: skipped (time left $(left) s)" | tee -a "$STEPS"
+    return 0
+  fi
+  echo "[$(date -u +%T) +${SECONDS}s] $name: start (limit ${budget} s)" | tee -a "$STEPS"
+  timeout -s TERM -k 10 "$budget" "$@"
+  local rc=$?
+  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
+  return 0
+}
+
+{
+  git log --oneline -1
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+} >> "$STEPS" 2>&1
+if ! python3 -c "import fa_bench.kernels.flash_varlen" 2>> "$STEPS"; then
+  echo "fa-bench from this tree is not installed: installing it editable" | tee -a "$STEPS"
+  [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --target .site .whl/*.whl \
+    && export PYTHONPATH=$PWD/.site
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$STEPS" 2>&1
+fi
+
+# (1) correctness on the GPU (xdist when the image has it)
+if [ "$TESTS" = 1 ]; then
+  XDIST=()
+  python3 -c "import xdist" 2> /dev/null && XDIST=(-n 8)
+  step "gpu tests: test_flash_variants_gpu.py" 100 \
+    python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_flash_variants_gpu.py \
+    > "$OUT/tests.log" 2>&1
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -3 >> "$STEPS"
+fi
+
+# (2) measurements: subsets of the variants suite, fwd and bwd, no report
+COMMON=(-s variants --dtype "$DTYPE" --head-dim "$HD" --mode fwd --mode bwd --no-report
+  --max-time "$MAXT" --tuning-cache off "${DEV[@]}")
+run() { # run NAME CAP IMPLS ARGS...: one fa-bench run into $WORK/NAME, its results to $OUT
+  local name=$1 cap=$2 impls=$3
+  shift 3
+  step "run $name" "$cap" fa-bench run "${COMMON[@]}" --impl "$impls" "$@" \
+    --out "$WORK/$name" > "$OUT/run-$name.log" 2>&1
+  cp "$WORK/$name/results.json" "$OUT/results-$name.json" 2>> "$STEPS"
+}
+run window 80 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
+  --window none --softcap 0 --no-alibi --varlen none
+run packed 40 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --softcap 0 \
+  --no-alibi --varlen "$VARLEN" --varlen none
+run mods 80 "$IMPLS" --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0,50 \
+  --varlen none
+
+# (3) the issue's ratios
+python3 tools/gpu/variants_summary.py "$OUT"/results-*.json > "$OUT/variants.md" 2>&1
+cat "$OUT/variants.md" >> "$STEPS"
+echo "done after ${SECONDS} s" | tee -a "$STEPS"
