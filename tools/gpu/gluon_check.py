@@ -15,7 +15,7 @@ child process and with that role's config at each head_dim:
    gradients held to the same rule;
 2. `triton.testing.do_bench` TFLOP/s (FLOPs of fa_bench.models.case_flops) at 4k and 16k
    (16k tokens, hidden 2048), head_dim 64 and 128, causal and not, bf16 and fp16 (the
-   variants bf16).
+   variants bf16); "ws" and the baseline also at 1k and 2k in bf16.
 
 A baseline child times our `tl` forward (fa_bench.kernels.flash_attention) and SDPA's
 cuDNN backend on the same shapes. Fails soft: a child that raises records the error, one
@@ -48,6 +48,7 @@ CHECKS = ((128, "bf16"), (64, "bf16"), (128, "fp16"), (64, "fp16"), (256, "bf16"
 ROLE_CHECKS = {"ws": CHECKS, "pipelined": CHECKS}
 VARIANT_CHECKS = CHECKS[:2]
 BENCH_NS = (4096, 16384)
+BENCH_SHORT = (1024, 2048)
 BENCH_DIMS = (64, 128)
 TOKENS, HIDDEN = 16384, 2048
 # (batch, heads_q, heads_kv, seq_q, seq_k, transposed): odd lengths, Sq != Sk both ways,
@@ -202,10 +203,13 @@ def _tflops(fn, n, head_dim, dtype_name, causal) -> dict:
     return dict(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
 
 
-def bench_shapes():
+def bench_shapes(short: bool = False):
+    """(dtype, head_dim, N, causal) to time; `short` adds N = 1k and 2k in bf16 (the
+    issue asks where we stand below 4k) for the heuristic's role and the baseline."""
     for dtype_name in ("bf16", "fp16"):
         for head_dim in BENCH_DIMS:
-            for n in BENCH_NS:
+            lengths = BENCH_SHORT + BENCH_NS if short and dtype_name == "bf16" else BENCH_NS
+            for n in lengths:
                 for causal in (False, True):
                     yield dtype_name, head_dim, n, causal
 
@@ -235,7 +239,7 @@ def child_gluon(role: str, out: str) -> None:
                 _emit(out, row)
                 if not row["passed"]:
                     failed.add((dtype_name, head_dim))
-    for dtype_name, head_dim, n, causal in bench_shapes():
+    for dtype_name, head_dim, n, causal in bench_shapes(short=role == "ws"):
         cfg = candidate_configs(head_dim).get(role)
         if cfg is None or (dtype_name != "bf16" and role not in ROLE_CHECKS):
             continue
@@ -264,7 +268,7 @@ def child_baseline(out: str) -> None:
 
     from fa_bench.kernels.flash_attention import flash_attention
 
-    for dtype_name, head_dim, n, causal in bench_shapes():
+    for dtype_name, head_dim, n, causal in bench_shapes(short=True):
         dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
         q, k, v = _bench_inputs(n, head_dim, dtype)
         runs = {
