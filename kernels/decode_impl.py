@@ -8,7 +8,8 @@ a paged one the pages and block table of fa_bench.run.decode_inputs.paged_cache;
 lengths become cache_seqlens (B,) int32. The timed call passes q and o as transposed
 views (the kernel takes any strides whose last one is 1) and skips the kernel's value
 checks, which read the lengths and block table back to the host: they run once here.
-`Prepared.backend` says which layout ran and the split count, if a sweep fixed one.
+`Prepared.backend` says which layout ran and the launch (splits, key block, warps,
+stages), and whether a sweep fixed the split count.
 
 Like triton_impl, the kernel module is imported inside the builder: triton decides
 whether to interpret the kernels when they are defined (TRITON_INTERPRET, set by the
@@ -73,7 +74,7 @@ def build(
     """The decode builder. `options={"num_splits": n}` fixes the split count (else the
     kernel's heuristic picks it)."""
     try:
-        from fa_bench.kernels.decode_attention import decode_attention
+        from fa_bench.kernels.decode_attention import decode_attention, plan_launch
     except ImportError as exc:  # a checkout without the kernel module
         raise Unsupported(f"decode kernel not built: {exc}") from exc
 
@@ -101,5 +102,12 @@ def build(
     call(q, check_values=True)
     if q.device.type == "cuda":
         torch.cuda.synchronize(q.device)
-    splits = "heuristic splits" if num_splits is None else f"{num_splits} splits"
-    return Prepared(fn, backend=f"triton-decode: {layout}, {splits}")
+    # what the kernel launches (the heuristic's choices, or the fixed split count's)
+    launch = plan_launch(q.transpose(1, 2), k_cache, table, num_splits)
+    source = "heuristic" if num_splits is None else "fixed splits"
+    order = ", interleaved" if launch.interleave else ""
+    return Prepared(
+        fn,
+        backend=f"triton-decode: {layout}; {source}: {launch.num_splits} splits{order}, "
+        f"block_n {launch.block_n}, {launch.num_warps} warps, {launch.num_stages} stages",
+    )

@@ -199,3 +199,23 @@ def test_gpu_configs_within_pytorch_error(page_size, config, num_splits):
     err = (o.double().cpu() - want).abs().max().item()
     floor = torch.finfo(torch.bfloat16).eps * want.abs().max().item()
     assert err <= 2 * base + floor, (err, base, floor)
+
+
+@cpu_only
+def test_adapter_label_names_the_launch():
+    from fa_bench import registry
+    from fa_bench.case import Case
+    from fa_bench.run.execute import make_inputs as case_inputs
+
+    registry.load()
+    case = Case(impl="triton", mode="decode", dtype="fp32", batch=2, heads_q=4, heads_kv=2,
+                seqlen_q=1, seqlen_k=300, head_dim=16, causal=True, page_size=16)  # fmt: skip
+    q, k, v, _ = case_inputs(case, torch.device("cpu"))
+    # the interpreter's 4 SMs: 4 programs want 2 splits; blocks of 16 keys fit pages of 16
+    label = registry.get("triton").prepare(case, q, k, v).backend
+    assert label == (
+        "triton-decode: paged (pages, 16, Hkv, D), shuffled block table; heuristic: "
+        "2 splits, block_n 16, 4 warps, 3 stages"
+    )
+    fixed = registry.get("triton").prepare(case, q, k, v, {"num_splits": 5}).backend
+    assert "; fixed splits: 5 splits, block_n 16," in fixed

@@ -101,3 +101,70 @@ def test_the_tool_runs_end_to_end_on_cpu(monkeypatch, tmp_path):
     text = decode_tune_report.report(result)
     assert all(label in text for label in shapes)
     assert "| contig | 1 | 32 | 4 | 2 |" in text and "| paged | 4 |" in text
+
+
+# ---------------------------------------------------------------------------------------
+# tools/gpu/decode_check.toml and decode_check_report.py
+
+
+def _rec(impl, batch, ctx, page, gbps, status="ok", nvml=1.0):
+    case = f"b{batch}-hq32-hkv8-sq1-sk{ctx}-d128/" + (f"page{page}" if page else "contig")
+    return {
+        "id": f"{impl}/decode/bf16/{case}", "impl": impl, "batch": batch, "heads_kv": 8,
+        "seqlen_k": ctx, "page_size": page, "status": status, "gbps_model": gbps,
+        "telemetry": {"bytes_ratio_measured_to_model": nvml}, "backend": f"{impl} launch",
+    }  # fmt: skip
+
+
+def test_check_targets_follow_the_issue():
+    from decode_check_report import target
+
+    assert target(_rec("triton", 8, 8192, 0, 1)) == 0.9  # b x Hkv = 64, 8k
+    assert target(_rec("triton", 8, 8192, 64, 1)) == 0.9
+    assert target(_rec("triton", 8, 8192, 16, 1)) is None  # pages under 64: no target
+    assert target(_rec("triton", 8, 4096, 0, 1)) is None
+    assert target(_rec("triton", 1, 32768, 16, 1)) == 0.7  # batch 1, 32k-128k
+    assert target(_rec("triton", 1, 8192, 0, 1)) is None
+
+
+def test_check_report_names_every_miss():
+    from decode_check_report import report
+
+    doc = {
+        "run": {"started": "t0"},
+        "env": {"telemetry": {"calibration": {"available": True, "gbps_copy": 4000.0}}},
+        "cases": [
+            _rec("triton", 8, 8192, 0, 3800.0),  # 0.95 x copy, beats sdpa
+            _rec("sdpa", 8, 8192, 0, 3700.0),
+            _rec("triton", 1, 32768, 0, 2000.0),  # 0.5 x copy < 0.7, and < sdpa
+            _rec("sdpa", 1, 32768, 0, 2400.0),
+            _rec("flex", 1, 32768, 0, None, status="unsupported"),
+        ],
+    }
+    text = report(doc)
+    assert "copy bandwidth: 4000 GB/s" in text
+    assert "| decode/bf16/b8-hq32-hkv8-sq1-sk8192-d128/contig | 3800 | 0.95 | – | 3700 |" in text
+    assert "| unsupported | 2400 | 0.83 |" in text  # flex's status in its cell
+    misses = text.split("## Targets missed")[1]
+    assert "b1-hq32-hkv8-sq1-sk32768-d128/contig: 0.50 x copy, target 0.7" in misses
+    assert "b1-hq32-hkv8-sq1-sk32768-d128/contig: 0.83 x the best peer" in misses
+    assert "sk8192" not in misses
+
+
+def test_check_suite_holds_the_cases_that_matter():
+    from fa_bench.suite.expand import load_suite
+
+    suite = load_suite(str(Path(__file__).parents[1] / "tools" / "gpu" / "decode_check.toml"))
+    ids = {c.id for c in suite.cases}
+    assert len(ids) == 48
+    for must in (
+        "triton/decode/bf16/b1-hq32-hkv8-sq1-sk32768-d128/contig",
+        "sdpa/decode/bf16/b8-hq32-hkv8-sq1-sk8192-d128/page64",
+        "flex/decode/bf16/b64-hq32-hkv8-sq1-sk8192-d128/contig",
+        "triton/decode/bf16/b8-hq32-hkv8-sq1-sk32768-d128/page256",
+        "triton/decode/bf16/b1-hq32-hkv8-sq1-sk32768-d128/page16",
+        "triton/decode/bf16/b8-hq32-hkv8-sq4-sk32768-d128/page64",
+        "triton/decode/bf16/b64-hq32-hkv8-sq1-sk8192-d128/page64-spread0.25",
+        "triton/decode/bf16/b8-hq64-hkv8-sq1-sk32768-d128/page64",
+    ):
+        assert must in ids, must
