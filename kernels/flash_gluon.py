@@ -47,6 +47,8 @@ class GluonConfig:
     pingpong: the two "ws" consumers take turns to issue their matmuls.
     persistent: "ws" only: one CTA per SM looping over the tiles (heaviest causal
       tiles first) instead of one CTA per tile.
+    consumers: "ws" consumer warpgroups per CTA: 2, or 3 without ping-pong and with
+      fewer registers each (FA3's head_dim 64 shape: 192 rows per CTA).
     producer_regs / consumer_regs: per-thread registers of the "ws" producer's
       warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
     """
@@ -58,6 +60,7 @@ class GluonConfig:
     num_warps: int = 4
     pingpong: bool = True
     persistent: bool = False
+    consumers: int = 2
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -87,6 +90,20 @@ class GluonConfig:
         for name in ("pingpong", "persistent"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
+        if self.consumers not in (2, 3) or isinstance(self.consumers, bool):
+            raise ValueError(f"GluonConfig.consumers={self.consumers!r}: expected 2 or 3")
+        if self.consumers == 3 and (self.pingpong or self.persistent):
+            raise ValueError(
+                f"GluonConfig(consumers=3, pingpong={self.pingpong}, "
+                f"persistent={self.persistent}): three consumers run without ping-pong, "
+                "not persistent"
+            )
+        if self.variant == "ws" and self.registers()[0] < self.consumer_regs:
+            raise ValueError(
+                f"GluonConfig(consumers={self.consumers}, consumer_regs={self.consumer_regs}, "
+                f"producer_regs={self.producer_regs}): consumer 0 would get only "
+                f"{self.registers()[0]} registers of the 64K"
+            )
         if self.persistent and self.variant != "ws":
             raise ValueError(
                 f"GluonConfig(variant={self.variant!r}, persistent=True): only 'ws' is persistent"
@@ -106,7 +123,18 @@ class GluonConfig:
 
     @property
     def rows_per_cta(self) -> int:
-        return 2 * self.block_m if self.variant == "ws" else self.block_m
+        return self.consumers * self.block_m if self.variant == "ws" else self.block_m
+
+    def registers(self) -> tuple[int, int, int]:
+        """Per-thread registers of (consumer 0, the other consumers, the producer's
+        warpgroup) as triton 3.6's AllocateWarpGroups splits the 64K of a "ws" CTA: the
+        start value 64K / threads (a multiple of 8), the workers' requests, the rest to
+        the default partition (consumer 0)."""
+        warpgroups = self.consumers + 1
+        start = 65536 // (warpgroups * 128) // 8 * 8
+        rest = start + (start - self.consumer_regs) * (self.consumers - 1)
+        rest += start - self.producer_regs
+        return min(rest // 8 * 8, 256), self.consumer_regs, self.producer_regs
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Shared memory of the Q tile(s) and the K/V ring (the O tile reuses Q's)."""
@@ -117,6 +145,7 @@ class GluonConfig:
         text = f"{self.variant}-m{self.block_m}-n{self.block_n}-s{self.stages}"
         if self.variant == "pipelined":
             return f"{text}-w{self.num_warps}"
+        text = text if self.consumers == 2 else f"{text}-c{self.consumers}"
         text = text if self.pingpong else f"{text}-nopp"
         return f"{text}-persist" if self.persistent else text
 
@@ -138,8 +167,9 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
 def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim, by role:
     "ws" the heuristic's config, "ws-nopp" without ping-pong, "ws-persist" persistent,
-    "ws-shallow" a ring one stage shallower (when it has two), "pipelined" the fallback
-    (8 warps × 128 rows up to head_dim 128, 4 × 64 above)."""
+    "ws-shallow" a ring one stage shallower (when it has two), "ws-c3" three consumers
+    (head_dim 64), "pipelined" the fallback (8 warps × 128 rows up to head_dim 128, 4 × 64
+    above)."""
     base = gluon_config(head_dim)
     out = {
         "ws": base,
@@ -148,6 +178,11 @@ def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     }
     if base.stages > 1:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
+    if head_dim <= 64:
+        # FA3's head_dim 64 shape: three consumers (192 rows), no ping-pong; 64-key steps
+        # keep a consumer within its 160 registers (128-key steps spilled 148 bytes)
+        three = GluonConfig(block_n=64, stages=4, consumers=3, pingpong=False, consumer_regs=160)
+        out["ws-c3"] = three
     warps = 8 if head_dim <= 128 else 4
     out["pipelined"] = GluonConfig(
         variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2
@@ -321,4 +356,5 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             *args, batch * heads_q, **common, **ws
         )
     else:
-        flash_gluon_ws._fwd_ws[(tiles, batch * heads_q)](*args, **common, **ws)
+        kernel = flash_gluon_ws._fwd_ws
+        kernel[(tiles, batch * heads_q)](*args, **common, **ws, CONSUMERS=cfg.consumers)

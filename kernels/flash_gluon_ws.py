@@ -50,10 +50,11 @@ def _ws_producer(descs, smem, bars, coords):
     q_smem, k_bufs, v_bufs = smem
     q_bars, k_ready, k_empty, v_ready, v_empty, _turn = bars
     b, h, hk, row0, n_end = coords
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     STAGES: gl.constexpr = k_bufs.shape[0]
-    for c in gl.static_range(2):
+    for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
@@ -199,24 +200,30 @@ def _ws_consumer1(out, smem, bars, coords, scalars, CAUSAL: gl.constexpr, PINGPO
 
 
 @gluon.jit
-def _alloc_bars(STAGES: gl.constexpr):
+def _ws_consumer2(out, smem, bars, coords, scalars, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr):
+    _ws_consumer(2, out, smem, bars, coords, scalars, CAUSAL, PINGPONG)
+
+
+@gluon.jit
+def _alloc_bars(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
     """The mbarriers: Q (one per consumer), K/V ready (one arrival: the producer's
-    expect) and empty (two: each consumer releases once), and the ping-pong turn."""
+    expect) and empty (one arrival per consumer), and the ping-pong turn."""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
-    for c in gl.static_range(2):
+    for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_bars.index(c), count=1)
+    for c in gl.static_range(2):
         mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     return q_bars, k_ready, k_empty, v_ready, v_empty, turn
 
 
@@ -225,36 +232,85 @@ def _fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_
             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, NUM_WARPS: gl.constexpr,
             PINGPONG: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-            CONSUMER_REGS: gl.constexpr):  # fmt: skip
-    """Registers: the producer's warpgroup gets PRODUCER_REGS per thread, consumer 1
-    CONSUMER_REGS, consumer 0 (the default partition, the kernel's 4 warps) what is left
-    of the 64K (triton's AllocateWarpGroups: 240 for 24 / 240)."""
+            CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr):  # fmt: skip
+    """CONSUMERS (2, or 3 without ping-pong: FA3's head_dim 64 shape) warpgroups of
+    BLOCK_M rows each. Registers: the producer's warpgroup gets PRODUCER_REGS per thread,
+    the worker consumers CONSUMER_REGS, consumer 0 (the default partition, the kernel's 4
+    warps) what is left of the 64K (triton's AllocateWarpGroups: 240 for 24 / 240 with 2
+    consumers, 168 for 24 / 160 with 3)."""
     gl.static_assert(NUM_WARPS == 4, "each consumer is one warpgroup")
     gl.static_assert(BLOCK_M == 64, "wgmma: 4 warps × 16 rows")
+    gl.static_assert(CONSUMERS == 2 or not PINGPONG, "ping-pong takes two consumers")
     dtype: gl.constexpr = q_desc.dtype
     b, h, hk, bh = _program(heads_q, group)
     pid = gl.program_id(0)
     if CAUSAL:  # heaviest tiles first
         pid = gl.num_programs(0) - 1 - pid
-    row0 = pid * (2 * BLOCK_M)
-    # both consumers step through the keys of the CTA's last row (consumer 0 masks its
-    # extra diagonal block): they share every K/V tile and release it once each
-    _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)  # noqa: RUF005
+    row0 = pid * (CONSUMERS * BLOCK_M)
+    # every consumer steps through the keys of the CTA's last row (the others mask their
+    # extra diagonal blocks): they share every K/V tile and release it once each
+    _n_full, n_end = _kv_bounds(row0, CONSUMERS * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)  # noqa: RUF005
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # noqa: RUF005
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # noqa: RUF005
-    bars = _alloc_bars(STAGES)
+    bars = _alloc_bars(STAGES, CONSUMERS)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
-    gl.warp_specialize(
-        [
-            (_ws_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
-                             (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL, PINGPONG)),
-            (_ws_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
-                             (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL, PINGPONG)),
-            (_ws_producer, ((q_desc, k_desc, v_desc), (q_smem, k_bufs, v_bufs), bars,
-                            (b, h, hk, row0, n_end))),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )  # fmt: skip
+    if CONSUMERS == 2:
+        gl.warp_specialize(
+            [
+                (
+                    _ws_consumer0,
+                    (
+                        (o_desc, lse_ptr),
+                        (q_smem, k_bufs, v_bufs),
+                        bars,
+                        (b, h, bh, row0, n_end),
+                        (seq_q, seq_k, qk_scale),
+                        CAUSAL,
+                        PINGPONG,
+                    ),
+                ),
+                (
+                    _ws_consumer1,
+                    (
+                        (o_desc, lse_ptr),
+                        (q_smem, k_bufs, v_bufs),
+                        bars,
+                        (b, h, bh, row0, n_end),
+                        (seq_q, seq_k, qk_scale),
+                        CAUSAL,
+                        PINGPONG,
+                    ),
+                ),
+                (
+                    _ws_producer,
+                    (
+                        (q_desc, k_desc, v_desc),
+                        (q_smem, k_bufs, v_bufs),
+                        bars,
+                        (b, h, hk, row0, n_end),
+                    ),
+                ),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_ws_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
+                                 (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
+                                 PINGPONG)),
+                (_ws_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
+                                 (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
+                                 PINGPONG)),
+                (_ws_consumer2, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
+                                 (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
+                                 PINGPONG)),
+                (_ws_producer, ((q_desc, k_desc, v_desc), (q_smem, k_bufs, v_bufs), bars,
+                                (b, h, hk, row0, n_end))),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip

@@ -106,6 +106,9 @@ def test_forward_refuses_what_it_cannot_run():
             r"only 'ws' is persistent",
         ),
         (dict(producer_regs=20), r"producer_regs=20"),
+        (dict(consumers=4), r"consumers=4"),
+        (dict(consumers=3), r"three consumers run without ping-pong"),
+        (dict(consumers=3, pingpong=False), r"consumer 0 would get only 8 registers"),
         (dict(consumer_regs=260), r"consumer_regs=260"),
         (dict(consumer_regs=236), r"consumer_regs=236"),
     ],
@@ -122,6 +125,15 @@ def test_config_shared_memory_and_label():
     assert ws.label() == "ws-m64-n128-s2"
     assert GluonConfig(pingpong=False).label().endswith("-nopp")
     assert GluonConfig(persistent=True).label() == "ws-m64-n128-s2-persist"
+    three = GluonConfig(consumers=3, pingpong=False, consumer_regs=160)
+    assert three.rows_per_cta == 192 and three.label() == "ws-m64-n128-s2-c3-nopp"
+
+
+def test_register_split_follows_triton_warp_group_allocation():
+    # 12 warps: 65536 / 384 = 170 -> 168 each to start; 24 + 240 requested, 240 left
+    assert GluonConfig().registers() == (240, 240, 24)
+    # 16 warps: 128 each to start; 24 + 2 x 160 requested, 168 left for consumer 0
+    assert GluonConfig(consumers=3, pingpong=False, consumer_regs=160).registers() == (168, 160, 24)
     pipe = GluonConfig(variant="pipelined", block_m=128, num_warps=8)
     assert pipe.rows_per_cta == 128
     assert pipe.label() == "pipelined-m128-n128-s2-w8"

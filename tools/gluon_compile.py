@@ -82,6 +82,8 @@ def compile_one(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> ob
             PRODUCER_REGS=cfg.producer_regs,
             CONSUMER_REGS=cfg.consumer_regs,
         )
+        if not cfg.persistent:
+            consts["CONSUMERS"] = cfg.consumers
         warps = 4
     else:
         fn = flash_gluon_kernels._fwd_pipelined
