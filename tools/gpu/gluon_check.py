@@ -15,7 +15,7 @@ child process and with that role's config at each head_dim:
    gradients held to the same rule;
 2. `triton.testing.do_bench` TFLOP/s (FLOPs of fa_bench.models.case_flops) at 4k and 16k
    (16k tokens, hidden 2048), head_dim 64 and 128, causal and not, bf16 and fp16 (the
-   variants bf16); "ws" and the baseline also at 1k and 2k in bf16.
+   variants bf16); "ws" and the baseline also at 1k and 2k, and head_dim 256, in bf16.
 
 A baseline child times our `tl` forward (fa_bench.kernels.flash_attention) and SDPA's
 cuDNN backend on the same shapes. Fails soft: a child that raises records the error, one
@@ -204,11 +204,13 @@ def _tflops(fn, n, head_dim, dtype_name, causal) -> dict:
 
 
 def bench_shapes(short: bool = False):
-    """(dtype, head_dim, N, causal) to time; `short` adds N = 1k and 2k in bf16 (the
-    issue asks where we stand below 4k) for the heuristic's role and the baseline."""
+    """(dtype, head_dim, N, causal) to time; `short` adds, in bf16, N = 1k and 2k (the
+    issue asks where we stand below 4k) and head_dim 256 at 4k and 16k, for the
+    heuristic's role and the baseline."""
     for dtype_name in ("bf16", "fp16"):
-        for head_dim in BENCH_DIMS:
-            lengths = BENCH_SHORT + BENCH_NS if short and dtype_name == "bf16" else BENCH_NS
+        wide = short and dtype_name == "bf16"  # also head_dim 256: does it pay there?
+        for head_dim in (*BENCH_DIMS, 256) if wide else BENCH_DIMS:
+            lengths = BENCH_SHORT + BENCH_NS if wide and head_dim != 256 else BENCH_NS
             for n in lengths:
                 for causal in (False, True):
                     yield dtype_name, head_dim, n, causal
