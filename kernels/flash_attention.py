@@ -36,7 +36,12 @@ from types import SimpleNamespace
 
 import torch
 
-from fa_bench.kernels.flash_config import FlashConfig, heuristic_config, pad_pow2
+from fa_bench.kernels.flash_config import (
+    FlashConfig,
+    heuristic_config,
+    pad_pow2,
+    variant_config,
+)
 from fa_bench.kernels.flash_validate import Variant, make_variant
 from fa_bench.kernels.flash_validate import check_inputs as _validate
 from fa_bench.kernels.flash_validate import interpreting as _interpreting
@@ -98,7 +103,11 @@ def _capability(index: int) -> tuple[int, int]:
 
 
 def _resolve_config(
-    config: FlashConfig | None, q: torch.Tensor, seqlen_k: int, causal: bool
+    config: FlashConfig | None,
+    q: torch.Tensor,
+    seqlen_k: int,
+    causal: bool,
+    variant: Variant | None = None,
 ) -> FlashConfig:
     if config is not None:
         if not isinstance(config, FlashConfig):
@@ -107,7 +116,10 @@ def _resolve_config(
     # The library's own heuristic only: a tuning cache is the application's choice, made
     # by the caller (the `triton` registry adapter passes its config explicitly).
     seqlen = max(q.shape[2], seqlen_k)
-    return heuristic_config(q.shape[-1], q.dtype, causal, q.device, seqlen)
+    if variant is not None and variant.varlen is not None:  # the longest sequence's tiles
+        seqlen = max(variant.varlen.max_q, variant.varlen.max_k)
+    cfg = heuristic_config(q.shape[-1], q.dtype, causal, q.device, seqlen)
+    return variant_config(cfg) if variant is not None and variant.masked else cfg
 
 
 def _tma_alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -378,7 +390,7 @@ def _run(q, k, v, causal, scale, config, deterministic, variant, return_lse: boo
     q, k, v = _last_dim_unit(q), _last_dim_unit(k), _last_dim_unit(v)
     causal = bool(causal)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    cfg = _resolve_config(config, q, k.shape[2], causal)
+    cfg = _resolve_config(config, q, k.shape[2], causal, variant)
     o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, bool(deterministic), variant)
     if not return_lse:
         return o

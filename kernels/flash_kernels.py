@@ -130,6 +130,9 @@ def _fwd_inner(
     # the variants (flash_kernels_variants.py): runtime values, None when off
     win_left=None, win_right=None, softcap2=None, slope2=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    # WINDOW, unmasked loop: its first blocks, below left_full, are the window's left edge
+    # and take the window mask (see _fwd_variant_loops)
+    left_full=None,
 ):  # fmt: skip
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
@@ -145,13 +148,15 @@ def _fwd_inner(
             s2, _ = variant_scores(
                 qk, qk_scale, softcap2, slope2, offs_m, cols, causal_off, SOFTCAP, ALIBI, False
             )
+        elif WINDOW:
+            s2 = qk * qk_scale
         if DIAGONAL_OR_TAIL:
             keep = cols[None, :] < seq_k
             if WINDOW:
                 keep = keep & window_keep(offs_m, cols, causal_off, win_left, win_right, False)
             elif CAUSAL:
                 keep = keep & (cols[None, :] <= offs_m[:, None] + causal_off)
-            if SOFTCAP or ALIBI:
+            if SOFTCAP or ALIBI or WINDOW:
                 qk = tl.where(keep, s2, float("-inf"))
             else:
                 qk = tl.where(keep, qk * qk_scale, float("-inf"))
@@ -159,6 +164,15 @@ def _fwd_inner(
             # a row with no visible key so far keeps m = -inf: subtract 0 instead of -inf
             m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
             p = tl.math.exp2(qk - m_safe[:, None])
+            alpha = tl.math.exp2(m_i - m_safe)
+        elif WINDOW:
+            # a branch, not a loop of its own: a third loop spilled registers on sm_90
+            if start_n < left_full:
+                keep = window_keep(offs_m, cols, causal_off, win_left, win_right, False)
+                s2 = tl.where(keep, s2, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(s2, 1))
+            m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(s2 - m_safe[:, None])
             alpha = tl.math.exp2(m_i - m_safe)
         elif SOFTCAP or ALIBI:
             m_ij = tl.maximum(m_i, tl.max(s2, 1))
@@ -192,30 +206,27 @@ def _fwd_variant_loops(
     WARP_SPECIALIZE: tl.constexpr, DOT_PREC: tl.constexpr,
     WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
 ):  # fmt: skip
-    """The forward's key loops with a window, softcap or ALiBi. A window streams only the
-    keys some row sees ([lo, hi) from window_ranges): masked blocks at both edges, whole
-    blocks in between with no mask; without one, the dense loops (causal or not) with
-    the softcap / ALiBi scores."""
+    """The forward's key loops with a window, softcap or ALiBi: first the blocks every row
+    sees whole (no mask), then the masked ones. A window streams only the keys some row
+    sees ([lo, hi) from window_ranges): [lo, hi_full) in the first loop, whose left-edge
+    blocks below lo_full take the window mask in a branch, then the right edge
+    [hi_full, hi) masked. Without a window, the dense loops (causal or not) with the
+    softcap / ALiBi scores."""
     if WINDOW:
         lo, lo_full, hi_full, hi = window_ranges(
             m0, seq_k, causal_off - win_left, causal_off + win_right, BLOCK_M, BLOCK_N
         )
+        # the first loop loads without a row mask: only whole blocks below hi (<= seq_k)
+        hi_full = tl.maximum(tl.minimum(hi_full, (hi // BLOCK_N) * BLOCK_N), lo)
     else:
         lo = 0
-        lo_full = 0
+        lo_full = None
         hi_full, hi = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    if WINDOW:
-        acc, l_i, m_i = _fwd_inner(
-            acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-            lo, lo_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-        )  # fmt: skip
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,
-        lo_full, hi_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        lo, hi_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
         HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, WARP_SPECIALIZE, DOT_PREC,
-        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, lo_full,
     )  # fmt: skip
     acc, l_i, m_i = _fwd_inner(
         acc, l_i, m_i, q, k_desc, v_desc, k_base, v_base, stride_ks, stride_vs,

@@ -81,14 +81,14 @@ def variant_scores(
     SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, TRANSPOSED: tl.constexpr,
 ):  # fmt: skip
     """Log2-domain scores of the raw dots `qk` with the softcap and ALiBi, and the tanh
-    the softcap's backward needs (None without a softcap): s2 = softcap2 · tanh(qk ·
+    the softcap's backward needs (a placeholder without a softcap): s2 = softcap2 · tanh(qk ·
     scale / c) - slope2 · |i + o - j| (log2(e) folded in after the tanh)."""
-    th = None
     if SOFTCAP:
         th = tanh(qk * (qk_scale / softcap2))
         s = th * softcap2
     else:
         s = qk * qk_scale
+        th = s  # unused without a softcap (a compiled tuple cannot hold None)
     if ALIBI:
         # distances as exact small integers in fp32, so no large value loses the score
         if TRANSPOSED:

@@ -18,8 +18,8 @@ import itertools
 
 import torch
 
-from fa_bench.kernels.flash_attention import _resolve_config, _run
-from fa_bench.kernels.flash_config import FlashConfig, heuristic_config
+from fa_bench.kernels.flash_attention import _run
+from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_validate import Varlen, check_inputs, make_variant
 
 
@@ -127,9 +127,6 @@ def flash_attention_varlen(
         q4, causal=causal, window=window, alibi_slopes=alibi_slopes, softcap=softcap,
         batch=packed.batch, seq_q=max_q, seq_k=max_k, varlen=packed,
     )  # fmt: skip
-    if config is None:  # the tiles of the longest sequence, not of the packed total
-        config = heuristic_config(q.shape[-1], q.dtype, causal, q.device, max(max_q, max_k))
-    config = _resolve_config(config, q4, max_k, causal)
     out = _run(q4, k4, v4, causal, scale, config, deterministic, variant, return_lse)
     if not return_lse:
         return out[0].transpose(0, 1)

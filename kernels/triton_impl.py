@@ -26,6 +26,7 @@ from fa_bench.kernels.flash_config import (
     MAX_HEAD_DIM,
     FlashConfig,
     heuristic_config,
+    variant_config,
 )
 from fa_bench.registry import Prepared, register
 from fa_bench.run.variant_inputs import cu_seqlens
@@ -72,7 +73,7 @@ def case_config(
     if fields:
         return replace(base, **fields), "sweep"
     is_cuda = getattr(device, "type", str(device)) == "cuda"
-    return tuning.select(
+    config, source = tuning.select(
         base,
         gpu=torch.cuda.get_device_name(device) if is_cuda else "cpu",
         dtype=case.dtype.value,
@@ -81,6 +82,11 @@ def case_config(
         seqlen=seqlen,
         path=tuning.resolve_path(),
     )
+    # a window, softcap or ALiBi: the dense config of the shape with the variants'
+    # forward key tile (flash_config.variant_config); a packed batch: the dense config
+    # of its longest document (case.max_seqlen)
+    scored = case.has_window or case.alibi or case.softcap > 0
+    return (variant_config(config), source) if scored else (config, source)
 
 
 def _prepare(

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19's GPU check of our kernel's variants in one device call (one H200, ~3 minutes):
+# a direct timing of the variants against our dense kernel (tools/gpu/variants_bench.py),
 # the GPU tests (bf16/fp16 at realistic sizes, pointer and TMA paths, a deterministic
 # variant backward), then `fa-bench run` on subsets of the `variants` suite (bf16, fwd and
 # bwd, triton against flex and sdpa-cudnn):
@@ -14,8 +15,8 @@
 #   bash tools/gpu/variants_check.sh
 #
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
-# the next. Files back under $OUT: steps.log, tests.log, run-*.log, results-*.json,
-# variants.md.
+# the next. Files back under $OUT: steps.log, variants_bench.md, tests.log, run-*.log,
+# results-*.json, variants.md.
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
@@ -63,17 +64,23 @@ if ! python3 -c "import fa_bench.kernels.flash_varlen" 2>> "$STEPS"; then
   python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$STEPS" 2>&1
 fi
 
-# (1) correctness on the GPU (xdist when the image has it)
+# (1) our variants against our dense kernel, timed directly (forward key tile 128 and 64)
+if [ -z "${DEV[*]}" ]; then
+  step "bench: variants vs dense" 45 python3 tools/gpu/variants_bench.py \
+    > "$OUT/variants_bench.md" 2>&1
+fi
+
+# (2) correctness on the GPU (xdist when the image has it)
 if [ "$TESTS" = 1 ]; then
   XDIST=()
   python3 -c "import xdist" 2> /dev/null && XDIST=(-n 8)
-  step "gpu tests: test_flash_variants_gpu.py" 100 \
+  step "gpu tests: test_flash_variants_gpu.py" 60 \
     python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_flash_variants_gpu.py \
     > "$OUT/tests.log" 2>&1
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -3 >> "$STEPS"
 fi
 
-# (2) measurements: subsets of the variants suite, fwd and bwd, no report
+# (3) measurements: subsets of the variants suite, fwd and bwd, no report
 COMMON=(-s variants --dtype "$DTYPE" --head-dim "$HD" --mode fwd --mode bwd --no-report
   --max-time "$MAXT" --tuning-cache off "${DEV[@]}")
 run() { # run NAME CAP IMPLS ARGS...: one fa-bench run into $WORK/NAME, its results to $OUT
@@ -83,14 +90,15 @@ run() { # run NAME CAP IMPLS ARGS...: one fa-bench run into $WORK/NAME, its resu
     --out "$WORK/$name" > "$OUT/run-$name.log" 2>&1
   cp "$WORK/$name/results.json" "$OUT/results-$name.json" 2>> "$STEPS"
 }
-run window 80 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
+run window 50 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
   --window none --softcap 0 --no-alibi --varlen none
-run packed 40 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --softcap 0 \
+run packed 25 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --softcap 0 \
   --no-alibi --varlen "$VARLEN" --varlen none
-run mods 80 "$IMPLS" --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0,50 \
+run mods 50 "$IMPLS" --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0,50 \
   --varlen none
 
-# (3) the issue's ratios
+# (4) the issue's ratios
 python3 tools/gpu/variants_summary.py "$OUT"/results-*.json > "$OUT/variants.md" 2>&1
+cat "$OUT/variants_bench.md" >> "$OUT/variants.md" 2> /dev/null
 cat "$OUT/variants.md" >> "$STEPS"
 echo "done after ${SECONDS} s" | tee -a "$STEPS"
