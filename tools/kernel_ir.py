@@ -119,12 +119,15 @@ def _grid() -> dict[str, tuple]:
 
 
 def _variant_grid(grid: dict[str, tuple]) -> None:
-    """Issue 19's variants: a causal sliding window with softcap and ALiBi, and a packed
-    batch (VARLEN) with a window, in the forward, dK/dV and dQ kernels."""
+    """Issue 19's variants in the forward, dK/dV and dQ kernels: a causal sliding window
+    with softcap and ALiBi, a packed batch (VARLEN) with a window, ALiBi alone, a packed
+    batch with a softcap."""
     base = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, CAUSAL=True, DOT_PREC="tf32")
     for tag, flags in (
         ("window-softcap-alibi", dict(WINDOW=True, SOFTCAP=True, ALIBI=True)),
         ("varlen-window", dict(WINDOW=True, VARLEN=True)),
+        ("alibi", dict(ALIBI=True)),
+        ("varlen-softcap", dict(SOFTCAP=True, VARLEN=True)),
     ):
         fwd = dict(base, **flags, BLOCK_M=128, BLOCK_N=128, EVEN_Q=False, USE_TMA=False,
                    WARP_SPECIALIZE=False)  # fmt: skip
