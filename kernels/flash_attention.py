@@ -1,6 +1,7 @@
 """FlashAttention-2 forward and backward in Triton, with GQA, bottom-right causal masking,
-arbitrary sequence lengths, head dims that are multiples of 8 up to 256, and any strides
-whose last one is 1.
+arbitrary sequence lengths, head dims that are multiples of 8 up to 256, any strides
+whose last one is 1, and issue 19's variants: sliding windows, ALiBi, softcap (checked in
+flash_validate.py) and packed batches (flash_varlen.py, through `_run`).
 
 Reads top-down: the launchers of the `@triton.jit` kernels (which live in
 fa_bench.kernels.flash_kernels, the forward, flash_kernels_bwd, the backward

@@ -65,10 +65,17 @@ def window_keep(rows, cols, diag_off, win_left, win_right, TRANSPOSED: tl.conste
 
 
 @triton.jit
-def tanh(x):
-    """tanh in fp32: libdevice's on a GPU; from exp2 in the interpreter (no libdevice)."""
+def tanh(x, APPROX: tl.constexpr):
+    """tanh in fp32. On a GPU: APPROX, the hardware's tanh.approx.f32 (one MUFU op,
+    relative error about 2^-11, for fp16/bf16 inputs); else libdevice's. In the
+    interpreter (no libdevice, no inline asm) from exp2."""
     if _LIBDEVICE_TANH:
-        return libdevice.tanh(x)
+        if APPROX:
+            return tl.inline_asm_elementwise(
+                "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+            )
+        else:
+            return libdevice.tanh(x)
     else:
         e = tl.math.exp2(tl.abs(x) * -2.8853900817779268)  # exp(-2|x|)
         t = (1.0 - e) / (1.0 + e)
@@ -84,7 +91,8 @@ def variant_scores(
     the softcap's backward needs (a placeholder without a softcap): s2 = softcap2 · tanh(qk ·
     scale / c) - slope2 · |i + o - j| (log2(e) folded in after the tanh)."""
     if SOFTCAP:
-        th = tanh(qk * (qk_scale / softcap2))
+        # SOFTCAP 2: the approximate tanh (fp16/bf16 inputs), 1: libdevice's (fp32)
+        th = tanh(qk * (qk_scale / softcap2), SOFTCAP == 2)
         s = th * softcap2
     else:
         s = qk * qk_scale

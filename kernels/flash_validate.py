@@ -22,6 +22,10 @@ from fa_bench.kernels.flash_config import HEAD_DIM_MULTIPLE, MAX_HEAD_DIM
 
 _LOG2E = 1.4426950408889634
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The softcap's tanh for fp16/bf16 inputs: the hardware's tanh.approx.f32 (relative error
+# about 2^-11, far below those dtypes' rounding of the scores); fp32 inputs always take
+# libdevice's. A module switch for development timing (tools/gpu/variants_bench.py).
+FAST_TANH = True
 
 
 def interpreting() -> bool:
@@ -95,6 +99,7 @@ class Variant:
     softcap: float = 0.0
     slopes: torch.Tensor | None = None  # (batch, heads_q) fp32 view
     varlen: Varlen | None = None
+    fast_tanh: bool = False  # the softcap's tanh.approx.f32 (fp16/bf16 inputs)
 
     @property
     def masked(self) -> bool:
@@ -105,7 +110,8 @@ class Variant:
         """The variant keywords of the forward, dK/dV and dQ kernels."""
         args: dict = dict(
             WINDOW=self.window is not None,
-            SOFTCAP=self.softcap > 0,
+            # 2: the hardware's approximate tanh, 1: libdevice's (flash_kernels_variants)
+            SOFTCAP=(2 if self.fast_tanh else 1) if self.softcap > 0 else 0,
             ALIBI=self.slopes is not None,
             VARLEN=self.varlen is not None,
         )
@@ -203,4 +209,5 @@ def make_variant(
     slopes = check_slopes(alibi_slopes, batch, q.shape[1], q.device)
     if bounds is None and cap == 0 and slopes is None and varlen is None:
         return None
-    return Variant(window=bounds, softcap=cap, slopes=slopes, varlen=varlen)
+    fast = FAST_TANH and q.dtype in (torch.float16, torch.bfloat16)
+    return Variant(window=bounds, softcap=cap, slopes=slopes, varlen=varlen, fast_tanh=fast)

@@ -208,6 +208,21 @@ def test_variant_backward_is_deterministic():
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
 
 
+def test_softcap_tanh_is_the_fast_one_for_16_bit_inputs_only():
+    """SOFTCAP 2 (tanh.approx.f32 on a GPU) for fp16/bf16, 1 (libdevice) for fp32, 0 off."""
+    from fa_bench.kernels.flash_validate import make_variant
+
+    def flag(dtype, softcap):
+        q = torch.zeros((1, 2, 4, 16), dtype=dtype)
+        kw = dict(causal=False, window=(-1, -1), alibi_slopes=None, batch=1, seq_q=4, seq_k=4)
+        variant = make_variant(q, softcap=softcap, **kw)
+        return None if variant is None else variant.kernel_args()["SOFTCAP"]
+
+    assert flag(torch.bfloat16, 50.0) == 2 and flag(torch.float16, 50.0) == 2
+    assert flag(torch.float32, 50.0) == 1
+    assert flag(torch.bfloat16, 0.0) is None  # no variant at all: the dense launch
+
+
 def test_one_pass_backward_refuses_variants_but_runs_their_forward():
     q, k, v = make(1, 2, 2, 20, 20, 16)
     o = flash_attention(q, k, v, window=(4, 0), config=SMALL, deterministic=False)

@@ -50,15 +50,27 @@ def _rule(ours, ref, base, terms: int) -> None:
         assert report["passed"], (name, report)
 
 
+def _config(dtype, causal: bool, seqlen: int, tma: bool, scored: bool):
+    """The config the library would pick (the variants' tiles when `scored`), with the
+    TMA descriptor path on or off."""
+    import dataclasses
+
+    from fa_bench.kernels.flash_config import heuristic_config, variant_config
+
+    cfg = heuristic_config(128, dtype, causal, torch.device("cuda"), seqlen)
+    cfg = variant_config(cfg) if scored else cfg
+    return dataclasses.replace(cfg, use_tma=tma)
+
+
 def _dense_case(dtype, *, sq, causal, window=(-1, -1), alibi=False, softcap=0.0, tma=False):
     """Ours against variant_attention in float64 (reference) and in `dtype` (baseline)."""
     from fa_bench.run.variant_reference import variant_attention
 
-    FlashConfig, flash_attention, _ = _kernels()
+    _, flash_attention, _ = _kernels()
     q, k, v = _inputs(1, 4, 1, sq, sq, 128, dtype)
     slopes = _slopes(4) if alibi else None
     kw = dict(causal=causal, window=window, softcap=softcap)
-    cfg = FlashConfig(use_tma=tma)
+    cfg = _config(dtype, causal, sq, tma, scored=window != (-1, -1) or alibi or softcap > 0)
     o = flash_attention(q, k, v, alibi_slopes=slopes, config=cfg, **kw)
     do = torch.randn_like(o)
     grads = torch.autograd.grad(o, (q, k, v), do)
@@ -80,8 +92,9 @@ def test_gpu_softcap_50_with_a_window(dtype, tma):
     _dense_case(dtype, sq=4096, causal=True, window=(1024, -1), softcap=50.0, tma=tma)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [*DTYPES, torch.float32])
 def test_gpu_softcap_50_alone_non_causal(dtype):
+    """fp16/bf16 run the hardware's tanh.approx.f32, fp32 libdevice's."""
     _dense_case(dtype, sq=2048 + 77, causal=False, softcap=50.0)
 
 
@@ -100,7 +113,7 @@ def test_gpu_packed_16k_tokens_mixed_lengths(dtype, tma):
 
     from fa_bench.run.variant_reference import varlen_attention
 
-    FlashConfig, _, flash_attention_varlen = _kernels()
+    _, _, flash_attention_varlen = _kernels()
     rng = random.Random(19)
     lengths = [1, 7, *(rng.randint(256, 3840) for _ in range(7))]
     total = sum(lengths)
@@ -108,8 +121,8 @@ def test_gpu_packed_16k_tokens_mixed_lengths(dtype, tma):
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
                       device="cuda")  # fmt: skip
     longest = max(lengths)
-    o = flash_attention_varlen(q, k, v, cu, cu, longest, longest, causal=True,
-                               config=FlashConfig(use_tma=tma))  # fmt: skip
+    cfg = _config(dtype, True, longest, tma, scored=False)
+    o = flash_attention_varlen(q, k, v, cu, cu, longest, longest, causal=True, config=cfg)
     do = torch.randn_like(o)
     grads = torch.autograd.grad(o, (q, k, v), do)
 

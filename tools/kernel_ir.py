@@ -127,7 +127,7 @@ def _variant_grid(grid: dict[str, tuple]) -> None:
         ("window-softcap-alibi", dict(WINDOW=True, SOFTCAP=True, ALIBI=True)),
         ("varlen-window", dict(WINDOW=True, VARLEN=True)),
         ("alibi", dict(ALIBI=True)),
-        ("varlen-softcap", dict(SOFTCAP=True, VARLEN=True)),
+        ("varlen-softcap", dict(SOFTCAP=2, VARLEN=True)),
     ):
         fwd = dict(base, **flags, BLOCK_M=128, BLOCK_N=128, EVEN_Q=False, USE_TMA=False,
                    WARP_SPECIALIZE=False)  # fmt: skip
