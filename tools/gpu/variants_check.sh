@@ -66,7 +66,7 @@ fi
 
 # (1) our variants against our dense kernel, timed directly (forward key tile 128 and 64)
 if [ -z "${DEV[*]}" ]; then
-  step "bench: variants vs dense" 45 python3 tools/gpu/variants_bench.py \
+  step "bench: variants vs dense" 40 python3 tools/gpu/variants_bench.py \
     > "$OUT/variants_bench.md" 2>&1
 fi
 
@@ -74,7 +74,7 @@ fi
 if [ "$TESTS" = 1 ]; then
   XDIST=()
   python3 -c "import xdist" 2> /dev/null && XDIST=(-n 8)
-  step "gpu tests: test_flash_variants_gpu.py" 60 \
+  step "gpu tests: test_flash_variants_gpu.py" 55 \
     python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_flash_variants_gpu.py \
     > "$OUT/tests.log" 2>&1
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -3 >> "$STEPS"
@@ -90,11 +90,11 @@ run() { # run NAME CAP IMPLS ARGS...: one fa-bench run into $WORK/NAME, its resu
     --out "$WORK/$name" > "$OUT/run-$name.log" 2>&1
   cp "$WORK/$name/results.json" "$OUT/results-$name.json" 2>> "$STEPS"
 }
-run window 50 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
+run window 45 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
   --window none --softcap 0 --no-alibi --varlen none
-run packed 25 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --softcap 0 \
+run packed 20 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --softcap 0 \
   --no-alibi --varlen "$VARLEN" --varlen none
-run mods 50 "$IMPLS" --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0,50 \
+run mods 45 "$IMPLS" --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0,50 \
   --varlen none
 
 # (4) the ratios
