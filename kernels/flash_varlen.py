@@ -90,7 +90,7 @@ def flash_attention_varlen(
     config: FlashConfig | None = None,
     deterministic: bool = True,
     check_values: bool = True,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention over a packed batch, each sequence on its own; differentiable in q, k, v.
 
     q: (total_q, heads_q, head_dim), k, v: (total_k, heads_kv, head_dim), any strides

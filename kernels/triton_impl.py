@@ -157,6 +157,7 @@ def _variant_fn(
     def packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))
         o = flash_attention_varlen(q, k, v, cu, cu, longest, longest, check_values=False, **kw)
+        assert isinstance(o, torch.Tensor)  # no return_lse: the output alone
         return o.transpose(0, 1).unsqueeze(0)
 
     return packed
