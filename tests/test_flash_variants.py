@@ -299,6 +299,21 @@ def test_varlen_causal_with_length_one_sequences():
     check_varlen([5, 37, 1, 1], [5, 37, 1, 1], 2, 1, 16, causal=True)
 
 
+def test_varlen_empty_sequences_are_skipped():
+    """Zero-length sequences (flash-attn allows them): the others' results are the dense
+    kernel's on each sequence, and the gradients stay finite."""
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn((12, 2, 16), generator=g).requires_grad_() for _ in range(3))
+    cu = torch.tensor([0, 0, 5, 5, 12], dtype=torch.int32)
+    o = flash_attention_varlen(q, k, v, cu, cu, 7, 7, causal=True, config=SMALL)
+    o.sum().backward()
+    for a, b in ((0, 5), (5, 12)):
+        one = [t[a:b].detach().transpose(0, 1)[None] for t in (q, k, v)]
+        dense = flash_attention(*one, causal=True, config=SMALL)[0].transpose(0, 1)
+        assert torch.equal(o[a:b], dense)
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
 def test_varlen_sq_ne_sk_gqa_window_alibi_softcap():
     """Per-sequence Sq != Sk (bottom-right per sequence), GQA 2:1, per-sequence slopes."""
     check_varlen(
