@@ -216,19 +216,24 @@ def bench_shapes(short: bool = False):
                     yield dtype_name, head_dim, n, causal
 
 
-def child_gluon(role: str, out: str) -> None:
-    """One role of `candidate_configs` (its config at each head_dim): checks, then timing."""
+def child_gluon(role: str, out: str, light: bool = False) -> None:
+    """One role of `candidate_configs` (its config at each head_dim): checks, then timing.
+    `light`: every role gets the variants' checks (bf16, d128 and d64; "ws" also d256),
+    no backward, bf16 timings only (a second run, after a full one passed)."""
     import torch
 
     from fa_bench.kernels.flash_gluon import candidate_configs, gluon_forward
 
     failed = set()
-    for head_dim, dtype_name in ROLE_CHECKS.get(role, VARIANT_CHECKS):
+    checks = ROLE_CHECKS.get(role, VARIANT_CHECKS)
+    if light:
+        checks = (*VARIANT_CHECKS, (256, "bf16")) if role == "ws" else VARIANT_CHECKS
+    for head_dim, dtype_name in checks:
         cfg = candidate_configs(head_dim).get(role)
         if cfg is None:
             continue
         # the backward's kernels compile per shape: checked where they matter most
-        backward = role == "ws" and head_dim == 128 and dtype_name == "bf16"
+        backward = role == "ws" and head_dim == 128 and dtype_name == "bf16" and not light
         for causal in (False, True):
             for shape in SHAPES:
                 try:
@@ -243,7 +248,8 @@ def child_gluon(role: str, out: str) -> None:
                     failed.add((dtype_name, head_dim))
     for dtype_name, head_dim, n, causal in bench_shapes(short=role == "ws"):
         cfg = candidate_configs(head_dim).get(role)
-        if cfg is None or (dtype_name != "bf16" and role not in ROLE_CHECKS):
+        bf16_only = light or role not in ROLE_CHECKS
+        if cfg is None or (dtype_name != "bf16" and bf16_only):
             continue
         row = dict(kind="bench", config=role, label=cfg.label(), dtype=dtype_name,
                    head_dim=head_dim, n=n, causal=causal)  # fmt: skip
@@ -264,13 +270,15 @@ def child_gluon(role: str, out: str) -> None:
         _emit(out, row)
 
 
-def child_baseline(out: str) -> None:
+def child_baseline(out: str, light: bool = False) -> None:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from fa_bench.kernels.flash_attention import flash_attention
 
     for dtype_name, head_dim, n, causal in bench_shapes(short=True):
+        if light and dtype_name != "bf16":
+            continue
         dtype = getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype_name])
         q, k, v = _bench_inputs(n, head_dim, dtype)
         runs = {
@@ -323,21 +331,22 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--lines", help=argparse.SUPPRESS)
     ap.add_argument("--roles", default=",".join(ROLES), help="candidate_configs roles, in order")
+    ap.add_argument("--light", action="store_true", help="bf16 checks and timings only (a rerun)")
     args = ap.parse_args()
     if args.child:
         try:
             if args.child == "baseline":
-                child_baseline(args.lines)
+                child_baseline(args.lines, args.light)
             else:
-                child_gluon(args.child, args.lines)
+                child_gluon(args.child, args.lines, args.light)
         except Exception:
             traceback.print_exc()
             return 1
         return 0
-    return parent(args.roles.split(","))
+    return parent(args.roles.split(","), args.light)
 
 
-def parent(roles: list[str]) -> int:
+def parent(roles: list[str], light: bool = False) -> int:
     import torch
 
     from fa_bench.kernels.flash_gluon import HEAD_DIMS, _api_reason, candidate_configs
@@ -361,13 +370,16 @@ def parent(roles: list[str]) -> int:
         d: {role: cfg.label() for role, cfg in candidate_configs(d).items()} for d in HEAD_DIMS
     }
     print(json.dumps(env), flush=True)
-    children = [run := _run_child(["--child", "baseline", "--lines", lines], lines, "baseline")]
+    extra = ["--light"] if light else []
+    children = [
+        run := _run_child(["--child", "baseline", "--lines", lines, *extra], lines, "baseline")
+    ]
     print(json.dumps(run), flush=True)
     for role in roles:
         if time.time() - started > BUDGET_S:
             children.append(dict(child=role, status="skipped: time budget", seconds=0))
             continue
-        run = _run_child(["--child", role, "--lines", lines], lines, role)
+        run = _run_child(["--child", role, "--lines", lines, *extra], lines, role)
         children.append(run)
         print(json.dumps(run), flush=True)
     rows = [json.loads(line) for line in open(lines)] if os.path.exists(lines) else []
