@@ -49,6 +49,8 @@ class GluonConfig:
       tiles first) instead of one CTA per tile.
     consumers: "ws" consumer warpgroups per CTA: 2, or 3 without ping-pong and with
       fewer registers each (FA3's head_dim 64 shape: 192 rows per CTA).
+    q_buffers: persistent only: 2 Q buffers per consumer let the next tile's Q load while
+      this tile runs (no bubble between tiles), at the cost of ring stages.
     producer_regs / consumer_regs: per-thread registers of the "ws" producer's
       warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
     """
@@ -61,6 +63,7 @@ class GluonConfig:
     pingpong: bool = True
     persistent: bool = False
     consumers: int = 2
+    q_buffers: int = 1
     producer_regs: int = 24
     consumer_regs: int = 240
 
@@ -104,6 +107,10 @@ class GluonConfig:
                 f"producer_regs={self.producer_regs}): consumer 0 would get only "
                 f"{self.registers()[0]} registers of the 64K"
             )
+        if self.q_buffers not in (1, 2) or isinstance(self.q_buffers, bool):
+            raise ValueError(f"GluonConfig.q_buffers={self.q_buffers!r}: expected 1 or 2")
+        if self.q_buffers == 2 and not self.persistent:
+            raise ValueError("GluonConfig(q_buffers=2): only the persistent kernel has them")
         if self.persistent and self.variant != "ws":
             raise ValueError(
                 f"GluonConfig(variant={self.variant!r}, persistent=True): only 'ws' is persistent"
@@ -138,7 +145,8 @@ class GluonConfig:
 
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Shared memory of the Q tile(s) and the K/V ring (the O tile reuses Q's)."""
-        return (self.rows_per_cta + 2 * self.stages * self.block_n) * head_dim * elem_bytes
+        q_rows = self.rows_per_cta * self.q_buffers
+        return (q_rows + 2 * self.stages * self.block_n) * head_dim * elem_bytes
 
     def label(self) -> str:
         """A short name for tables: the variant and its tiles."""
@@ -147,6 +155,7 @@ class GluonConfig:
             return f"{text}-w{self.num_warps}"
         text = text if self.consumers == 2 else f"{text}-c{self.consumers}"
         text = text if self.pingpong else f"{text}-nopp"
+        text = f"{text}-q{self.q_buffers}" if self.q_buffers != 1 else text
         return f"{text}-persist" if self.persistent else text
 
 
@@ -164,6 +173,15 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
     return GluonConfig(block_n=block_n, stages=stages)
 
 
+def _deepest(cfg: GluonConfig, head_dim: int) -> GluonConfig:
+    """`cfg` with the deepest ring (up to 4 stages) that fits shared memory."""
+    for stages in (4, 3, 2, 1):
+        deeper = dataclasses.replace(cfg, stages=stages)
+        if deeper.smem_bytes(head_dim) <= SMEM_BYTES:
+            return deeper
+    return dataclasses.replace(cfg, stages=1)
+
+
 def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim, by role:
     "ws" the heuristic's config, "ws-nopp" without ping-pong, "ws-persist" persistent,
@@ -175,6 +193,9 @@ def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
         "ws": base,
         "ws-nopp": dataclasses.replace(base, pingpong=False),
         "ws-persist": dataclasses.replace(base, persistent=True),
+        "ws-persist-q2": _deepest(
+            dataclasses.replace(base, persistent=True, q_buffers=2), head_dim
+        ),
     }
     if base.stages > 1:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
@@ -353,7 +374,7 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if cfg.persistent:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         flash_gluon_persist._fwd_ws_persistent[(min(sms, tiles * batch * heads_q),)](
-            *args, batch * heads_q, **common, **ws
+            *args, batch * heads_q, **common, **ws, Q_BUFFERS=cfg.q_buffers
         )
     else:
         kernel = flash_gluon_ws._fwd_ws

@@ -53,10 +53,12 @@ def _n_tiles(sched, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _persist_producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
-    """One warp: per tile, both Q tiles (once their buffers are free), then its K/V."""
+    """One warp: per tile, both Q tiles (once their buffers are free), then its K/V.
+    With two Q buffers per consumer the next tile's Q loads while this tile runs."""
     q_desc, k_desc, v_desc = descs
     q_smem, k_bufs, v_bufs = smem
     q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
+    Q_BUFFERS: gl.constexpr = q_smem.shape[0] // 2
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     STAGES: gl.constexpr = k_bufs.shape[0]
@@ -65,10 +67,11 @@ def _persist_producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
     for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
         b, h, hk, _bh, row0, n_end = _tile(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
         for c in gl.static_range(2):
-            mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
-            mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+            qs = (it % Q_BUFFERS) * 2 + c
+            mbarrier.wait(q_empty.index(qs), ((it // Q_BUFFERS) & 1) ^ 1)
+            mbarrier.expect(q_bars.index(qs), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(
-                q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
+                q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(qs), q_smem.index(qs)
             )
         for j in range(n_end):
             slot = (g + j) % STAGES
@@ -98,21 +101,22 @@ def _persist_consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, qk_scal
     HEAD_DIM: gl.constexpr = q_smem.shape[4]
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, q_smem.dtype.primitive_bitwidth)
-    q_tile = q_smem.index(ME)
-    q2 = q_tile.reshape([BLOCK_M, HEAD_DIM])
+    Q_BUFFERS: gl.constexpr = q_smem.shape[0] // 2
     g = 0
     tc = 0
     it = 0
     for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
         b, h, _hk, bh, row0, n_end = _tile(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
         my_row0 = row0 + ME * BLOCK_M
-        mbarrier.wait(bars[0].index(ME), it & 1)
-        acc, m_i, l_i = _ws_tile(q2, smem, bars, my_row0, n_end, g, tc, (seq_q, seq_k, qk_scale),
-                                 ME, CAUSAL, PINGPONG)  # fmt: skip
+        qs = (it % Q_BUFFERS) * 2 + ME
+        q_tile = q_smem.index(qs)
+        mbarrier.wait(bars[0].index(qs), (it // Q_BUFFERS) & 1)
+        acc, m_i, l_i = _ws_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, n_end,
+                                 g, tc, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG)  # fmt: skip
         _epilogue(acc, m_i, l_i, qk_scale, q_tile, o_desc, lse_ptr, bh * seq_q, b, h, my_row0,
                   seq_q, BLOCK_M, HEAD_DIM, o_layout)  # fmt: skip
         # O has left the Q buffer (the epilogue waited for its store): free it
-        mbarrier.arrive(q_empty.index(ME), count=1)
+        mbarrier.arrive(q_empty.index(qs), count=1)
         g += n_end
         tc += gl.maximum(n_end - 1, 0)
         it += 1
@@ -135,18 +139,25 @@ def _fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, 
                        qk_scale, n_bh, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        NUM_WARPS: gl.constexpr, PINGPONG: gl.constexpr,
-                       PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):  # fmt: skip
-    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q. Registers as _fwd_ws."""
+                       PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       Q_BUFFERS: gl.constexpr):  # fmt: skip
+    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q. Registers as _fwd_ws.
+    Q_BUFFERS (1 or 2) Q tiles per consumer: buffer (it % Q_BUFFERS) · 2 + consumer."""
     gl.static_assert(NUM_WARPS == 4, "each consumer is one warpgroup")
     gl.static_assert(BLOCK_M == 64, "wgmma: 4 warps × 16 rows")
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)  # noqa: RUF005
+    q_shape: gl.constexpr = [2 * Q_BUFFERS] + q_desc.block_type.shape  # noqa: RUF005
+    q_smem = gl.allocate_shared_memory(dtype, q_shape, q_desc.layout)
     k_bufs = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)  # noqa: RUF005
     v_bufs = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)  # noqa: RUF005
-    bars = _alloc_bars(STAGES)
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
+    ring = _alloc_bars(STAGES)
+    # Q "full" and "empty" barriers per buffer (the ring's own Q barriers go unused)
+    q_full = gl.allocate_shared_memory(gl.int64, [2 * Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2 * Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2 * Q_BUFFERS):
+        mbarrier.init(q_full.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
+    bars = (q_full, ring[1], ring[2], ring[3], ring[4], ring[5])
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
     gl.warp_specialize(

@@ -107,6 +107,8 @@ def test_forward_refuses_what_it_cannot_run():
         ),
         (dict(producer_regs=20), r"producer_regs=20"),
         (dict(consumers=4), r"consumers=4"),
+        (dict(q_buffers=3, persistent=True), r"q_buffers=3"),
+        (dict(q_buffers=2), r"only the persistent kernel"),
         (dict(consumers=3), r"three consumers run without ping-pong"),
         (dict(consumers=3, pingpong=False), r"consumer 0 would get only 8 registers"),
         (dict(consumer_regs=260), r"consumer_regs=260"),
@@ -125,6 +127,9 @@ def test_config_shared_memory_and_label():
     assert ws.label() == "ws-m64-n128-s2"
     assert GluonConfig(pingpong=False).label().endswith("-nopp")
     assert GluonConfig(persistent=True).label() == "ws-m64-n128-s2-persist"
+    q2 = GluonConfig(persistent=True, q_buffers=2)
+    assert q2.smem_bytes(128) == (2 * 128 + 4 * 128) * 128 * 2
+    assert q2.label() == "ws-m64-n128-s2-q2-persist"
     three = GluonConfig(consumers=3, pingpong=False, consumer_regs=160)
     assert three.rows_per_cta == 192 and three.label() == "ws-m64-n128-s2-c3-nopp"
 

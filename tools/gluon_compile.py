@@ -82,7 +82,9 @@ def compile_one(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> ob
             PRODUCER_REGS=cfg.producer_regs,
             CONSUMER_REGS=cfg.consumer_regs,
         )
-        if not cfg.persistent:
+        if cfg.persistent:
+            consts["Q_BUFFERS"] = cfg.q_buffers
+        else:
             consts["CONSUMERS"] = cfg.consumers
         warps = 4
     else:

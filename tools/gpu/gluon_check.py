@@ -41,7 +41,7 @@ STALL_S = 30.0
 BUDGET_S = 165.0
 # the roles in order of importance: the heuristic's, the fallback (a hang in the first
 # costs STALL_S, then the fallback still runs), then the variants
-ROLES = ("ws", "pipelined", "ws-persist", "ws-nopp", "ws-shallow", "ws-c3")
+ROLES = ("ws", "pipelined", "ws-persist", "ws-persist-q2", "ws-nopp", "ws-shallow", "ws-c3")
 CHECKS = ((128, "bf16"), (64, "bf16"), (128, "fp16"), (64, "fp16"), (256, "bf16"))
 # the heuristic's role ("ws") gets every check, our backward on its output and both dtypes'
 # timings; the fallback every check; the variants bf16 only, to stay in the budget
