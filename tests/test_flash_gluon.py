@@ -154,6 +154,11 @@ def test_heuristic_takes_the_deepest_ring_that_fits(head_dim):
     assert {64: 4, 128: 3, 256: 2}[head_dim] == cfg.stages
 
 
+def test_heuristic_takes_the_pipelined_kernel_for_causal_d64():
+    assert gluon_config(64, causal=True).variant == "pipelined"
+    assert gluon_config(128, causal=True) == gluon_config(128)
+
+
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_candidate_configs_fit_and_differ(head_dim):
     configs = candidate_configs(head_dim)
