@@ -1,11 +1,12 @@
 """Host side of the Gluon FlashAttention forward for sm_90 (issue 21).
 
 `gluon_reason(q, k, v, causal)` says why the Gluon kernel cannot run these inputs (None
-when it can); `gluon_forward(q, k, v, causal, scale, config)` runs it and returns
-(o, lse2) with exactly the conventions of `flash_attention._forward`: o in q's layout
-(B, Hq, Sq, D), lse2 the log2-domain log-sum-exp (B, Hq, Sq) fp32 with +inf for rows
-that see no key, bottom-right causal, GQA, any sequence lengths. So the `tl` backward
-consumes it unchanged.
+when it can), `gluon_preferred` whether it also measured faster than the `tl` forward
+there (what an automatic dispatch should ask); `gluon_forward(q, k, v, causal, scale,
+config)` runs it and returns (o, lse2) with exactly the conventions of
+`flash_attention._forward`: o in q's layout (B, Hq, Sq, D), lse2 the log2-domain
+log-sum-exp (B, Hq, Sq) fp32 with +inf for rows that see no key, bottom-right causal,
+GQA, any sequence lengths. So the `tl` backward consumes it unchanged.
 
 The kernels (kernels/flash_gluon_kernels.py) are written against triton 3.6.0's Gluon
 API; this module imports triton only when a kernel is launched or the API is probed, so
@@ -297,6 +298,22 @@ def gluon_reason(q: Any, k: Any, v: Any, causal: bool) -> str | None:
     if min(q.shape[2], k.shape[2]) < 1:
         return f"seqlen_q={q.shape[2]}, seqlen_k={k.shape[2]}: both must be at least 1"
     return _api_reason()
+
+
+# Where the Gluon kernel beat our `tl` forward on the H200 (run B, docs/kernel.md): head_dim
+# -> the shortest key length measured faster (d128: from 1k, 1.13-1.25x; d64: from 4k,
+# 1.01-1.13x with the heuristic's kernels; below, ws lost to tl at d64 1k and 2k causal).
+# Head dims not listed (256: not timed yet) stay on `tl` unless asked for.
+_PAYS_FROM_SEQ_K = {128: 1024, 64: 4096}
+
+
+def gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
+    """Whether an automatic dispatch should run the Gluon kernel: it can
+    (`gluon_reason` is None) and it measured faster than the `tl` forward there."""
+    if gluon_reason(q, k, v, causal) is not None:
+        return False
+    threshold = _PAYS_FROM_SEQ_K.get(q.shape[3])
+    return threshold is not None and k.shape[2] >= threshold
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> Any:

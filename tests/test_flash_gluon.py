@@ -29,6 +29,7 @@ from fa_bench.kernels.flash_gluon import (
     candidate_configs,
     gluon_config,
     gluon_forward,
+    gluon_preferred,
     gluon_reason,
     version_reason,
 )
@@ -70,6 +71,19 @@ def test_reason_interpreter_then_device(monkeypatch):
     assert "interpreter" in gluon_reason(q, k, v, False)
     monkeypatch.delenv("TRITON_INTERPRET")
     assert "CUDA" in gluon_reason(q, k, v, False)
+
+
+def test_preferred_only_where_it_runs_and_measured_faster(monkeypatch):
+    import fa_bench.kernels.flash_gluon as fg
+
+    q, k, v = _qkv()
+    assert not gluon_preferred(q, k, v, False)  # it cannot run here at all
+    monkeypatch.setattr(fg, "gluon_reason", lambda *a: None)
+    for head_dim, seq_k, expected in [(128, 1024, True), (128, 512, False), (64, 4096, True),
+                                      (64, 2048, False), (256, 16384, False)]:  # fmt: skip
+        q, k, v = _qkv(shape=(1, 1, 16, head_dim))
+        k = torch.empty(1, 1, seq_k, head_dim, dtype=torch.float16)
+        assert gluon_preferred(q, k, k, True) is expected, (head_dim, seq_k)
 
 
 def test_version_rule():
