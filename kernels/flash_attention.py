@@ -46,6 +46,7 @@ from fa_bench.kernels.flash_config import (
 from fa_bench.kernels.flash_validate import Variant, make_variant
 from fa_bench.kernels.flash_validate import check_inputs as _validate
 from fa_bench.kernels.flash_validate import interpreting as _interpreting
+from fa_bench.kernels.flash_validate import programs as _programs
 
 _LOG2E = 1.4426950408889634
 _LN2 = 0.6931471805599453
@@ -165,17 +166,6 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _programs(
-    variant: Variant | None, batch: int, seq: int, block: int, keys: bool = False
-) -> tuple[int, int]:
-    """(blocks of `seq` query rows, or keys, and batches): a packed batch's grid covers
-    its longest sequence and its sequence count (programs past a sequence's end return)."""
-    if variant is None or variant.varlen is None:
-        return _cdiv(seq, block), batch
-    vl = variant.varlen
-    return _cdiv(vl.max_k if keys else vl.max_q, block), vl.batch
-
-
 def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig, variant: Variant | None = None):
     """(o, lse2) of a (B, H, S, D) call; a packed batch comes as (1, H, T, D) views with
     `variant.varlen` (lse2 is then (1, H, T), flash-attn's (H, T))."""
@@ -227,13 +217,15 @@ def _backward_deterministic(
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = _preprocess(do, o, lse2)
     # dK/dV holds `held` keys and streams query rows; dQ holds `held` query rows and
-    # streams keys (see kernels/flash_config.py).
+    # streams keys (see kernels/flash_config.py). A packed batch's grids put the block
+    # index on the slow axis (see the kernels).
     held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
     prec = _dot_precision(q.dtype)
     extra = {} if variant is None else variant.kernel_args()
     packed = bool(extra.get("VARLEN"))
     key_blocks, seqs = _programs(variant, batch, seq_k, held, keys=True)
-    _kernels().dkdv[(key_blocks, seqs * heads_kv)](
+    grid = (seqs * heads_kv, key_blocks) if packed else (key_blocks, seqs * heads_kv)
+    _kernels().dkdv[grid](
         q, k, v, do, dk, dv, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         heads_q, heads_kv, group, seq_q, seq_k, scale * _LOG2E, scale,
@@ -243,7 +235,8 @@ def _backward_deterministic(
         num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages, **extra,
     )  # fmt: skip
     row_blocks, seqs = _programs(variant, batch, seq_q, held)
-    _kernels().dq[(row_blocks, seqs * heads_q)](
+    grid = (seqs * heads_q, row_blocks) if packed else (row_blocks, seqs * heads_q)
+    _kernels().dq[grid](
         q, k, v, do, dq, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
         heads_q, group, seq_q, seq_k, scale * _LOG2E, scale,

@@ -125,8 +125,14 @@ def _bwd_dkdv_kernel(
     rows at a time and loops over the group's q heads."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    pid_n = tl.program_id(0)
-    off_bh = tl.program_id(1)
+    if VARLEN:
+        # the key block on the slow axis: every sequence's first (causal: heaviest) blocks
+        # go first, so a long sequence's do not trail the grid
+        pid_n = tl.program_id(1)
+        off_bh = tl.program_id(0)
+    else:
+        pid_n = tl.program_id(0)
+        off_bh = tl.program_id(1)
     off_b = (off_bh // heads_kv).to(tl.int64)
     off_hk = (off_bh % heads_kv).to(tl.int64)
     n0 = pid_n * BLOCK_HELD
@@ -293,11 +299,20 @@ def _bwd_dq_kernel(
     BLOCK_STREAMED at a time."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if CAUSAL:
-        pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    if VARLEN:
+        # the row block on the slow axis, the last (causal: heaviest) first, over every
+        # sequence: a long sequence's heavy blocks do not trail the grid
+        if CAUSAL:
+            pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
+        else:
+            pid_m = tl.program_id(1)
+        off_bh = tl.program_id(0)
     else:
-        pid_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
+        if CAUSAL:
+            pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        else:
+            pid_m = tl.program_id(0)
+        off_bh = tl.program_id(1)
     off_b = (off_bh // heads_q).to(tl.int64)
     off_h = (off_bh % heads_q).to(tl.int64)
     off_hk = off_h // group

@@ -211,3 +211,14 @@ def make_variant(
         return None
     fast = FAST_TANH and q.dtype in (torch.float16, torch.bfloat16)
     return Variant(window=bounds, softcap=cap, slopes=slopes, varlen=varlen, fast_tanh=fast)
+
+
+def programs(
+    variant: Variant | None, batch: int, seq: int, block: int, keys: bool = False
+) -> tuple[int, int]:
+    """(blocks of `seq` query rows, or keys, and batches): a packed batch's grid covers
+    its longest sequence and its sequence count (programs past a sequence's end return)."""
+    if variant is None or variant.varlen is None:
+        return -(-seq // block), batch
+    vl = variant.varlen
+    return -(-(vl.max_k if keys else vl.max_q) // block), vl.batch
