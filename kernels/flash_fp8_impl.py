@@ -2,10 +2,10 @@
 (fa_bench.kernels.flash_fp8.flash_attention_fp8), with the case's per-tensor descales.
 
 Called by kernels/triton_impl.py for `DType.FP8_E4M3` cases, with the config it chose
-(`case_config`: a sweep's fields, the tuning cache under dtype fp8_e4m3, else the
-heuristic, whose tiles for an fp8 dtype are the bf16 ones). The inputs come from
-fa_bench.run.fp8_inputs: q, k, v already in float8_e4m3fn (V K-major, made outside the
-timed span) and the descales in `options["fp8_descale"]`.
+(`case_config`: a sweep's fields, or the tuning cache under dtype fp8_e4m3), or where
+that is the heuristic, the fp8 kernel's own default (`flash_fp8.default_fp8_config`).
+The inputs come from fa_bench.run.fp8_inputs: q, k, v already in float8_e4m3fn (V K-major,
+made outside the timed span) and the descales in `options["fp8_descale"]`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def build(
 ) -> Prepared:
     """The prepared fp8 forward of `case` with `config` (triton_impl's choice, from
     `source`); the backend label names the kernel and its tiles, "<name>:<tiles> (<source>)"."""
-    from fa_bench.kernels.flash_fp8 import flash_attention_fp8
+    from fa_bench.kernels.flash_fp8 import default_fp8_config, flash_attention_fp8
     from fa_bench.sweep.vocab import config_label
 
     if q.device.type != "cuda":
@@ -44,6 +44,8 @@ def build(
     if not descales:
         raise Unsupported(f"no fp8 descales in the builder's options[{DESCALE_OPTION!r}]")
     causal = case.causal
+    if source == "heuristic":  # the fp8 kernel's own tiles (measured), not the bf16 ones
+        config = default_fp8_config(q, k.shape[2], causal)
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return flash_attention_fp8(q, k, v, causal=causal, config=config, **descales)

@@ -56,12 +56,12 @@ def _fp8_inner(
     lo, hi, offs_m, offs_d, seq_k, causal_off, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
     DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):  # fmt: skip
     """The online softmax over keys [lo, hi), as flash_kernels._fwd_inner, with P shifted
     by P_EXP and quantised to e4m3 for the PV matmul."""
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         if USE_TMA:
             k = k_desc.load([start_n, 0])
@@ -110,13 +110,12 @@ def _fwd_fp8_kernel(
     heads_q, group, seq_q, seq_k, sm_scale_log2,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, USE_TMA: tl.constexpr,
 ):  # fmt: skip
     """One program: BLOCK_M query rows of one (batch, q head); streams the visible keys.
     USE_TMA: device-side tensor descriptors (sm_90+, 16-byte aligned strides) for Q, K,
-    V (its (D, S) storage) and O; WARP_SPECIALIZE: triton's automatic warp specialisation
-    of the key loop (descriptors and 4 warps only: triton specialises nothing at 8)."""
+    V (its (D, S) storage) and O. (No warp specialisation: triton 3.6's, on a one-loop
+    variant of this kernel, gave wrong outputs on the H200; docs/kernel.md.)"""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     # Causal: launch the longest row blocks (the last ones) first for a balanced tail.
@@ -160,27 +159,16 @@ def _fwd_fp8_kernel(
 
     causal_off = seq_k - seq_q
     n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_M, BLOCK_N, CAUSAL)
-    if WARP_SPECIALIZE:
-        # triton 3.6's warp specialisation fails to compile (an MLIR dominance assertion)
-        # when a second key loop follows the specialised one: one loop over all the keys,
-        # unmasked where every block is whole (non-causal, EVEN_K), else masked throughout.
-        ALL_WHOLE: tl.constexpr = EVEN_K and not CAUSAL
-        acc, l_i, m_i = _fp8_inner(
-            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
-            0, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_N, not ALL_WHOLE, CAUSAL, MASK_D, USE_TMA, True,
-        )  # fmt: skip
-    else:
-        acc, l_i, m_i = _fp8_inner(
-            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
-            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA, False,
-        )  # fmt: skip
-        acc, l_i, m_i = _fp8_inner(
-            acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
-            n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA, False,
-        )  # fmt: skip
+    acc, l_i, m_i = _fp8_inner(
+        acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
+        0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_N, False, CAUSAL, MASK_D, USE_TMA,
+    )  # fmt: skip
+    acc, l_i, m_i = _fp8_inner(
+        acc, l_i, m_i, q, k_desc, vt_desc, k_base, v_base, stride_ks, stride_vs, stride_vd,
+        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_N, True, CAUSAL, MASK_D, USE_TMA,
+    )  # fmt: skip
 
     # Rows with no visible key: output 0, lse2 = +inf (as the dense forward).
     empty = l_i == 0.0

@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
-# Issue 21 item 3 (the fp8 e4m3 forward) in one device call, under LIMIT seconds (180):
+# Issue 21 item 3 (the fp8 e4m3 forward) in one device call, under LIMIT seconds (60):
 # (a) the fp8 kernel's GPU tests (accuracy rule, lse, GQA, odd lengths, rows with no key,
-# head_dim 64/96/128, 16k); (b) `fa-bench run` forward, head_dim 128 and 64, N 4k and 16k,
-# causal and not, fp8_e4m3 and bf16, `triton` and `sdpa-cudnn` (whose fp8 cases record
+# head_dim 64/96/128, 16k, other tiles and the descriptor path); (b) `fa-bench run`
+# forward at head_dim $HEAD_DIMS (128), N 4k and 16k, causal and not, fp8_e4m3 and bf16,
+# implementations $IMPLS (`triton`; add `-i sdpa-cudnn` for scale: its fp8 cases record
 # `unsupported`); (c) a summary, $OUT/fp8.md: fp8 ÷ bf16 per shape (target ≥ 1.3× at
-# head_dim 128) and every case's accuracy; (d) with the time left, an A/B of the fp8
-# kernel's tiles, descriptors (TMA), warp specialisation and V layout with do_bench
-# ($OUT/fp8_bench.md, written shape by shape, d128 first).
+# head_dim 128) and every case's accuracy; (d) with BENCH=1 and time left, an A/B of the
+# launch choices with do_bench (tools/gpu/fp8_bench.py). Everything else goes into one
+# archive, $OUT/fp8-files.tgz (steps, test log, run log, results.json, the A/B).
 #
 # From the repository root, after the device prefix (it installs fa-bench editable):
 #
-#   bash tools/gpu/fp8_check.sh
+#   bash tools/gpu/fp8_check.sh                       # 60 s: tests, run, summary
+#   LIMIT=180 HEAD_DIMS=128,64 BENCH=1 IMPLS="-i triton -i sdpa-cudnn" \
+#     bash tools/gpu/fp8_check.sh                     # the first call's (2026-11-30) scope
 #
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
-# the next. Files back under $OUT: fp8-steps.log, fp8-tests.log, fp8-run.log,
-# fp8-results.json, fp8.md, fp8_bench.md, fp8_bench.json.
+# the next.
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 WORK=fa-bench-out/fp8
 mkdir -p "$OUT" "$WORK"
-LIMIT=${LIMIT:-180}
-SEQLENS=${SEQLENS:-4096,16384} HEAD_DIMS=${HEAD_DIMS:-128,64}
+LIMIT=${LIMIT:-60}
+SEQLENS=${SEQLENS:-4096,16384} HEAD_DIMS=${HEAD_DIMS:-128} BENCH=${BENCH:-0}
+read -r -a IMPLS <<< "${IMPLS:--i triton}"
 read -r -a DEV <<< "${DEV:-}"
-STEPS="$OUT/fp8-steps.log"
+FILES="$WORK/files"
+rm -rf "$WORK/run" "$FILES"  # a warm machine keeps the last call's run folder
+mkdir -p "$FILES"
+STEPS="$FILES/fp8-steps.log"
 
 left() { echo $((LIMIT - SECONDS)); }
 # step NAME CAP_S COMMAND...: run COMMAND under min(CAP_S, time left - reserve) and log it
 step() {
   local name=$1 cap=$2 budget
   shift 2
-  budget=$(($(left) - 10))
+  budget=$(($(left) - 5))
   [ "$budget" -gt "$cap" ] && budget=$cap
-  if [ "$budget" -lt 15 ]; then
+  if [ "$budget" -lt 10 ]; then
     echo "[$(date -u +%T) +${SECONDS}s] $name: skipped (time left $(left) s)" | tee -a "$STEPS"
     return 0
   fi
@@ -58,23 +64,27 @@ fi
 # (a) correctness on the GPU
 XDIST=()
 python3 -c "import xdist" 2> /dev/null && XDIST=(-n 4)
-step "gpu tests: test_fp8_kernel.py" 50 \
+step "gpu tests: test_fp8_kernel.py" 30 \
   python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_fp8_kernel.py \
-  > "$OUT/fp8-tests.log" 2>&1
-grep -E "passed|failed|error" "$OUT/fp8-tests.log" | tail -3 >> "$STEPS"
+  > "$FILES/fp8-tests.log" 2>&1
+grep -E "passed|failed|error" "$FILES/fp8-tests.log" | tail -3 >> "$STEPS"
 
-# (b) the standard suite's forward: ours in fp8 and bf16, cuDNN in bf16 for scale
+# (b) the standard suite's forward: ours in fp8 and bf16 (and $IMPLS's others)
 step "run fp8_e4m3,bf16" 65 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
-  -i triton -i sdpa-cudnn --head-dim "$HEAD_DIMS" --seqlen "$SEQLENS" \
-  --tuning-cache off --no-report --no-telemetry --max-time 0.3 --min-samples 5 --warmup 100 "${DEV[@]}" \
-  --out "$WORK/run" > "$OUT/fp8-run.log" 2>&1
-cp "$WORK/run/results.json" "$OUT/fp8-results.json" 2>> "$STEPS"
+  "${IMPLS[@]}" --head-dim "$HEAD_DIMS" --seqlen "$SEQLENS" \
+  --tuning-cache off --no-report --no-telemetry --max-time 0.3 --min-samples 5 \
+  --warmup 100 "${DEV[@]}" \
+  --out "$WORK/run" > "$FILES/fp8-run.log" 2>&1
+cp "$WORK/run/results.json" "$FILES/fp8-results.json" 2>> "$STEPS"
 
 # (c) the summary
-step "summary" 15 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
-  >> "$STEPS" 2>&1
+step "summary" 10 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
+  > /dev/null 2>> "$STEPS"
 
-# (d) tiles and V layout, if time is left
-step "fp8 A/B (do_bench)" 200 python3 tools/gpu/fp8_bench.py "$OUT/fp8_bench.md" \
-  --json "$OUT/fp8_bench.json" --head-dims "${BENCH_HEAD_DIMS:-128,64}" >> "$STEPS" 2>&1
-echo "[$(date -u +%T) +${SECONDS}s] done" | tee -a "$STEPS"
+# (d) launch choices, on request
+if [ "$BENCH" = 1 ]; then
+  step "fp8 A/B (do_bench)" 200 python3 tools/gpu/fp8_bench.py "$FILES/fp8_bench.md" \
+    --json "$FILES/fp8_bench.json" --head-dims "$HEAD_DIMS" >> "$STEPS" 2>&1
+fi
+echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
+tar -czf "$OUT/fp8-files.tgz" -C "$FILES" .
