@@ -32,7 +32,8 @@ def build(
     source: str,
 ) -> Prepared:
     """The prepared fp8 forward of `case` with `config` (triton_impl's choice, from
-    `source`); the backend label names the kernel and its tiles, "<name>:<tiles> (<source>)"."""
+    `source`); the backend label names the kernel, its tiles and the inputs' layout,
+    "<name>:<tiles> (<source>); e4m3 per-tensor scales, V K-major (D, S)"."""
     from fa_bench.kernels.flash_fp8 import default_fp8_config, flash_attention_fp8
     from fa_bench.sweep.vocab import config_label
 
@@ -52,4 +53,7 @@ def build(
 
     fn(q, k, v)  # compile outside the timed span
     torch.cuda.synchronize(q.device)
-    return Prepared(fn=fn, backend=f"{name}:{config_label(config, 'fwd')} ({source})")
+    # the layout the case's inputs were given in (made outside the timed span), as decode's
+    # backend names its cache layout
+    layout = "e4m3 per-tensor scales, V K-major (D, S)"
+    return Prepared(fn=fn, backend=f"{name}:{config_label(config, 'fwd')} ({source}); {layout}")
