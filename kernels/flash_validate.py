@@ -187,8 +187,12 @@ def kernel_window(
         return None
     if left == -1 and causal:
         return None  # plain causal
+    # past seq_q + seq_k a bound binds nothing: clamp there, so int32 index math holds
     unbounded = seq_q + seq_k
-    return (unbounded if left == -1 else left, unbounded if right == -1 else right)
+    return (
+        unbounded if left == -1 else min(left, unbounded),
+        unbounded if right == -1 else min(right, unbounded),
+    )
 
 
 def make_variant(

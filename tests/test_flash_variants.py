@@ -190,6 +190,18 @@ def test_window_skips_the_blocks_no_row_sees():
     assert torch.isnan(flash_attention(q.detach(), k.detach(), v.detach(), config=SMALL)).any()
 
 
+def test_windows_wider_than_the_sequences_are_the_unbounded_ones():
+    """A bound past every index (even past int32) gives what -1 (unbounded) gives."""
+    q, k, v = make(1, 2, 2, 40, 30, 16)
+    for huge in (70, 2**40):
+        a = flash_attention(q, k, v, window=(huge, huge), config=SMALL)
+        dense = flash_attention(q, k, v, window=(-1, -1), config=SMALL)
+        assert torch.allclose(a, dense, atol=1e-6, rtol=0)
+        b = flash_attention(q, k, v, causal=True, window=(huge, -1), config=SMALL)
+        c = flash_attention(q, k, v, causal=True, window=(-1, 3), config=SMALL)
+        assert torch.allclose(b, c, atol=1e-6, rtol=0)
+
+
 def test_dense_arguments_give_the_dense_result():
     """window=(-1, -1), no slopes, softcap 0 is the dense kernel, bit for bit."""
     q, k, v = make(1, 2, 2, 40, 40, 16)
