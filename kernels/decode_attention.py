@@ -15,18 +15,18 @@ How it runs (the kernels are in fa_bench.kernels.decode_kernels):
   least 16 (`tl.dot`), at most `_MAX_ROWS` per row block (a wider group, e.g. MQA with 64
   heads and Sq 16, takes several row blocks, each reading the keys again);
 - a split is a contiguous run of `cdiv(cdiv(L_b, BLOCK_N), num_splits)` key blocks of its
-  own sequence, so short sequences of a ragged batch leave their last splits empty
-  (lse = -inf, weight 0 in the combine);
+  own sequence (or, with DecodeConfig(interleave=True), every num_splits-th block), so
+  short sequences of a ragged batch leave their last splits empty (lse = -inf, weight 0
+  in the combine);
 - one split: the program writes o and lse directly. Several: each writes an fp32 partial
   output and its lse into a workspace, and a combine kernel merges them by their lse;
-- key blocks: BLOCK_N = 64 keys for a contiguous cache; for a paged one the largest power
-  of two up to 64 that divides page_size (so a block never straddles pages: 16 for page
-  sizes 16, 48, 80, ...; 64 for 64, 128, 192, 256), one block-table read per block;
-- num_splits=None (`choose_num_splits`): enough splits that B · Hkv · row blocks · splits
-  fills the GPU's SMs about twice over, but no split under `_MIN_BLOCKS_PER_SPLIT` key
-  blocks of the longest context the cache can hold (its capacity: reading the actual
-  lengths would cost a device sync), at most `MAX_SPLITS`. Under the interpreter the SM
-  count is fixed (`_INTERPRETER_SMS`).
+- a paged key block lies in one page or covers whole pages (each key row then reads its
+  page's table entry);
+- the launch (key block, warps, stages, splits) is fa_bench.kernels.decode_config's
+  heuristic, fitted to H200 measurements, for whatever `config` and `num_splits` leave
+  open; splits are chosen against the cache's capacity (reading the actual lengths would
+  cost a device sync). Under the interpreter the SM count is fixed (`_INTERPRETER_SMS`).
+  fa_bench.kernels.decode_plan plans a call once and runs it with the host work left out.
 
 Page sizes: multiples of 16 from 16 to 256 (any multiple of 16 tiles; 256 is the largest
 the case model asks for). Head dims: multiples of 8 up to 256, padded to a power of two
@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -237,7 +238,7 @@ def plan_launch(
     `num_splits`' set values, the heuristic's for the rest (fa_bench.kernels.decode_config)."""
     batch, seq_q, heads_q, _ = q.shape
     heads_kv = k_cache.shape[2]
-    _, row_blocks = row_tiles(heads_q // heads_kv, seq_q)
+    block_rows, row_blocks = row_tiles(heads_q // heads_kv, seq_q)
     sms = _INTERPRETER_SMS if _interpreting() else _sm_count(q.device.index or 0)
     if block_table is None:
         capacity, page_size = k_cache.shape[1], None
@@ -250,10 +251,15 @@ def plan_launch(
         capacity=capacity,
         page_size=page_size,
         sms=sms,
+        block_rows=block_rows,
+        head_dim=q.shape[-1],
+        itemsize=k_cache.element_size(),
     )
 
 
-def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launch: Launch):
+def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launch: Launch):
+    """(o, lse2, calls): the outputs, allocated, and the kernel launches that fill them,
+    each (jit function, grid, positional args, keyword args), not yet made."""
     batch, seq_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     group = heads_q // heads_kv
@@ -280,30 +286,58 @@ def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launc
     cache_seqlens = cache_seqlens.contiguous()
     table = block_table.contiguous() if paged else cache_seqlens  # a placeholder if contiguous
     pad = pad_pow2(head_dim)
-    _kernels().split[(programs, num_splits)](
+    kernels = _kernels()
+    split_args = (
         q, k_cache, v_cache, cache_seqlens, table, o, lse2, o_part, lse_part,
         q.stride(0), q.stride(1), q.stride(2), *k_strides, *v_strides,
         table.stride(0), o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
         heads_kv, row_blocks, scale * _LOG2E,
+    )  # fmt: skip
+    split_kw = dict(
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, GROUP=group, SEQ_Q=seq_q,
         BLOCK_ROWS=block_rows, BLOCK_N=block_n,
         PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
         DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
         num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
+    calls: list[tuple[Any, tuple[int, ...], tuple, dict]] = [
+        (kernels.split, (programs, num_splits), split_args, split_kw)
+    ]
     if split:
-        _kernels().combine[(batch * seq_q * heads_q,)](
+        combine_args = (
             o_part, lse_part, o, lse2,
             o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
             heads_q, seq_q, num_splits,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits),
         )  # fmt: skip
+        combine_kw = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits))
+        calls.append((kernels.combine, (batch * seq_q * heads_q,), combine_args, combine_kw))
+    return o, lse2, calls
+
+
+def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launch: Launch):
+    o, lse2, calls = _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale, launch)
+    for fn, grid, args, kwargs in calls:
+        fn[grid](*args, **kwargs)
     return o, lse2
 
 
 # ---------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------
+
+
+def checked(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits, config,
+            check_values: bool = True):  # fmt: skip
+    """decode_attention's argument checks (ValueError naming the argument); (q, k_cache,
+    v_cache, scale) as the kernels take them (unit last strides, the default scale)."""
+    _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
+    _check_options(scale, num_splits)
+    check_config(config, k_cache.shape[1] if block_table is not None else None)
+    if check_values:
+        _check_values(q.shape[1], k_cache, cache_seqlens, block_table)
+    q, k_cache, v_cache = (_last_dim_unit(t) for t in (q, k_cache, v_cache))
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    return q, k_cache, v_cache, scale
 
 
 def decode_attention(
@@ -341,13 +375,9 @@ def decode_attention(
     a GPU): for a caller that checked them once before timing repeated calls; a length
     beyond the cache or a page index outside it is then undefined behaviour.
     """
-    _check_tensors(q, k_cache, v_cache, cache_seqlens, block_table)
-    _check_options(scale, num_splits)
-    check_config(config, k_cache.shape[1] if block_table is not None else None)
-    if check_values:
-        _check_values(q.shape[1], k_cache, cache_seqlens, block_table)
-    q, k_cache, v_cache = (_last_dim_unit(t) for t in (q, k_cache, v_cache))
-    scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    q, k_cache, v_cache, scale = checked(
+        q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits, config, check_values
+    )
     launch = plan_launch(q, k_cache, block_table, num_splits, config)
     o, lse2 = _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale, launch)
     if not return_lse:

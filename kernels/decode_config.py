@@ -22,6 +22,8 @@ which measurement each choice rests on; tools/gpu/decode_tune.py makes them.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 from fa_bench.kernels.flash_config import pad_pow2
@@ -33,14 +35,28 @@ _WARPS = (1, 2, 4, 8, 16)
 _MAX_STAGES = 8
 _MIN_BLOCK_N, _MAX_BLOCK_N = 16, 256
 
-# The heuristic's defaults.
-# Keys per block: 64 keeps a bf16 d128 block at 16 KB per operand, several in flight.
-_BLOCK_N = 64
+# The heuristic (docs/kernel.md "Decoding" says which H200 measurement each rests on).
 _NUM_WARPS = 4
-_NUM_STAGES = 3
-_INTERLEAVE = False
+_INTERLEAVE = False  # interleaved splits measured within 1% of runs everywhere
+# Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
+# the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
+# of the SMs.
+_CONTIG_BLOCK_N = 64
+_CONTIG_STAGES_FEW, _CONTIG_STAGES_MANY = 3, 2
+# Paged: 5 stages (the table read takes two, so two K/V blocks in flight); 32-key blocks
+# (two pages of 16 per block), 64 from a 64k capacity on. With programs for two full
+# waves of the SMs (batch 256 at 8 KV heads), 64-key blocks and 3 stages (one block in
+# flight, so less shared memory per program).
+_PAGED_STAGES, _PAGED_STAGES_MANY = 5, 3
+_PAGED_BLOCK_N, _PAGED_BLOCK_N_LONG, _LONG_CONTEXT = 32, 64, 65536
+_MANY_WAVES = 2
+# Splits (`choose_num_splits`): the bytes the GPU must have in flight to read at its
+# bandwidth, the shared memory of an SM, and the fewest key blocks per split.
+_INFLIGHT_BYTES = 12 << 20
+_SMEM_PER_SM = 228 << 10
+_SMEM_RESERVED = 1 << 10
+_MAX_SLOTS = 4
 _MIN_BLOCKS_PER_SPLIT = 4
-_WAVES = 2
 
 
 @dataclass(frozen=True)
@@ -105,12 +121,18 @@ def check_config(config: object, page_size: int | None) -> None:
         raise ValueError(f"config.interleave must be a bool or None, got {config.interleave!r}")
 
 
-def block_n_for(page_size: int | None) -> int:
-    """The heuristic's keys per block: `_BLOCK_N` for a contiguous cache (page_size None);
-    for a paged one the largest power of two up to `_BLOCK_N` that divides page_size."""
+def block_n_for(page_size: int | None, capacity: int = 0, many: bool = False) -> int:
+    """The heuristic's keys per block: `_CONTIG_BLOCK_N` for a contiguous cache (page_size
+    None); for a paged one `_PAGED_BLOCK_N` (`_PAGED_BLOCK_N_LONG` from a `_LONG_CONTEXT`
+    capacity on, or with `many` programs) where it divides page_size or page_size divides
+    it, else the largest power of two that divides page_size (16 for pages of 48, 80)."""
     if page_size is None:
-        return _BLOCK_N
-    return min(_BLOCK_N, page_size & -page_size)
+        return _CONTIG_BLOCK_N
+    long = many or capacity >= _LONG_CONTEXT
+    want = _PAGED_BLOCK_N_LONG if long else _PAGED_BLOCK_N
+    if page_size % want == 0 or want % page_size == 0:
+        return want
+    return min(want, page_size & -page_size)
 
 
 def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
@@ -119,13 +141,60 @@ def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
     return block, _cdiv(group * seq_q, block)
 
 
-def choose_num_splits(programs: int, capacity: int, block_n: int, sms: int) -> int:
-    """Splits per sequence so that programs · splits fills `sms` SMs about `_WAVES` times,
-    each split keeping at least `_MIN_BLOCKS_PER_SPLIT` key blocks of a `capacity`-long
-    context; 1 when the programs alone fill the GPU; at most MAX_SPLITS."""
-    wanted = _cdiv(_WAVES * sms, programs)
-    most = max(1, _cdiv(capacity, block_n) // _MIN_BLOCKS_PER_SPLIT)
-    return max(1, min(wanted, most, MAX_SPLITS))
+def kv_buffers(num_stages: int, paged: bool) -> int:
+    """K/V blocks a program holds in shared memory (triton 3.6's pipeliner, read off the
+    sm_90 TTGIR): num_stages - 1 for a contiguous cache; for a paged one the table read
+    takes two stages, so one buffer below 5 stages and two from 5 on."""
+    if paged:
+        return 1 if num_stages < 5 else 2
+    return max(1, num_stages - 1)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """What the shared memory of one program depends on besides its Launch."""
+
+    block_rows: int
+    head_dim_pad: int
+    itemsize: int
+    paged: bool
+
+
+def smem_bytes(tile: Tile, block_n: int, num_stages: int) -> int:
+    """A split program's shared memory: its K/V buffers, q and the P tile (the compiled
+    sm_90 kernels' `shared` to the byte for d128 bf16: 38912 at 64 keys and 2 stages)."""
+    kv = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad * tile.itemsize
+    return kv + tile.block_rows * (tile.head_dim_pad + block_n) * tile.itemsize
+
+
+@functools.lru_cache(maxsize=4096)  # called per launch: a loop over up to 128 counts
+def choose_num_splits(
+    programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
+) -> int:
+    """Splits per sequence that minimise the modelled time of the slowest SM.
+
+    Each of the programs · S programs streams ceil(blocks / S) key blocks; the SMs take
+    them round robin, so the busiest SM streams ceil(programs · S / sms) of them, and
+    while fewer programs run than keep `_INFLIGHT_BYTES` in flight the GPU reads below its
+    bandwidth. Time ~ ceil(blocks / S) · max(ceil(programs · S / sms), saturation / sms).
+    Split counts that put more programs on an SM than fit at once (shared memory, at most
+    `_MAX_SLOTS`) are out (a second partial wave measured 9-13% slower), so is a split of
+    fewer than `_MIN_BLOCKS_PER_SPLIT` blocks; ties go to fewer splits; at most MAX_SPLITS."""
+    blocks = _cdiv(capacity, block_n)
+    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
+    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
+    smem = smem_bytes(tile, block_n, num_stages) + _SMEM_RESERVED
+    slots = max(1, min(_MAX_SLOTS, _SMEM_PER_SM // smem))
+    most = min(MAX_SPLITS, max(1, blocks // _MIN_BLOCKS_PER_SPLIT))
+    best, best_cost = 1, math.inf
+    for s in range(1, most + 1):
+        per_sm = _cdiv(programs * s, sms)
+        if s > 1 and per_sm > slots:
+            break
+        cost = _cdiv(blocks, s) * max(per_sm, saturation)
+        if cost < best_cost * (1 - 1e-9):
+            best, best_cost = s, cost
+    return best
 
 
 def resolve(
@@ -136,18 +205,32 @@ def resolve(
     capacity: int,
     page_size: int | None,
     sms: int,
+    block_rows: int = 16,
+    head_dim: int = 128,
+    itemsize: int = 2,
 ) -> Launch:
     """The launch for `programs` (sequence, KV head, row block) programs per split over a
-    cache of `capacity` positions (`page_size` None: contiguous) on `sms` SMs: `config`'s
-    and `num_splits`' set values, the heuristic's for the rest."""
+    cache of `capacity` positions (`page_size` None: contiguous) on `sms` SMs, with
+    `block_rows` rows per program, `head_dim` and `itemsize` (the cache's bytes per
+    element): `config`'s and `num_splits`' set values, the heuristic's for the rest."""
     config = config or DecodeConfig()
-    block_n = config.block_n or block_n_for(page_size)
+    paged = page_size is not None
+    many = programs >= _MANY_WAVES * _MAX_SLOTS * sms
+    block_n = config.block_n or block_n_for(page_size, capacity, many)
+    if config.num_stages:
+        stages = config.num_stages
+    elif paged:
+        stages = _PAGED_STAGES_MANY if many else _PAGED_STAGES
+    else:
+        few = programs * 4 < sms
+        stages = _CONTIG_STAGES_FEW if few else _CONTIG_STAGES_MANY
     if num_splits is None:
-        num_splits = choose_num_splits(programs, capacity, block_n, sms)
+        tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
+        num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     return Launch(
         block_n=block_n,
         num_warps=config.num_warps or _NUM_WARPS,
-        num_stages=config.num_stages or _NUM_STAGES,
+        num_stages=stages,
         interleave=_INTERLEAVE if config.interleave is None else config.interleave,
         num_splits=num_splits,
     )

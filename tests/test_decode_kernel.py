@@ -32,6 +32,7 @@ from fa_bench.kernels.decode_attention import (
     choose_num_splits,
     row_tiles,
 )
+from fa_bench.kernels.decode_config import Tile
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 cpu_only = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 (CPU runs)")
@@ -227,26 +228,32 @@ def test_heuristic_splits_when_left_to_it(monkeypatch):
         return picked[-1]
 
     monkeypatch.setattr(module, "choose_num_splits", spy)
-    # one (sequence, KV head) on the interpreter's 4 SMs wants 8 splits; a 520-key cache
-    # (9 blocks of 64) allows 2 of at least 4 blocks
+    # two (sequence, KV head) programs on the interpreter's 4 SMs read far below the
+    # bandwidth: as many splits as a 576-key capacity (18 blocks of 32) allows at 4 blocks
+    # each
     check([520, 300], 1, 2, 1, 16, page_size=64)
-    assert picked == [2]
+    assert picked == [4]
 
 
 def test_split_heuristic():
-    # one sequence, 8 KV heads, 128k context on 132 SMs: ~2 waves of programs
-    assert choose_num_splits(8, 131072, 64, 132) == 33
+    # the H200 (132 SMs), d128 bf16, 16 rows: see test_decode_kernel_config for the model
+    contig = Tile(16, 128, 2, False)
+    # one sequence, 8 KV heads: two programs per SM (contiguous, 3 stages)
+    assert choose_num_splits(8, 131072, 64, 132, contig, 3) == 33
     # the programs alone fill the GPU: no split
-    assert choose_num_splits(256 * 8, 131072, 64, 132) == 1
+    assert choose_num_splits(256 * 8, 131072, 64, 132, contig, 2) == 1
     # a short context caps the splits at one per 4 blocks
-    assert choose_num_splits(8, 512, 64, 132) == 2
-    assert choose_num_splits(8, 16, 64, 132) == 1
-    assert choose_num_splits(1, 10**7, 16, 10_000) == MAX_SPLITS
+    assert choose_num_splits(8, 512, 64, 132, contig, 3) == 2
+    assert choose_num_splits(8, 16, 64, 132, contig, 3) == 1
+    assert choose_num_splits(1, 10**7, 16, 10_000, contig, 2) == MAX_SPLITS
 
 
 def test_key_block_fits_pages():
     assert block_n_for(None) == 64
-    assert [block_n_for(p) for p in (16, 48, 64, 80, 96, 128, 256)] == [16, 16, 64, 16, 32, 64, 64]
+    pages = (16, 32, 48, 64, 80, 96, 128, 256)
+    assert [block_n_for(p) for p in pages] == [32, 32, 16, 32, 16, 32, 32, 32]
+    assert [block_n_for(p, 65536) for p in pages] == [64, 64, 16, 64, 16, 32, 64, 64]
+    assert block_n_for(16, many=True) == 64
     assert row_tiles(1, 1) == (16, 1) and row_tiles(8, 4) == (32, 1) and row_tiles(4, 5) == (32, 1)
 
 

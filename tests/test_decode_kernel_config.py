@@ -212,10 +212,13 @@ def test_adapter_label_names_the_launch():
                 seqlen_q=1, seqlen_k=300, head_dim=16, causal=True, page_size=16)  # fmt: skip
     q, k, v, _ = case_inputs(case, torch.device("cpu"))
     # the interpreter's 4 SMs: 4 programs want 2 splits; blocks of 16 keys fit pages of 16
+    # the interpreter's 4 SMs, 4 programs far below saturation: as many splits as 10 key
+    # blocks of 32 (pages of 16, two per block) allow at 4 blocks each
     label = registry.get("triton").prepare(case, q, k, v).backend
     assert label == (
         "triton-decode: paged (pages, 16, Hkv, D), shuffled block table; heuristic: "
-        "2 splits, block_n 16, 4 warps, 3 stages"
+        "2 splits, block_n 32, 4 warps, 5 stages; JIT launch (the interpreter launches "
+        "through triton's JIT)"
     )
     fixed = registry.get("triton").prepare(case, q, k, v, {"num_splits": 5}).backend
-    assert "; fixed splits: 5 splits, block_n 16," in fixed
+    assert "; fixed splits: 5 splits, block_n 32," in fixed

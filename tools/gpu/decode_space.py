@@ -91,16 +91,17 @@ def programs(shape: Shape) -> int:
     return shape.batch * HKV
 
 
-def heuristic_splits(shape: Shape, block_n: int, sms: int) -> int:
-    from fa_bench.kernels.decode_config import choose_num_splits
+def heuristic_splits(shape: Shape, block_n: int, sms: int, stages: int) -> int:
+    from fa_bench.kernels.decode_config import Tile, choose_num_splits
 
-    return choose_num_splits(programs(shape), shape.ctx, block_n, sms)
+    tile = Tile(16, D, 4 if DTYPE == "float32" else 2, shape.page > 0)
+    return choose_num_splits(programs(shape), shape.ctx, block_n, sms, tile, stages)
 
 
 def phase1(shape: Shape, sms: int) -> list[Cand]:
     grid = CONTIG_GRID if shape.page == 0 else PAGED_GRID
     return [
-        Cand(bn, w, s, False, heuristic_splits(shape, bn, sms))
+        Cand(bn, w, s, False, heuristic_splits(shape, bn, sms, s))
         for bn, w, s in grid
         if shape.page == 0 or shape.page % bn == 0 or bn % shape.page == 0
     ]
