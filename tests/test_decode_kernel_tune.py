@@ -171,3 +171,45 @@ def test_check_suite_holds_the_cases_that_matter():
     # every shape has our kernel and SDPA
     shapes = {i.split("/", 1)[1] for i in ids}
     assert all(f"triton/{s}" in ids and f"sdpa/{s}" in ids for s in shapes)
+
+
+# ---------------------------------------------------------------------------------------
+# tools/gpu/decode_flush_ab.py
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not INTERPRETED, reason="the CPU smoke run needs the interpreter")
+def test_flush_ab_runs_on_cpu(monkeypatch, capsys):
+    import decode_flush_ab as ab
+
+    from fa_bench.case import Case
+    from fa_bench.run import execute
+
+    class Event:
+        def __init__(self, **_):
+            self.t = 0.0
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    real_empty, real_inputs = torch.empty, execute.make_inputs
+    monkeypatch.setattr(ab, "SHAPES", ((1, 256, 0), (2, 128, 16)))
+    monkeypatch.setattr(ab, "FLUSH_BYTES", 1 << 16)
+    monkeypatch.setattr(ab, "CALLS", 2)
+    monkeypatch.setattr(ab, "_case", lambda b, n, p: Case(
+        impl="triton", mode="decode", dtype="fp32", batch=b, heads_q=4, heads_kv=2,
+        seqlen_q=1, seqlen_k=n, head_dim=16, causal=True, page_size=p))  # fmt: skip
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: real_empty(*a, **k))
+    monkeypatch.setattr(execute, "make_inputs", lambda c, d: real_inputs(c, torch.device("cpu")))
+    assert ab.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| shape | impl | zero flush GB/s | read flush GB/s |")
+    rows = [line for line in lines[2:] if line.startswith("| b")]
+    assert [r.split(" | ")[1] for r in rows] == ["ours", "sdpa", "ours", "sdpa"]
+    assert "triton-decode: paged (pages, 16, Hkv, D)" in rows[2]
