@@ -435,25 +435,35 @@ def signature(fn, consts, dtype):
             out[name] = "*" + dtype
     return out
 
-def compile_sm90(fn, consts, dtype):
+def compile_sm90(fn, consts, dtype, warps=4, stages=3):
     sig = signature(fn, consts, dtype)
     # pointers and strides divisible by 16, as triton specializes them at a real launch
     # (the loads' vectorization and pipelining depend on it)
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
              if name not in consts and (sig[name][0] == "*" or name.startswith("stride_"))}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                            options=dict(num_warps=warps, num_stages=stages))
     spills = len(re.findall(r"\\b(ld|st)\\.local", kernel.asm["ptx"]))
     copies = kernel.asm["ttgir"].count("async_copy_global_to_local")
     return f"async={copies} spills={spills}"
 
-for dtype, group, sq, rows, page, split in [("bf16", 4, 1, 16, 0, True),
-                                            ("fp16", 8, 4, 32, 64, False),
-                                            ("bf16", 8, 8, 64, 16, True)]:
+# the heuristic's launches (decode_config): contiguous 64 keys at 3 and 2 stages, paged
+# 32 keys (two pages of 16) and 64 keys at 5 stages, 64 keys at 3 (many programs), and an
+# interleaved split
+for dtype, group, sq, rows, page, split, bn, stages, inter in [
+    ("bf16", 4, 1, 16, 0, True, 64, 3, False),
+    ("fp16", 8, 4, 32, 0, False, 64, 2, False),
+    ("bf16", 8, 8, 64, 16, True, 32, 5, False),
+    ("bf16", 4, 1, 16, 64, True, 64, 5, False),
+    ("fp16", 4, 1, 16, 256, False, 64, 3, False),
+    ("bf16", 4, 1, 16, 0, True, 64, 3, True),
+]:
     consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=rows,
-                  BLOCK_N=page or 64, PAGED=bool(page), PAGE_SIZE=page, SPLIT=split,
-                  DOT_PREC="tf32")
-    print("split", dtype, group, sq, page, compile_sm90(dk._decode_split_kernel, consts, dtype))
+                  BLOCK_N=bn, PAGED=bool(page), PAGE_SIZE=page, SPLIT=split,
+                  DOT_PREC="tf32", INTERLEAVE=inter)
+    kernel = compile_sm90(dk._decode_split_kernel, consts, dtype, stages=stages)
+    print("split", dtype, group, sq, page, bn, stages, kernel)
 consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, SPLITS_PAD=128)
 print("combine", compile_sm90(dk._decode_combine_kernel, consts, "bf16"))
 """
@@ -471,9 +481,9 @@ def test_compiles_for_sm90_pipelined_without_spills():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 4, done.stdout
+    assert len(lines) == 7, done.stdout
     assert all(line.endswith(" spills=0") for line in lines), done.stdout
-    assert all("async=0 " not in line for line in lines[:3]), done.stdout  # split kernels
+    assert all("async=0 " not in line for line in lines[:6]), done.stdout  # split kernels
 
 
 # ---------------------------------------------------------------------------------------
