@@ -199,6 +199,9 @@ def test_flush_ab_runs_on_cpu(monkeypatch, capsys):
     monkeypatch.setattr(ab, "SHAPES", ((1, 256, 0), (2, 128, 16)))
     monkeypatch.setattr(ab, "FLUSH_BYTES", 1 << 16)
     monkeypatch.setattr(ab, "CALLS", 2)
+    monkeypatch.setattr(ab, "COMBINE_SHAPES", ((256, 0), (512, 64)))
+    monkeypatch.setattr(ab, "DEVICE", "cpu")
+    monkeypatch.setattr(ab, "DTYPE", torch.float32)
     monkeypatch.setattr(ab, "_case", lambda b, n, p: Case(
         impl="triton", mode="decode", dtype="fp32", batch=b, heads_q=4, heads_kv=2,
         seqlen_q=1, seqlen_k=n, head_dim=16, causal=True, page_size=p))  # fmt: skip
@@ -210,6 +213,9 @@ def test_flush_ab_runs_on_cpu(monkeypatch, capsys):
     assert ab.main() == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| shape | impl | zero flush GB/s | read flush GB/s |")
-    rows = [line for line in lines[2:] if line.startswith("| b")]
+    rows = [line for line in lines[2:6]]
     assert [r.split(" | ")[1] for r in rows] == ["ours", "sdpa", "ours", "sdpa"]
     assert "triton-decode: paged (pages, 16, Hkv, D)" in rows[2]
+    # the combine's share needs bound launches: the interpreter has none, and says so
+    assert lines[7].startswith("| shape | splits | whole call µs |")
+    assert lines[-1].startswith("| b1 0k | – | – | – | not bound (the interpreter launches")

@@ -11,7 +11,9 @@ call) timed behind three flushes of a 256 MB buffer between calls:
 
 Shapes: 32/8 heads, D 128, bf16, Sq 1: batch 1 x 32k contiguous, batch 8 x 8k contiguous
 and page 64, batch 8 x 32k contiguous. GB/s by fa_bench.models.decode_bytes over the
-median of 200 calls (CUDA events around each call). A development tool, not installed.
+median of 200 calls (CUDA events around each call). Then the combine kernel's share of a
+planned batch-1 call (32k contiguous, 128k page 64): the whole call against its split
+kernel alone. A development tool, not installed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from fa_bench import models
 from fa_bench.case import Case
 
 SHAPES = ((1, 32768, 0), (8, 8192, 0), (8, 8192, 64), (8, 32768, 0))
+COMBINE_SHAPES = ((32768, 0), (131072, 64))  # batch 1: (context, page size or 0)
+DEVICE, DTYPE = "cuda", torch.bfloat16
 FLUSH_BYTES = 256 << 20
 CALLS = 200
 
@@ -62,6 +66,36 @@ def _fns(case: Case) -> dict:
     }
 
 
+def combine_cost(flush) -> list[str]:
+    """The combine kernel's share of a planned batch-1 call: the whole call against its
+    split kernel alone (the bound launches run one by one), behind `flush`."""
+    from fa_bench.kernels.decode_plan import plan_decode
+
+    lines = ["", "| shape | splits | whole call µs | split kernel alone µs | combine µs |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for ctx, page in COMBINE_SHAPES:
+        dt, dev = DTYPE, DEVICE
+        q = torch.randn(1, 1, 32, 128, dtype=dt, device=dev)
+        seqlens = torch.full((1,), ctx, dtype=torch.int32, device=dev)
+        table = None
+        if page:
+            k = torch.randn(ctx // page, page, 8, 128, dtype=dt, device=dev)
+            table = torch.randperm(ctx // page, device=dev).to(torch.int32)[None]
+        else:
+            k = torch.randn(1, ctx, 8, 128, dtype=dt, device=dev)
+        plan = plan_decode(q, k, torch.randn_like(k), cache_seqlens=seqlens, block_table=table)
+        plan.run()
+        if not plan.bound or len(plan._bound or []) < 2:
+            lines.append(f"| b1 {ctx // 1024}k | – | – | – | not bound ({plan.bound_reason}) |")
+            continue
+        whole = _median_ms(plan.run, flush) * 1e3
+        alone = _median_ms(plan._bound[0], flush) * 1e3
+        cache = "contig" if page == 0 else f"page{page}"
+        lines.append(f"| b1 {ctx // 1024}k {cache} | {plan.launch.num_splits} | {whole:.1f} | "
+                     f"{alone:.1f} | {whole - alone:.1f} |")  # fmt: skip
+    return lines
+
+
 def main() -> int:
     buf = torch.empty(FLUSH_BYTES // 2, dtype=torch.bfloat16, device="cuda").normal_()
     flushes = {"zero": buf.zero_, "read": lambda: buf.amax(), "none": lambda: None}
@@ -77,6 +111,7 @@ def main() -> int:
             print(f"| b{batch} {ctx // 1024}k {cache} | {impl} | " + " | ".join(cells)
                   + f" | {backend} |", flush=True)  # fmt: skip
         torch.cuda.empty_cache()
+    print("\n".join(combine_cost(flushes["zero"])))
     return 0
 
 
