@@ -15,7 +15,9 @@ Names used throughout:
   padding columns;
 - DIAGONAL_OR_TAIL / ON_DIAGONAL: which of a kernel's two loops this is, the one over the
   blocks that need masks (causal diagonal, sequence tail) or the one over blocks that
-  need none.
+  need none;
+- WINDOW, SOFTCAP, ALIBI, VARLEN: issue 19's variants (flash_kernels_variants.py has
+  their helpers and semantics); off, they compile to the dense code.
 Shape assumptions are checked at compile time with `tl.static_assert`: tiles are powers
 of two of at least 16 rows (`tl.dot`), HEAD_DIM_PAD a power of two >= 16 that holds
 HEAD_DIM.
