@@ -37,6 +37,7 @@ from types import SimpleNamespace
 
 import torch
 
+from fa_bench.kernels import flash_dispatch, flash_gluon
 from fa_bench.kernels.flash_config import (
     FlashConfig,
     heuristic_config,
@@ -169,6 +170,9 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
 def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig, variant: Variant | None = None):
     """(o, lse2) of a (B, H, S, D) call; a packed batch comes as (1, H, T, D) views with
     `variant.varlen` (lse2 is then (1, H, T), flash-attn's (H, T))."""
+    gluon = flash_dispatch.gluon_choice(q, k, v, causal, cfg, variant)
+    if gluon is not None:  # sm_90, no variant: the warp-specialised Gluon kernel
+        return flash_gluon.gluon_forward(q, k, v, causal, scale, gluon)
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     o = torch.empty_like(q)  # keeps q's layout: a (B, S, H, D) view in gives one out
@@ -361,7 +365,9 @@ def flash_attention(
     With `return_lse=True` also returns the natural-log log-sum-exp of each row's scaled
     scores, (batch, heads_q, seqlen_q) fp32, not differentiable. `config` overrides the
     tile heuristic (`fa_bench.kernels.flash_config.default_config`); no tuning cache is
-    read here.
+    read here. On sm_90 the forward of a call without variants runs the warp-specialised
+    Gluon kernel where it measured faster (fp16/bf16, head_dim 128 from 1k keys, 64 from
+    4k); `config.forward` = "tl" or "gluon" forces one (kernels/flash_dispatch.py).
 
     `deterministic=True` (the default) runs the two-kernel backward (a separate dQ kernel,
     no atomics): bitwise identical gradients on repeated calls. `deterministic=False` runs

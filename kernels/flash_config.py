@@ -38,6 +38,8 @@ MAX_TILE = 256
 # What the kernels take: head_dim a multiple of 8 (16-byte rows in fp16/bf16) up to 256.
 HEAD_DIM_MULTIPLE = 8
 MAX_HEAD_DIM = 256
+# FlashConfig.forward's values (kernels/flash_dispatch.py)
+FORWARD_KERNELS = ("auto", "tl", "gluon")
 
 
 def _is_pow2(x: int) -> bool:
@@ -67,8 +69,15 @@ class FlashConfig:
     use_tma: bool = False
     # Forward only: `tl.range(..., warp_specialize=True)` on the KV loop (TMA path only).
     warp_specialize: bool = False
+    # Which forward kernel runs (kernels/flash_dispatch.py): "auto" the Gluon kernel on
+    # sm_90 where it measured faster, else `tl`; "gluon" or "tl" force one.
+    forward: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.forward not in FORWARD_KERNELS:
+            raise ValueError(
+                f"forward must be one of {', '.join(FORWARD_KERNELS)}, got {self.forward!r}"
+            )
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not _is_pow2(value):

@@ -71,6 +71,11 @@ def case_config(
     seqlen = case.max_seqlen
     base = heuristic_config(case.head_dim, case.dtype.torch(), case.causal, device, seqlen)
     if fields:
+        from fa_bench.sweep.vocab import fields_mode
+
+        # a forward sweep times the `tl` kernel's tiles: Gluon's dispatch would ignore them
+        if fields_mode(fields) == "fwd":
+            base = replace(base, forward="tl")
         return replace(base, **fields), "sweep"
     is_cuda = getattr(device, "type", str(device)) == "cuda"
     config, source = tuning.select(
@@ -126,7 +131,22 @@ def _prepare(
         if grad:
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize(q.device)
-    return Prepared(fn=fn, backend=f"{name}:{config_label(config, case.mode.value)} ({source})")
+    label = _forward_named(config_label(config, case.mode.value), case, config, q, k, v)
+    return Prepared(fn=fn, backend=f"{name}:{label} ({source})")
+
+
+def _forward_named(label: str, case: Case, config: FlashConfig, q, k, v) -> str:
+    """`label` with its forward part naming the Gluon kernel where the dispatch takes it
+    (kernels/flash_dispatch.py): which kernel ran is in every record's backend."""
+    from fa_bench.kernels import flash_dispatch
+    from fa_bench.sweep.vocab import label as tile_label
+    from fa_bench.sweep.vocab import mode_fields
+
+    if case.mode.value == "bwd" or case.is_variant:
+        return label
+    gluon = flash_dispatch.gluon_choice(q, k, v, case.causal, config)
+    tl_fwd = tile_label(mode_fields(config, "fwd"))
+    return label.replace(tl_fwd, flash_dispatch.forward_label(gluon, tl_fwd), 1)
 
 
 def _variant_fn(

@@ -1,0 +1,51 @@
+"""Which forward kernel a `flash_attention` call runs: the Gluon kernel for sm_90
+(kernels/flash_gluon.py, issue 21) or the `tl` kernel (kernels/flash_kernels.py).
+
+`FlashConfig.forward` decides: "auto" (the default) takes the Gluon kernel where it can
+run the inputs (`gluon_reason`) and measured faster than the `tl` kernel on the H200
+(`gluon_preferred`); "gluon" forces it (a ValueError says why it cannot run); "tl" forces
+the `tl` kernel. The Gluon kernel has none of issue 19's variants (windows, ALiBi,
+softcap, packed batches), so a call with one runs the `tl` kernel under "auto".
+
+The choice is a pure function of the inputs' shapes, dtypes, strides and device and of
+the config, so the benchmark adapter names the kernel that will run before timing it
+(`forward_label`), and the backward (the same for both: it reads o and lse2) is untouched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fa_bench.kernels.flash_config import FlashConfig
+
+if TYPE_CHECKING:
+    from fa_bench.kernels.flash_gluon import GluonConfig
+
+
+def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig, variant: object = None
+                 ) -> GluonConfig | None:  # fmt: skip
+    """The Gluon config this forward runs with, or None for the `tl` kernel."""
+    if cfg.forward == "tl":
+        return None
+    from fa_bench.kernels import flash_gluon
+
+    if variant is not None:
+        if cfg.forward == "gluon":
+            raise ValueError(
+                "FlashConfig(forward='gluon'): the Gluon forward has no windows, ALiBi, "
+                "softcap or packed batches; use forward='auto' or 'tl' for this call"
+            )
+        return None
+    if cfg.forward == "gluon":
+        reason = flash_gluon.gluon_reason(q, k, v, causal)
+        if reason:
+            raise ValueError(f"FlashConfig(forward='gluon') cannot run this call: {reason}")
+    elif not flash_gluon.gluon_preferred(q, k, v, causal):
+        return None
+    return flash_gluon.gluon_config(q.shape[-1], causal)
+
+
+def forward_label(gluon: GluonConfig | None, tl_label: str) -> str:
+    """How a backend string names the forward that ran: "gluon-" and the Gluon config's
+    label, or the `tl` kernel's tile label."""
+    return tl_label if gluon is None else f"gluon-{gluon.label()}"
