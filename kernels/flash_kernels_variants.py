@@ -66,11 +66,18 @@ def window_keep(rows, cols, diag_off, win_left, win_right, TRANSPOSED: tl.conste
 
 @triton.jit
 def tanh(x, APPROX: tl.constexpr):
-    """tanh in fp32. On a GPU: APPROX, the hardware's tanh.approx.f32 (one MUFU op,
-    relative error about 2^-11, for fp16/bf16 inputs); else libdevice's. In the
-    interpreter (no libdevice, no inline asm) from exp2."""
+    """tanh in fp32. On a GPU: APPROX 1, the hardware's tanh.approx.f32 (one MUFU op,
+    relative error about 2^-11, for fp16/bf16 inputs); APPROX 2, tanh.approx.bf16x2 (two
+    values per MUFU op, bf16 precision; a development option, see flash_validate); else
+    libdevice's. In the interpreter (no libdevice, no inline asm) from exp2."""
     if _LIBDEVICE_TANH:
-        if APPROX:
+        if APPROX == 2:
+            t = tl.inline_asm_elementwise(
+                "tanh.approx.bf16x2 $0, $1;", "=r,r", [x.to(tl.bfloat16)],
+                dtype=tl.bfloat16, is_pure=True, pack=2,
+            )  # fmt: skip
+            return t.to(tl.float32)
+        elif APPROX == 1:
             return tl.inline_asm_elementwise(
                 "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
             )
@@ -91,8 +98,8 @@ def variant_scores(
     the softcap's backward needs (a placeholder without a softcap): s2 = softcap2 · tanh(qk ·
     scale / c) - slope2 · |i + o - j| (log2(e) folded in after the tanh)."""
     if SOFTCAP:
-        # SOFTCAP 2: the approximate tanh (fp16/bf16 inputs), 1: libdevice's (fp32)
-        th = tanh(qk * (qk_scale / softcap2), SOFTCAP == 2)
+        # SOFTCAP 1: libdevice's tanh (fp32), 2: tanh.approx.f32 (fp16/bf16), 3: bf16x2
+        th = tanh(qk * (qk_scale / softcap2), SOFTCAP - 1)
         s = th * softcap2
     else:
         s = qk * qk_scale

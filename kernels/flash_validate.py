@@ -24,8 +24,12 @@ _LOG2E = 1.4426950408889634
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # The softcap's tanh for fp16/bf16 inputs: the hardware's tanh.approx.f32 (relative error
 # about 2^-11, far below those dtypes' rounding of the scores); fp32 inputs always take
-# libdevice's. A module switch for development timing (tools/gpu/variants_bench.py).
+# libdevice's. Module switches for development timing (tools/gpu/variants_bench.py):
+# FAST_TANH off takes libdevice's everywhere; PACKED_TANH on takes tanh.approx.bf16x2 for
+# bf16 inputs (two values per instruction, bf16 precision; not the default, not tested
+# against the accuracy rule).
 FAST_TANH = True
+PACKED_TANH = False
 
 
 def interpreting() -> bool:
@@ -99,7 +103,7 @@ class Variant:
     softcap: float = 0.0
     slopes: torch.Tensor | None = None  # (batch, heads_q) fp32 view
     varlen: Varlen | None = None
-    fast_tanh: bool = False  # the softcap's tanh.approx.f32 (fp16/bf16 inputs)
+    tanh: int = 0  # the softcap's tanh: 0 libdevice's, 1 tanh.approx.f32, 2 bf16x2
 
     @property
     def masked(self) -> bool:
@@ -110,8 +114,8 @@ class Variant:
         """The variant keywords of the forward, dK/dV and dQ kernels."""
         args: dict = dict(
             WINDOW=self.window is not None,
-            # 2: the hardware's approximate tanh, 1: libdevice's (flash_kernels_variants)
-            SOFTCAP=(2 if self.fast_tanh else 1) if self.softcap > 0 else 0,
+            # 1 + the tanh: 0 libdevice's, 1 tanh.approx.f32, 2 bf16x2 (flash_kernels_variants)
+            SOFTCAP=1 + self.tanh if self.softcap > 0 else 0,
             ALIBI=self.slopes is not None,
             VARLEN=self.varlen is not None,
         )
@@ -213,8 +217,10 @@ def make_variant(
     slopes = check_slopes(alibi_slopes, batch, q.shape[1], q.device)
     if bounds is None and cap == 0 and slopes is None and varlen is None:
         return None
-    fast = FAST_TANH and q.dtype in (torch.float16, torch.bfloat16)
-    return Variant(window=bounds, softcap=cap, slopes=slopes, varlen=varlen, fast_tanh=fast)
+    tanh = 0
+    if FAST_TANH and q.dtype in (torch.float16, torch.bfloat16):
+        tanh = 2 if PACKED_TANH and q.dtype == torch.bfloat16 else 1
+    return Variant(window=bounds, softcap=cap, slopes=slopes, varlen=varlen, tanh=tanh)
 
 
 def programs(

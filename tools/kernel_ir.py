@@ -128,6 +128,7 @@ def _variant_grid(grid: dict[str, tuple]) -> None:
         ("varlen-window", dict(WINDOW=True, VARLEN=True)),
         ("alibi", dict(ALIBI=True)),
         ("varlen-softcap", dict(SOFTCAP=2, VARLEN=True)),
+        ("softcap-bf16x2", dict(SOFTCAP=3)),
     ):
         fwd = dict(base, **flags, BLOCK_M=128, BLOCK_N=128, EVEN_Q=False, USE_TMA=False,
                    WARP_SPECIALIZE=False)  # fmt: skip

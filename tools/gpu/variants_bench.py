@@ -1,9 +1,9 @@
 """Our kernel's variants against its dense kernel, timed directly (do_bench, L2 flushed):
-bf16, 32 query / 8 KV heads, head_dim 128. A sliding window of 4k at 32k causal (batch 2),
-softcap 50 (tanh.approx and libdevice's tanh) and ALiBi at 8k causal (batch 8), forward
-(the window with the key tile at 128, the dense default, and at 64, the variants' tile:
-no register spills on sm_90) and backward. TFLOP/s count the attended pairs only
-(fa_bench.variants.window_pairs), as `fa-bench run` does.
+bf16, 32 query / 8 KV heads, head_dim 128. A sliding window of 4k at 32k causal (batch 2)
+with the forward's key tile at 128 (the dense default) and 64 (the variants' tile: no
+register spills on sm_90); softcap 50 (tanh.approx.f32, libdevice's tanh,
+tanh.approx.bf16x2) and ALiBi at 8k causal (batch 8); forward and backward. TFLOP/s count
+the attended pairs only (fa_bench.variants.window_pairs), as `fa-bench run` does.
 
     python tools/gpu/variants_bench.py > variants_bench.md
 
@@ -31,8 +31,11 @@ def _tflops(flops: float, ms: float) -> float:
 
 
 def _one(batch: int, n: int, cfg: FlashConfig, mode: str, **kw: object) -> float:
-    # precise: the softcap's libdevice tanh instead of tanh.approx.f32
-    flash_validate.FAST_TANH = not kw.pop("precise", False)
+    # the softcap's tanh: "approx" (tanh.approx.f32, the default), "precise" (libdevice),
+    # "bf16x2" (two per instruction)
+    tanh = kw.pop("tanh", "approx")
+    flash_validate.FAST_TANH = tanh != "precise"
+    flash_validate.PACKED_TANH = tanh == "bf16x2"
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn((batch, HQ, n, D), device="cuda", generator=g, dtype=torch.bfloat16)
     k = torch.randn((batch, HKV, n, D), device="cuda", generator=g, dtype=torch.bfloat16)
@@ -60,7 +63,8 @@ def main() -> int:
         ("dense causal", 8, 8192, {}, (128,)),
         ("softcap 50", 8, 8192, dict(softcap=50.0), (64,)),
         ("alibi", 8, 8192, dict(alibi_slopes=slopes), (64,)),
-        ("softcap 50, libdevice tanh", 8, 8192, dict(softcap=50.0, precise=True), (64,)),
+        ("softcap 50, libdevice tanh", 8, 8192, dict(softcap=50.0, tanh="precise"), (64,)),
+        ("softcap 50, bf16x2 tanh", 8, 8192, dict(softcap=50.0, tanh="bf16x2"), (64,)),
     ]
     gpu = torch.cuda.get_device_name()
     print(f"torch {torch.__version__}, {gpu}; bf16, {HQ}/{HKV} heads, D {D}")
