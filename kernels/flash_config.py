@@ -24,7 +24,7 @@ consulted by the `triton` registry adapter in kernels/triton_impl.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -199,19 +199,3 @@ def heuristic_config(
 
         capability = torch.cuda.get_device_capability(device)
     return default_config(pad_pow2(head_dim), dtype, causal, capability, seqlen)
-
-
-# The forward's key tile for a window, softcap or ALiBi at head_dim 128 (fp16/bf16): with
-# 128 × 128 tiles and 8 warps their extra per-score work spills registers on sm_90
-# (ptxas: 190-450 bytes with the variants, 8 dense; none with 64-key tiles, measured with
-# tools/kernel_ir.py's grid and triton 3.6.0), so they stream 64 keys per step.
-VARIANT_BLOCK_N = 64
-
-
-def variant_config(config: FlashConfig) -> FlashConfig:
-    """The config a window, softcap or ALiBi call runs with, from the dense one of the
-    same shape: the forward streams at most VARIANT_BLOCK_N keys per step (see above);
-    everything else, the backward included, is the dense config's."""
-    if config.block_n <= VARIANT_BLOCK_N:
-        return config
-    return replace(config, block_n=VARIANT_BLOCK_N)

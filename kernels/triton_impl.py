@@ -26,7 +26,6 @@ from fa_bench.kernels.flash_config import (
     MAX_HEAD_DIM,
     FlashConfig,
     heuristic_config,
-    variant_config,
 )
 from fa_bench.registry import Prepared, register
 from fa_bench.run.variant_inputs import cu_seqlens
@@ -78,7 +77,9 @@ def case_config(
             base = replace(base, forward="tl")
         return replace(base, **fields), "sweep"
     is_cuda = getattr(device, "type", str(device)) == "cuda"
-    config, source = tuning.select(
+    # a variant case: the dense config of its shape (a packed batch: of its longest
+    # document, case.max_seqlen), cache included
+    return tuning.select(
         base,
         gpu=torch.cuda.get_device_name(device) if is_cuda else "cpu",
         dtype=case.dtype.value,
@@ -87,11 +88,6 @@ def case_config(
         seqlen=seqlen,
         path=tuning.resolve_path(),
     )
-    # a window, softcap or ALiBi: the dense config of the shape with the variants'
-    # forward key tile (flash_config.variant_config); a packed batch: the dense config
-    # of its longest document (case.max_seqlen)
-    scored = case.has_window or case.alibi or case.softcap > 0
-    return (variant_config(config), source) if scored else (config, source)
 
 
 def _prepare(

@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 from fa_bench import registry
 from fa_bench.case import Case
 from fa_bench.kernels import triton_impl
-from fa_bench.kernels.flash_config import FlashConfig, default_config, variant_config
+from fa_bench.kernels.flash_config import default_config
 from fa_bench.run.variant_reference import case_reference
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -34,19 +34,9 @@ def case_of(mode: str = "fwd", **over: object) -> Case:
     return Case(**fields)
 
 
-def test_variant_config_streams_64_keys_and_keeps_the_rest():
-    dense = default_config(128, torch.bfloat16, True, (9, 0), 32768)
-    assert dense.block_n == 128
-    cfg = variant_config(dense)
-    assert cfg.block_n == 64
-    assert cfg == FlashConfig(**{**dense.__dict__, "block_n": 64})
-    small = FlashConfig(block_n=32)
-    assert variant_config(small) is small
-
-
-def test_case_config_gives_scored_variants_the_variant_tiles(monkeypatch):
+def test_case_config_gives_variants_the_dense_config_of_their_shape(monkeypatch):
     """On an sm_90 heuristic (no tuning cache): a window, ALiBi or softcap case gets the
-    64-key forward tile; a dense or packed-only case the dense config."""
+    dense config of its shape; a packed case the one of its longest document."""
     monkeypatch.setenv("FA_BENCH_TUNING_CACHE", "off")
     monkeypatch.setattr(
         triton_impl, "heuristic_config",
@@ -54,15 +44,14 @@ def test_case_config_gives_scored_variants_the_variant_tiles(monkeypatch):
     )  # fmt: skip
     big = dict(dtype="bf16", head_dim=128, seqlen_q=8192, seqlen_k=8192)
     cpu = torch.device("cpu")
-    for over, block_n in (
-        ({}, 128),
-        (dict(window_left=4096), 64),
-        (dict(alibi=True), 64),
-        (dict(softcap=50.0), 64),
-        (dict(varlen="list:8192,100", batch=2), 128),
-    ):
-        cfg, _ = triton_impl.case_config(case_of(**big, **over), cpu)
-        assert cfg.block_n == block_n, over
+    dense, _ = triton_impl.case_config(case_of(**big), cpu)
+    assert dense == default_config(128, torch.bfloat16, True, (9, 0), 8192)
+    for over in (dict(window_left=4096), dict(alibi=True), dict(softcap=50.0)):
+        assert triton_impl.case_config(case_of(**big, **over), cpu)[0] == dense, over
+    # a packed batch whose longest document is 1000 tokens: the short-causal tiles (<= 1k)
+    packed = dict(big, varlen="list:1000,100", batch=2, seqlen_q=1000, seqlen_k=1000)
+    short = default_config(128, torch.bfloat16, True, (9, 0), 1000)
+    assert short != dense and triton_impl.case_config(case_of(**packed), cpu)[0] == short
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 (CPU runs)")

@@ -50,15 +50,13 @@ def _rule(ours, ref, base, terms: int) -> None:
         assert report["passed"], (name, report)
 
 
-def _config(dtype, causal: bool, seqlen: int, tma: bool, scored: bool):
-    """The config the library would pick (the variants' tiles when `scored`), with the
-    TMA descriptor path on or off."""
+def _config(dtype, causal: bool, seqlen: int, tma: bool):
+    """The config the library would pick, with the TMA descriptor path on or off."""
     import dataclasses
 
-    from fa_bench.kernels.flash_config import heuristic_config, variant_config
+    from fa_bench.kernels.flash_config import heuristic_config
 
     cfg = heuristic_config(128, dtype, causal, torch.device("cuda"), seqlen)
-    cfg = variant_config(cfg) if scored else cfg
     return dataclasses.replace(cfg, use_tma=tma)
 
 
@@ -70,7 +68,7 @@ def _dense_case(dtype, *, sq, causal, window=(-1, -1), alibi=False, softcap=0.0,
     q, k, v = _inputs(1, 4, 1, sq, sq, 128, dtype)
     slopes = _slopes(4) if alibi else None
     kw = dict(causal=causal, window=window, softcap=softcap)
-    cfg = _config(dtype, causal, sq, tma, scored=window != (-1, -1) or alibi or softcap > 0)
+    cfg = _config(dtype, causal, sq, tma)
     o = flash_attention(q, k, v, alibi_slopes=slopes, config=cfg, **kw)
     do = torch.randn_like(o)
     grads = torch.autograd.grad(o, (q, k, v), do)
@@ -121,7 +119,7 @@ def test_gpu_packed_16k_tokens_mixed_lengths(dtype, tma):
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
                       device="cuda")  # fmt: skip
     longest = max(lengths)
-    cfg = _config(dtype, True, longest, tma, scored=False)
+    cfg = _config(dtype, True, longest, tma)
     o = flash_attention_varlen(q, k, v, cu, cu, longest, longest, causal=True, config=cfg)
     do = torch.randn_like(o)
     grads = torch.autograd.grad(o, (q, k, v), do)
