@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels import gluon_fields
+
 if TYPE_CHECKING:
     import torch
 
@@ -72,12 +74,24 @@ class FlashConfig:
     # Which forward kernel runs (kernels/flash_dispatch.py): "auto" the Gluon kernel on
     # sm_90 where it measured faster, else `tl`; "gluon" or "tl" force one.
     forward: str = "auto"
+    # The Gluon launch where the Gluon forward runs (kernels/gluon_fields.py): 0, "" and
+    # None mean the heuristic's value (flash_gluon.gluon_config), so the defaults leave it
+    # exactly as it was; plain fields so a sweep and the tuning cache can carry them.
+    gluon_variant: str = ""
+    gluon_block_n: int = 0
+    gluon_stages: int = 0
+    gluon_warps: int = 0
+    gluon_pingpong: bool | None = None
+    gluon_persistent: bool | None = None
+    gluon_consumers: int = 0
+    gluon_q_buffers: int = 0
 
     def __post_init__(self) -> None:
         if self.forward not in FORWARD_KERNELS:
             raise ValueError(
                 f"forward must be one of {', '.join(FORWARD_KERNELS)}, got {self.forward!r}"
             )
+        gluon_fields.check(self.__dict__)
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not _is_pow2(value):

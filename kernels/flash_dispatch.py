@@ -9,13 +9,16 @@ softcap, packed batches), so a call with one runs the `tl` kernel under "auto".
 
 The choice is a pure function of the inputs' shapes, dtypes, strides and device and of
 the config, so the benchmark adapter names the kernel that will run before timing it
-(`forward_label`), and the backward (the same for both: it reads o and lse2) is untouched.
+(`forward_label`); the config's `gluon_*` fields name the Gluon launch (the heuristic's
+where unset: kernels/gluon_fields.py), and the backward (the same for both: it reads o
+and lse2) is untouched.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels import gluon_fields
 from fa_bench.kernels.flash_config import FlashConfig
 
 if TYPE_CHECKING:
@@ -42,7 +45,9 @@ def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig, variant
             raise ValueError(f"FlashConfig(forward='gluon') cannot run this call: {reason}")
     elif not flash_gluon.gluon_preferred(q, k, v, causal):
         return None
-    return flash_gluon.gluon_config(q.shape[-1], causal)
+    # the heuristic's launch with the config's gluon_* fields laid over it (ValueError
+    # naming a forced launch that does not fit shared memory or this head_dim)
+    return gluon_fields.resolve(cfg.__dict__, q.shape[-1], causal)
 
 
 def forward_label(gluon: GluonConfig | None, tl_label: str) -> str:
