@@ -208,7 +208,9 @@ def sweep(
     seqlen: o.Seqlens = None, head_dim: o.HeadDims = None, batch: o.Batches = None,
     heads: o.Heads = None, kv_heads: o.KvHeads = None, causal: o.Causal = None,
     block_m: so.BlockM = None, block_n: so.BlockN = None, warps: so.Warps = None,
-    stages: so.Stages = None, resume: so.SweepResume = None,
+    stages: so.Stages = None, kernel: so.SweepKernel = SweepRequest.kernel,
+    gluon_role: so.GluonRoles = None, gluon_block_n: so.GluonBlockN = None,
+    gluon_stages: so.GluonStages = None, resume: so.SweepResume = None,
     rules: so.Rules = True, budget_minutes: so.BudgetMinutes = None, save_best: so.SaveBest = False,
     min_gain: so.MinGain = SweepRequest.min_gain_pct, tuning_cache: o.TuningCache = None,
     out: o.Out = None, device: o.Device = o.DeviceChoice.AUTO, gpu: o.Gpu = None,
@@ -218,6 +220,8 @@ def sweep(
     max_cases: o.MaxCases = CaseFlags.max_cases, cpu_threads: o.CpuThreads = None,
 ) -> None:  # fmt: skip
     """Time our Triton kernel over BLOCK_M × BLOCK_N × warps × stages; write sweep.json.
+
+    `--kernel gluon` times the Gluon forward's launches instead (sm_90; docs/sweep.md).
 
     Every config is built first (in parallel on a GPU), checked against the float64
     reference, then timed like `run`; pruned, failing and inaccurate configs are rows with
@@ -231,7 +235,11 @@ def sweep(
         **_axes(mode, dtype, seqlen, head_dim, batch, heads, kv_heads, modes=SweepRequest.modes),
         causal=causal, block_m=int_items("--block-m", block_m) or None,
         block_n=int_items("--block-n", block_n) or None, warps=int_items("--warps", warps) or None,
-        stages=int_items("--stages", stages) or None, resume=resume, given=given_flags(ctx),
+        stages=int_items("--stages", stages) or None, kernel=kernel,
+        gluon_roles=split_items("--gluon-role", gluon_role) or None,
+        gluon_block_n=int_items("--gluon-block-n", gluon_block_n) or None,
+        gluon_stages=int_items("--gluon-stages", gluon_stages) or None,
+        resume=resume, given=given_flags(ctx),
         rules=rules, budget_minutes=budget_minutes, save_best=save_best,
         min_gain_pct=min_gain, tuning_cache=tuning_cache, out=out, device=device.value, gpu=gpu,
         timeout_s=timeout, target_noise=target_noise, min_samples=min_samples,

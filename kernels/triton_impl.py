@@ -70,11 +70,13 @@ def case_config(
     seqlen = case.max_seqlen
     base = heuristic_config(case.head_dim, case.dtype.torch(), case.causal, device, seqlen)
     if fields:
-        from fa_bench.sweep.vocab import fields_mode
+        from fa_bench.sweep.vocab import fields_kernel, fields_mode
 
-        # a forward sweep times the `tl` kernel's tiles: Gluon's dispatch would ignore them
+        # a forward sweep times the kernel whose launch it varies: the `tl` kernel's tiles
+        # (Gluon's dispatch would ignore them), or a Gluon launch (forced: one that cannot
+        # run is an error row, never a silent `tl` run)
         if fields_mode(fields) == "fwd":
-            base = replace(base, forward="tl")
+            base = replace(base, forward=fields_kernel(fields))
         return replace(base, **fields), "sweep"
     is_cuda = getattr(device, "type", str(device)) == "cuda"
     # a variant case: the dense config of its shape (a packed batch: of its longest

@@ -37,16 +37,8 @@ def heatmap_figure(doc: dict, case_id: str) -> object:
     ms = sorted({r["config"]["block_m"] for r in rows})
     ns = sorted({r["config"]["block_n"] for r in rows})
     z = [[cells[(m, n)]["tflops"] if (m, n) in cells else None for n in ns] for m in ms]
-    text = [
-        [
-            f"{cells[(m, n)]['tflops']:.4g}<br>w{cells[(m, n)]['config']['num_warps']}"
-            f" s{cells[(m, n)]['config']['num_stages']}"
-            if (m, n) in cells
-            else "–"
-            for n in ns
-        ]
-        for m in ms
-    ]
+    text = [[_cell_text(cells[(m, n)]) if (m, n) in cells else "–" for n in ns] for m in ms]
+    over = "Gluon launches" if _is_gluon(rows) else "warps × stages"
     fig = go.Figure(
         go.Heatmap(
             z=z, x=[str(n) for n in ns], y=[str(m) for m in ms], text=text,
@@ -55,11 +47,25 @@ def heatmap_figure(doc: dict, case_id: str) -> object:
         )
     )  # fmt: skip
     fig.update_layout(
-        title=f"{esc(case_id)}: best TFLOP/s over warps × stages (– = pruned, failed or not run)",
+        title=f"{esc(case_id)}: best TFLOP/s over {over} (– = pruned, failed or not run)",
         xaxis_title="BLOCK_N",
         yaxis_title="BLOCK_M",
     )
     return fig
+
+
+def _is_gluon(rows: list[dict]) -> bool:
+    """A Gluon forward sweep's rows (`fa-bench sweep --kernel gluon`); older rows: tl."""
+    return bool(rows) and rows[0].get("kernel") == "gluon"
+
+
+def _cell_text(row: dict) -> str:
+    """A heatmap cell: TFLOP/s, then warps and stages, or for a Gluon launch its label (the
+    variant, ring, ping-pong and persistence the cell's best ran with)."""
+    head = f"{row['tflops']:.4g}<br>"
+    if row.get("kernel") == "gluon":
+        return head + row["label"].removeprefix("gluon-")
+    return head + f"w{row['config']['num_warps']} s{row['config']['num_stages']}"
 
 
 def top_configs(doc: dict, case_id: str, n: int = 5) -> list[dict]:
@@ -83,7 +89,7 @@ def rule_of_thumb_table(doc: dict, case_id: str) -> list[dict]:
     """Each rule's square tile, its best TFLOP/s over warps/stages and its rank among the
     case's ok configs (1 = the fastest); `note` says why there is no number."""
     rows = case_rows(doc, case_id)
-    if not rows:
+    if not rows or _is_gluon(rows):  # the rules pick tiles of the `tl` kernel
         return []
     # Every row of a case carries the case's fields.
     rules = case_rules(Case.from_dict(rows[0]), doc["run"].get("smem_limit_bytes"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +16,7 @@ from fa_bench.run.folder_lock import FolderLock
 from fa_bench.run.interrupts import InterruptGuard
 from fa_bench.run.limits import check_case_count, check_case_sizes, check_out_dir
 from fa_bench.run.runner import RunOptions
+from fa_bench.sweep.gluon_space import GluonSpace
 from fa_bench.sweep.plan import (
     CPU_SPACE,
     SWEEP_PLAN,
@@ -25,6 +26,7 @@ from fa_bench.sweep.plan import (
     journal_rows,
     load_plan,
     pruned_summary,
+    space_of,
     write_plan,
 )
 from fa_bench.sweep.precompile import compile_phase
@@ -47,6 +49,10 @@ class SweepRequest(CaseFlags, MeasureFlags):
     block_n: tuple[int, ...] | None = None
     warps: tuple[int, ...] | None = None
     stages: tuple[int, ...] | None = None
+    kernel: str = "tl"  # the forward kernel swept: "tl" (its tiles) or "gluon" (launches)
+    gluon_roles: tuple[str, ...] | None = None  # None: every candidate role
+    gluon_block_n: tuple[int, ...] | None = None  # None: each candidate's own
+    gluon_stages: tuple[int, ...] | None = None
     budget_minutes: float | None = None
     save_best: bool = False
     min_gain_pct: float = 3.0  # --save-best keeps the heuristic below this gain
@@ -99,15 +105,19 @@ def check_device(req: SweepRequest, device: str) -> None:
         )
 
 
-def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace, int | None]:
+def plan_points(
+    req: SweepRequest, device: str
+) -> tuple[list[Point], SweepSpace | GluonSpace, int | None]:
     """The sweep's points, its space and the shared-memory limit used for pruning."""
     from fa_bench import registry
+    from fa_bench.commands import sweep_gluon
     from fa_bench.suite.expand import Overrides, load_suites
     from fa_bench.sweep.space import sweep_case, sweep_points
 
     bad = [m for m in req.modes if m not in SWEEP_MODES]
     if bad:
         raise SweepInputError(f"--mode {bad[0]}: valid sweep modes are {', '.join(SWEEP_MODES)}")
+    req = replace(req, modes=sweep_gluon.check_flags(req))  # --kernel, the other's flags
     space = req.space(device)
     registry.load()
     overrides = Overrides.from_flags(req, impls=("triton",))
@@ -130,6 +140,9 @@ def plan_points(req: SweepRequest, device: str) -> tuple[list[Point], SweepSpace
 
         capability = torch.cuda.get_device_capability(req.gpu or 0)
     smem = _smem_limit(device, req.gpu)
+    if req.kernel == "gluon":
+        points_g, space_g = sweep_gluon.plan_gluon(req, cases, smem)
+        return points_g, space_g, smem
     points = sweep_points(
         cases, space, capability=capability, smem_limit_bytes=smem, with_rules=req.rules
     )
@@ -155,13 +168,18 @@ def _claim_out(out: Path, flag: str = "--out") -> FolderLock:
 
 def _new_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
     """Plan a new sweep, claim its folder and write sweep-plan.json there."""
+    from fa_bench.commands import sweep_gluon
     from fa_bench.commands.run import resolve_device
     from fa_bench.run.plan import now_iso
     from fa_bench.sweep import tuning
     from fa_bench.sweep.precompile import default_jobs
 
+    req = replace(req, modes=sweep_gluon.check_flags(req))  # flags first: they need no device
     device = resolve_device(req.device, req.gpu)
-    check_device(req, device)
+    if req.kernel == "gluon":  # a reason it cannot run here, before the suites are read
+        sweep_gluon.check_gluon_device(req, device)
+    else:
+        check_device(req, device)
     points, space, smem = plan_points(req, device)
     cache_path = tuning.resolve_path(req.tuning_cache) if req.save_best else None
     if req.save_best and cache_path is None:
@@ -181,7 +199,7 @@ def _new_plan(req: SweepRequest) -> tuple[SweepPlan, Path, FolderLock]:
            "smem_limit_bytes": smem, "space": space.to_dict(), "rules": req.rules,
            "budget_minutes": req.budget_minutes, "save_best": req.save_best,
            "min_gain_pct": req.min_gain_pct, "compile_jobs": jobs, "tuning_cache": cache,
-           "resumed": []}  # fmt: skip
+           "resumed": [], "kernel": req.kernel}  # fmt: skip
     plan = SweepPlan(run=run, options=opts, points=points)
     write_plan(out, plan)
     return plan, out, lock
@@ -237,14 +255,16 @@ def _announce(plan: SweepPlan, out: Path, done: dict[str, dict], console: Consol
     points, run = plan.points, plan.run
     left = [p for p in points if p.id not in done]
     measure = [p for p in left if not p.pruned]
-    space = SweepSpace(**{a: tuple(v) for a, v in run["space"].items()})
+    space = space_of(run)
     say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     if plan.options.device == "cpu":
         say("CPU: the kernel runs in Triton's interpreter; these timings check that the "
             "sweep works, they do not rank tiles for any GPU.")  # fmt: skip
     cases = plural(len({p.case.id for p in points}), "case")
-    say(f"{cases} × up to {plural(space.size, 'config')} (plus the heuristic's and the rules "
-        f"of thumb's where the product lacks them) = {plural(len(points), 'point')}: "
+    extra = ("the heuristic's launch" if isinstance(space, GluonSpace) else
+             "the heuristic's and the rules of thumb's")  # fmt: skip
+    say(f"{cases} × up to {plural(space.size, 'config')} (plus {extra} where the product lacks "
+        f"them) = {plural(len(points), 'point')}: "
         f"{sum(not p.pruned for p in points)} to measure, {pruned_summary(points)} "
         f"→ {out}")  # fmt: skip
     if done:

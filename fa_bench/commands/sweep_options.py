@@ -31,6 +31,40 @@ Stages = Annotated[
     list[str] | None,
     opt("--stages", metavar=INTS, help="num_stages values; repeatable or a comma list."),
 ]
+SweepKernel = Annotated[
+    str,
+    opt(
+        "--kernel",
+        metavar="tl|gluon",
+        help="The forward kernel to sweep: tl (its tiles, the default) or gluon (the Gluon "
+        "forward's launches on an sm_90 GPU; --mode fwd).",
+    ),
+]
+GluonRoles = Annotated[
+    list[str] | None,
+    opt(
+        "--gluon-role",
+        metavar="ROLES",
+        help="With --kernel gluon: the candidate launches to time (ws, ws-nopp, ws-persist, "
+        "ws-persist-q2, ws-shallow, ws-c3, pipelined; default all); repeatable or a comma list.",
+    ),
+]
+GluonBlockN = Annotated[
+    list[str] | None,
+    opt(
+        "--gluon-block-n",
+        metavar=INTS,
+        help="With --kernel gluon: keys per step laid over each candidate (default its own).",
+    ),
+]
+GluonStages = Annotated[
+    list[str] | None,
+    opt(
+        "--gluon-stages",
+        metavar=INTS,
+        help="With --kernel gluon: K/V ring depths laid over each candidate (default its own).",
+    ),
+]
 SweepResume = Annotated[
     Path | None,
     opt(

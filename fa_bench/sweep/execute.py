@@ -23,7 +23,7 @@ from fa_bench.results.files import JOURNAL, append_json_line, sanitize
 from fa_bench.results.record import CaseRecord
 from fa_bench.run.runner import CaseRunner, RunOptions
 from fa_bench.sweep.space import Point
-from fa_bench.sweep.vocab import short_fields
+from fa_bench.sweep.vocab import fields_kernel, row_config
 
 SCHEMA = "fa-bench-sweep/1"
 SWEEP_JSON = "sweep.json"
@@ -36,8 +36,9 @@ def _row(point: Point, **fields: object) -> dict:
         "id": point.id,
         "case_id": case.id,
         **case.to_dict(),
-        "config": short_fields(point.fields),
+        "config": row_config(point.fields),
         "fields": dict(point.fields),
+        "kernel": fields_kernel(point.fields),
         "label": point.label,
         "is_default": point.is_default,
         "rules": list(point.rules),
@@ -136,6 +137,7 @@ def summarize_cases(rows: Sequence[dict]) -> list[dict]:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         out.append({
             "case_id": case_id,
+            "kernel": rs[0].get("kernel", "tl"),  # rows before the Gluon sweep: tl
             "best": best["label"] if best else None,
             "best_config": best["config"] if best else None,
             "best_fields": best["fields"] if best else None,
@@ -203,6 +205,8 @@ def best_entries(
             "default_tflops": c["default_tflops"], "seqlen": seqlen, "source": source,
             "saved": saved,
         }  # fmt: skip
+        if fields_kernel(c["best_fields"]) == "gluon":  # a `tl` entry keeps the old shape
+            entry["kernel"] = "gluon"
         key = entry_key(entry)
         if key not in chosen or chosen[key][0]["seqlen"] <= seqlen:
             chosen[key] = (entry, c["gain_over_default"])

@@ -19,6 +19,7 @@ from fa_bench.errors import UsageError
 from fa_bench.results.files import JOURNAL, sanitize
 from fa_bench.run.limits import CASE_OVERHEAD_S, WORKER_START_S, human_duration
 from fa_bench.run.runner import RunOptions
+from fa_bench.sweep.gluon_space import GluonSpace
 from fa_bench.sweep.space import Point, SweepSpace
 
 SWEEP_PLAN = "sweep-plan.json"
@@ -57,8 +58,18 @@ def point_from_json(d: dict) -> Point:
         raise TypeError(f"'rules' must be a list of strings, got {rules!r}")
     if not isinstance(d["is_default"], bool):
         raise TypeError(f"'is_default' must be true or false, got {d['is_default']!r}")
-    fields = {str(k): int(v) for k, v in d["fields"].items()}
+    fields = {str(k): _field_value(k, v) for k, v in d["fields"].items()}
     return Point(Case.from_dict(d["case"]), fields, d["is_default"], pruned, tuple(rules))
+
+
+def _field_value(name: str, value: object) -> object:
+    """A config field as FlashConfig takes it: the tile fields are integers (written as
+    such), a Gluon launch's (`gluon_*`) also strings, bools and null."""
+    if name.startswith("gluon_") and (value is None or isinstance(value, (str, bool))):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"field {name!r} has the wrong type: {value!r}")
+    return int(value)
 
 
 def write_plan(out: Path, plan: SweepPlan) -> Path:
@@ -123,7 +134,15 @@ def _check_run(run: dict) -> None:
             raise TypeError(f"'run.{key}' has the wrong type: {value!r}")
     if run["compile_jobs"] < 0 or run["device"] not in ("cpu", "cuda"):
         raise TypeError("'run.compile_jobs' must be >= 0 and 'run.device' cpu or cuda")
-    SweepSpace(**{axis: tuple(v) for axis, v in run["space"].items()})  # ValueError if bad
+    space_of(run)  # ValueError if bad
+
+
+def space_of(run: dict) -> SweepSpace | GluonSpace:
+    """The space a plan's `run` names: a Gluon sweep's (`kernel` "gluon"), else the `tl`
+    kernel's tiles (plans written before the Gluon sweep have no `kernel`)."""
+    if run.get("kernel", "tl") == "gluon":
+        return GluonSpace.from_dict(run["space"])
+    return SweepSpace(**{axis: tuple(v) for axis, v in run["space"].items()})
 
 
 def journal_rows(out: Path, points: list[Point]) -> tuple[dict[str, dict], int]:

@@ -12,6 +12,11 @@ A readable JSON file (schema `fa-bench-tuning/1`) with one entry per key
 
 `mode` is the sweep's mode: a `fwd` entry holds forward fields, a `bwd` entry the
 `bwd_*` fields, so one case's config merges both on top of the heuristic (`select`).
+`kernel` says which forward kernel a `fwd` entry tunes: "tl" (absent in caches written
+before the Gluon sweep, and read so) the `tl` kernel's four fields, "gluon" a Gluon launch
+as the FlashConfig's `gluon_*` fields (kernels/gluon_fields.py). Both may be kept for
+one key: the dispatch (kernels/flash_dispatch.py) still picks the kernel; the entry
+decides that kernel's launch.
 The kernel library never reads this cache: the `triton` registry adapter
 (kernels/triton_impl.py) does, and hands the kernel an explicit config.
 
@@ -35,7 +40,8 @@ from pathlib import Path
 
 from fa_bench.errors import UsageError
 from fa_bench.kernels.flash_config import FlashConfig
-from fa_bench.sweep.vocab import MODE_FIELDS, SWEEP_MODES
+from fa_bench.kernels.gluon_fields import GLUON_FIELDS
+from fa_bench.sweep.vocab import KERNELS, MODE_FIELDS, SWEEP_MODES
 
 SCHEMA = "fa-bench-tuning/1"
 ENV_VAR = "FA_BENCH_TUNING_CACHE"
@@ -92,7 +98,7 @@ def seqlen_bucket(seqlen: int) -> str:
 
 
 def entry_key(entry: dict) -> tuple:
-    return (
+    key = (
         entry["gpu"],
         entry["dtype"],
         int(entry["head_dim"]),
@@ -100,6 +106,13 @@ def entry_key(entry: dict) -> tuple:
         entry["mode"],
         entry["seqlen_bucket"],
     )
+    # a Gluon launch's entry is a key of its own beside the `tl` one (whose key stays)
+    return (*key, "gluon") if entry_kernel(entry) == "gluon" else key
+
+
+def entry_kernel(entry: dict) -> str:
+    """The forward kernel an entry tunes; "tl" for entries written before the key existed."""
+    return entry.get("kernel", "tl")
 
 
 def _validate_entry(entry: object, where: str) -> dict:
@@ -111,8 +124,13 @@ def _validate_entry(entry: object, where: str) -> dict:
         raise TuningCacheError(f"{where}: entry lacks {', '.join(missing)}")
     if entry["mode"] not in SWEEP_MODES:
         raise TuningCacheError(f"{where}: mode {entry['mode']!r} is not one of {SWEEP_MODES}")
+    kernel = entry_kernel(entry)
+    if kernel not in KERNELS or (kernel == "gluon" and entry["mode"] != "fwd"):
+        raise TuningCacheError(
+            f"{where}: kernel {kernel!r} is not one of {KERNELS} (gluon: mode fwd only)"
+        )
     config = entry["config"]
-    allowed = MODE_FIELDS[entry["mode"]]
+    allowed = GLUON_FIELDS if kernel == "gluon" else MODE_FIELDS[entry["mode"]]
     if not isinstance(config, dict) or not config or set(config) - set(allowed):
         raise TuningCacheError(
             f"{where}: a {entry['mode']} entry's config takes only {', '.join(allowed)}; "
@@ -199,13 +217,15 @@ def lookup(
     seqlen: int,
     path: Path | None,
 ) -> dict[str, dict]:
-    """The cached configs for one case: {"fwd": fields, "bwd": fields}, either may be absent."""
+    """The cached configs for one case: {"fwd": fields, "bwd": fields, "gluon": fields}
+    (the `tl` forward's, the backward's, the Gluon launch's), any may be absent."""
     index = load_index(path)
     found = {}
-    for mode in SWEEP_MODES:
-        entry = index.get((gpu, dtype, int(head_dim), bool(causal), mode, seqlen_bucket(seqlen)))
+    for mode, kernel in (("fwd", "tl"), ("bwd", "tl"), ("fwd", "gluon")):
+        key = (gpu, dtype, int(head_dim), bool(causal), mode, seqlen_bucket(seqlen))
+        entry = index.get((*key, "gluon") if kernel == "gluon" else key)
         if entry is not None:
-            found[mode] = dict(entry["config"])
+            found["gluon" if kernel == "gluon" else mode] = dict(entry["config"])
     return found
 
 
@@ -220,7 +240,8 @@ def select(
     path: Path | None,
 ) -> tuple[FlashConfig, str]:
     """`base` (the heuristic's config) with the cached fields for this case laid over it,
-    and where the config came from: "heuristic" or e.g. "tuning cache (fwd, bwd)"."""
+    and where the config came from: "heuristic" or e.g. "tuning cache (fwd, bwd)" ("gluon":
+    a Gluon launch, which runs where the dispatch takes the Gluon kernel)."""
     found = lookup(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, seqlen=seqlen,
                    path=path)  # fmt: skip
     if not found:

@@ -14,6 +14,10 @@ progress line, and the report show it; a run's backend string names its config w
 `config_label`, where a backward config carries a "bwd-" prefix. Nothing parses a label
 back: readers keep the fields beside it.
 
+A forward sweep of the Gluon kernel (`fa-bench sweep --kernel gluon`) carries a Gluon
+launch as the FlashConfig's `gluon_*` fields, every one set (kernels/gluon_fields.py);
+its label is the Gluon config's, "gluon-ws-m64-n128-s3", as a backend string names it.
+
 Standard library only: the report and the tuning cache import it without torch.
 """
 
@@ -47,10 +51,47 @@ def mode_fields(cfg: object, mode: str) -> dict[str, int]:
     return {name: getattr(cfg, name) for name in MODE_FIELDS[mode]}
 
 
-def label(fields: Mapping[str, int]) -> str:
-    """The one label format, e.g. "bm128-bn64-w4-s3", for one mode's fields."""
-    s = short_fields(fields)
+def label(fields: Mapping[str, object]) -> str:
+    """The one label format, e.g. "bm128-bn64-w4-s3", for one mode's fields; a Gluon
+    launch's fields: its `gluon_label`."""
+    if fields_kernel(fields) == "gluon":
+        return gluon_label(fields)
+    s = short_fields(fields)  # type: ignore[arg-type]
     return f"bm{s['block_m']}-bn{s['block_n']}-w{s['num_warps']}-s{s['num_stages']}"
+
+
+# Which kernel a forward sweep times: the `tl` kernel's four fields, or one Gluon launch
+# named by the FlashConfig's gluon_* fields (kernels/gluon_fields.py), all of them set.
+KERNELS = ("tl", "gluon")
+GLUON_MARK = "gluon_variant"  # a field dict holding it names a Gluon launch
+
+
+def fields_kernel(fields: Mapping[str, object]) -> str:
+    """The forward kernel whose launch `fields` names: "gluon" or "tl"."""
+    return "gluon" if GLUON_MARK in fields else "tl"
+
+
+def gluon_label(fields: Mapping[str, object]) -> str:
+    """A pinned Gluon launch's label, as a backend string names it:
+    "gluon-" + GluonConfig.label(), e.g. "gluon-ws-m64-n128-s3-persist"."""
+    from fa_bench.kernels.gluon_fields import pinned
+
+    return "gluon-" + pinned(fields).label()
+
+
+def row_config(fields: Mapping[str, object]) -> dict[str, object]:
+    """sweep.json's `config` of a row: the four short fields of a `tl` config; for a Gluon
+    launch its GluonConfig fields under the same four names (block_m: rows per consumer
+    warpgroup or per CTA, block_n, num_warps, num_stages: the ring depth) and the rest."""
+    if fields_kernel(fields) == "tl":
+        return dict(short_fields(fields))  # type: ignore[arg-type]
+    from fa_bench.kernels.gluon_fields import pinned
+
+    g = pinned(fields)
+    return {"block_m": g.block_m, "block_n": g.block_n, "num_warps": g.num_warps,
+            "num_stages": g.stages, "variant": g.variant, "pingpong": g.pingpong,
+            "persistent": g.persistent, "consumers": g.consumers,
+            "q_buffers": g.q_buffers}  # fmt: skip
 
 
 def config_label(cfg: object, mode: str = "fwd_bwd") -> str:
