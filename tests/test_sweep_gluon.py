@@ -323,7 +323,7 @@ def test_gpu_a_two_point_gluon_sweep_saves_and_run_times_the_tuned_launch(tmp_pa
                                       "--tuning-cache", str(cache), "--out", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "sweep.json").read_text())
-    assert doc["run"]["points"] == 2 and doc["space"]["kernel"] == "gluon"
+    assert doc["run"]["points"] == 2 and doc["run"]["kernel"] == doc["space"]["kernel"] == "gluon"
     for row in doc["rows"]:
         assert row["status"] == "ok" and row["accuracy_passed"] is True, row
         assert row["kernel"] == "gluon" and f"triton:{row['label']} (sweep)" in row["backend"]
@@ -336,3 +336,26 @@ def test_gpu_a_two_point_gluon_sweep_saves_and_run_times_the_tuned_launch(tmp_pa
     assert run.exit_code == 0, run.output
     (rec,) = json.loads((run_out / "results.json").read_text())["cases"]
     assert rec["backend"] == f"triton:{best} (tuning cache (gluon))", rec["backend"]
+
+
+@pytest.mark.slow
+def test_cpu_gluon_points_are_forced_gluon_never_a_silent_tl_run(tmp_path, monkeypatch):
+    """With the device check bypassed, the interpreter's worker runs each point: every row
+    is an error naming why the Gluon kernel cannot run (no point falls back to `tl`)."""
+    from fa_bench.commands import sweep_gluon
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(sweep_gluon, "check_gluon_device", lambda *a: None)
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(app, ["sweep", "--device", "cpu", "--kernel", "gluon",
+                                      "-s", "smoke", "--dtype", "fp16", "--seqlen", "128",
+                                      "--head-dim", "64", "--batch", "1", "--heads", "2",
+                                      "--kv-heads", "1", "--no-causal", "--gluon-role", "ws-nopp",
+                                      "--max-time", "0.05", "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["space"]["kernel"] == doc["run"]["kernel"] == "gluon" and len(doc["rows"]) == 2
+    for row in doc["rows"]:
+        assert row["kernel"] == "gluon" and row["status"] == "error", row
+        assert "TRITON_INTERPRET=1" in row["error"], row["error"]
+    assert (out / "sweep.html").exists()

@@ -342,7 +342,7 @@ def _doc_run(plan: SweepPlan, rows: list[dict], stop: str | None, compiled: dict
     return {"started": run["started"], "resumed": run["resumed"], "ended": now_iso(),
             "argv": run["argv"], "device": plan.options.device,
             "smem_limit_bytes": run["smem_limit_bytes"], "budget_minutes": run["budget_minutes"],
-            "stopped": stop, "points": len(plan.points),
+            "stopped": stop, "points": len(plan.points), "kernel": run.get("kernel", "tl"),
             "measured": sum(r["status"] != "pruned" for r in rows),
             "timing": plan.options.timing.__dict__, "compile_phase": compiled}  # fmt: skip
 
