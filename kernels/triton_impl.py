@@ -193,10 +193,12 @@ _SUPPORT: dict = dict(
     "triton",
     description=(
         "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
-        "exp2, GQA, bottom-right causal; sliding windows (blocks outside skipped), ALiBi, "
+        "exp2, GQA, bottom-right causal; on sm_90 a warp-specialised Gluon forward where it "
+        "measured faster (the backend names it); sliding windows (blocks outside skipped), ALiBi, "
         "softcap, packed varlen batches (flash_attention_varlen); two-kernel backward (a "
         "separate dQ kernel, seven matmuls per tile pair, no atomics: bitwise identical "
-        "gradients); decode cases: our split-KV decode kernel "
+        "gradients); fp8_e4m3 forward cases: our e4m3 kernel (flash_attention_fp8); "
+        "decode cases: our split-KV decode kernel "
         "(fa_bench.kernels.decode_attention), contiguous or paged cache"
     ),
     **decode_impl.with_decode(_SUPPORT),
