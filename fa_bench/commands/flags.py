@@ -1,6 +1,6 @@
 """The flags `fa-bench run` and `fa-bench sweep` share: which cases, where, how timed.
 
-`RunRequest` (commands/run.py) and `SweepRequest` (commands/sweep.py) extend these, so
+`RunRequest` (commands/run_plan.py) and `SweepRequest` (commands/sweep.py) extend these, so
 the two commands select cases (`suite.Overrides.from_flags` reads the same attribute
 names) and build their timing the same way. The Typer options behind them are in
 commands/options.py; their defaults are the ones here.
