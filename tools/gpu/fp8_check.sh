@@ -31,23 +31,9 @@ rm -rf "$WORK/run" "$FILES"  # a warm machine keeps the last call's run folder
 mkdir -p "$FILES"
 STEPS="$FILES/fp8-steps.log"
 
-left() { echo $((LIMIT - SECONDS)); }
-# step NAME CAP_S COMMAND...: run COMMAND under min(CAP_S, time left - reserve) and log it
-step() {
-  local name=$1 cap=$2 budget
-  shift 2
-  budget=$(($(left) - 5))
-  [ "$budget" -gt "$cap" ] && budget=$cap
-  if [ "$budget" -lt 10 ]; then
-    echo "[$(date -u +%T) +${SECONDS}s] $name: skipped (time left $(left) s)" | tee -a "$STEPS"
-    return 0
-  fi
-  echo "[$(date -u +%T) +${SECONDS}s] $name: start (limit ${budget} s)" | tee -a "$STEPS"
-  timeout -s TERM -k 10 "$budget" "$@"
-  local rc=$?
-  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
-  return 0
-}
+STEP_RESERVE=5 STEP_MIN=10 STEP_KILL=10
+# shellcheck source=tools/gpu/steps.sh
+. "$(dirname "$0")/steps.sh"
 
 {
   git log --oneline -1

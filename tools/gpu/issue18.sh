@@ -28,23 +28,9 @@ SWEEP_SEQ=${SWEEP_SEQ:-16384} SWEEP_D=${SWEEP_D:-128}
 read -r -a DEV <<< "${DEV:-}"
 STEPS="$OUT/steps.log"
 
-left() { echo $((LIMIT - SECONDS)); }
-# step NAME CAP_S COMMAND...: run COMMAND under min(CAP_S, time left - reserve) and log it
-step() {
-  local name=$1 cap=$2 budget
-  shift 2
-  budget=$(($(left) - 15))
-  [ "$budget" -gt "$cap" ] && budget=$cap
-  if [ "$budget" -lt 20 ]; then
-    echo "[$(date -u +%T) +${SECONDS}s] $name: skipped (time left $(left) s)" | tee -a "$STEPS"
-    return 0
-  fi
-  echo "[$(date -u +%T) +${SECONDS}s] $name: start (limit ${budget} s)" | tee -a "$STEPS"
-  timeout -s TERM -k 20 "$budget" "$@"
-  local rc=$?
-  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
-  return 0
-}
+STEP_RESERVE=15 STEP_MIN=20 STEP_KILL=20
+# shellcheck source=tools/gpu/steps.sh
+. "$(dirname "$0")/steps.sh"
 
 {
   git log --oneline -1

@@ -15,21 +15,9 @@ WORK=fa-bench-out/s4a
 mkdir -p "$OUT" "$WORK"
 LIMIT=${LIMIT:-500}
 STEPS="$OUT/steps.log"
-left() { echo $((LIMIT - SECONDS)); }
-step() {
-  local name=$1 cap=$2 budget
-  shift 2
-  budget=$(($(left) - 10))
-  [ "$budget" -gt "$cap" ] && budget=$cap
-  if [ "$budget" -lt 20 ]; then
-    echo "[$(date -u +%T) +${SECONDS}s] $name: skipped (time left $(left) s)" | tee -a "$STEPS"
-    return 0
-  fi
-  echo "[$(date -u +%T) +${SECONDS}s] $name: start (limit ${budget} s)" | tee -a "$STEPS"
-  timeout -s TERM -k 15 "$budget" "$@"
-  local rc=$?  # before the echo: its $(date) would reset $?
-  echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
-}
+STEP_RESERVE=10 STEP_MIN=20 STEP_KILL=15
+# shellcheck source=tools/gpu/steps.sh
+. "$(dirname "$0")/steps.sh"
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cudnn', torch.backends.cudnn.version())"
