@@ -16,6 +16,7 @@ and lse2) is untouched.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import gluon_fields
@@ -45,9 +46,16 @@ def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig, variant
             raise ValueError(f"FlashConfig(forward='gluon') cannot run this call: {reason}")
     elif not flash_gluon.gluon_preferred(q, k, v, causal):
         return None
-    # the heuristic's launch with the config's gluon_* fields laid over it (ValueError
-    # naming a forced launch that does not fit shared memory or this head_dim)
-    return gluon_fields.resolve(cfg.__dict__, q.shape[-1], causal)
+    return _resolved(cfg, q.shape[-1], causal)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(cfg: FlashConfig, head_dim: int, causal: bool) -> GluonConfig:
+    """The heuristic's launch with the config's gluon_* fields laid over it (ValueError
+    naming a forced launch that does not fit shared memory or this head_dim, not cached).
+    Cached: it runs inside every timed forward call, and building it costs ~10 µs of
+    host time (a short forward is ~50 µs on the GPU); FlashConfig is frozen, so hashable."""
+    return gluon_fields.resolve(cfg.__dict__, head_dim, causal)
 
 
 def forward_label(gluon: GluonConfig | None, tl_label: str) -> str:
