@@ -162,7 +162,7 @@ def check_accuracy(
         for name, (x, take, r, b) in candidates.items()
         if x is not None and r is not None and b is not None
     }
-    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+    heads = _heads(group)
     return {
         "max_abs_err": max(t["max_abs_err"] for t in tensors.values()),
         "rel_l2_err": max(t["rel_l2_err"] for t in tensors.values()),
@@ -209,14 +209,7 @@ def check_fp8_accuracy(
     e4m3 = E4M3_STEP * ref.abs().max().item() if ref.numel() else 0.0
     terms = max(case.seqlen_k, group * case.seqlen_q)
     report = _tensor_report(o.detach(), o[:1, :group].detach(), ref, base, terms, e4m3)
-    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
-    return {
-        "max_abs_err": report["max_abs_err"],
-        "rel_l2_err": report["rel_l2_err"],
-        "passed": report["passed"],
-        "tensors": {"o": report},
-        "slice": f"batch 0, kv head 0, {heads}; fp8 inputs dequantised",
-    }
+    return _output_only(report, f"batch 0, kv head 0, {_heads(group)}; fp8 inputs dequantised")
 
 
 def _batch_slice(case: Case) -> str:
@@ -271,11 +264,19 @@ def check_decode_accuracy(
     ref = decode_reference(q_s, k_s, v_s, lengths, torch.float64)
     base = decode_reference(q_s, k_s, v_s, lengths)
     report = _tensor_report(o.detach(), o[:, :group].detach(), ref, base, max(lengths))
-    heads = "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+    return _output_only(report, f"all {case.batch} sequences, kv head 0, {_heads(group)}")
+
+
+def _heads(group: int) -> str:
+    return "q head 0" if group == 1 else f"q heads 0-{group - 1}"
+
+
+def _output_only(report: dict, where: str) -> dict:
+    """The accuracy dict of a forward-only check (fp8, decode): o's report and its slice."""
     return {
         "max_abs_err": report["max_abs_err"],
         "rel_l2_err": report["rel_l2_err"],
         "passed": report["passed"],
         "tensors": {"o": report},
-        "slice": f"all {case.batch} sequences, kv head 0, {heads}",
+        "slice": where,
     }
