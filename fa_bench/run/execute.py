@@ -257,6 +257,8 @@ def _timing_meta(timing: Timing, cfg: TimingConfig) -> dict:
         "stop_reason": timing.stop_reason,
         "warmup_calls": timing.warmup_calls,
         "l2_flush": timing.l2_flush,
+        # how the L2 was flushed ("read", "zero"; null: no flush); files before it lack it
+        "l2_flush_op": timing.l2_flush_op,
         "target_noise": cfg.target_noise,
         "min_samples": cfg.min_samples,
         "max_time_s": cfg.max_time_s,

@@ -1,8 +1,11 @@
 """The measurement engine: warm up, time each call, stop on noise, keep the raw samples.
 
 GPU calls are timed with CUDA events around each iteration; a buffer larger than L2 is
-zeroed between iterations, outside the timed span, so every call starts with a cold L2
-as it would inside a model. CPU calls use `time.perf_counter` with the same statistics.
+read between iterations (a max over it: a one-element result), outside the timed span, so
+every call starts with a cold L2 as it would inside a model, and with no dirty lines in
+it (`L2_FLUSH_OPS`: a zeroing flush, do_bench's, leaves the L2 full of dirty lines that
+the next call pays to write back). CPU calls use `time.perf_counter` with the same
+statistics.
 
 Stopping rule: after at least `min_samples` samples and `min_time_s` of timed work, stop
 as soon as the noise, the relative standard error of the mean (stdev / mean / sqrt(n)),
@@ -59,6 +62,17 @@ def worker_threads(device: str, requested: int | None) -> int | None:
     return DEFAULT_CPU_THREADS if device == "cpu" else None
 
 
+# How the flush buffer evicts the L2 between timed calls. "read" (the default): a max
+# over the buffer into one preallocated element. The L2 is left full of the buffer's
+# clean lines, which the next call evicts for free. "zero" (triton's do_bench, and
+# fa-bench before session 5): the buffer is zeroed, which leaves up to the whole L2 (50 MB
+# on an H200) dirty; the next call pays for writing it back while it reads. On the H200
+# (tools/gpu/decode_flush_ab.py, docs/measurement.md) a 50 us decode call read at 0.63 of
+# the copy bandwidth behind a zeroing flush and at 0.76 behind a reading one (batch 8 x 8k,
+# 80 us: 0.79 and 0.89; batch 8 x 32k, 260 us: 4% apart), SDPA alike.
+L2_FLUSH_OPS = ("read", "zero")
+
+
 @dataclass(frozen=True)
 class TimingConfig:
     target_noise: float = 0.01
@@ -68,6 +82,8 @@ class TimingConfig:
     warmup_ms: float = 20.0
     flush_l2: bool = True
     cuda_graph: bool = False
+    # how the L2 is flushed between GPU calls (L2_FLUSH_OPS); "read" since session 5
+    l2_flush_op: str = "read"
 
     def __post_init__(self) -> None:
         if not 0 < self.target_noise < 1:
@@ -77,6 +93,10 @@ class TimingConfig:
         if self.max_time_s <= 0 or self.min_time_s < 0 or self.min_time_s > self.max_time_s:
             raise ValueError(
                 f"need 0 <= min_time_s <= max_time_s, got {self.min_time_s}, {self.max_time_s}"
+            )
+        if self.l2_flush_op not in L2_FLUSH_OPS:
+            raise ValueError(
+                f"l2_flush_op must be one of {', '.join(L2_FLUSH_OPS)}, got {self.l2_flush_op!r}"
             )
 
 
@@ -88,6 +108,8 @@ class Timing:
     warmup_calls: int
     l2_flush: bool
     sm_clock_mhz: list[float] = field(default_factory=list)  # one reading per batch
+    # the flush between calls: "read" or "zero" (L2_FLUSH_OPS), None when there was none
+    l2_flush_op: str | None = None
 
     def stats(self) -> dict:
         return summarize(self.samples_ms)
@@ -190,6 +212,19 @@ def l2_flush_bytes(device: torch.device | str) -> int:
     return max(2 * l2, 256 * 1024 * 1024)
 
 
+def l2_flush(buffer: torch.Tensor, op: str) -> Closure:
+    """The closure that flushes the L2 through `buffer` (1-D) by `op` (L2_FLUSH_OPS)."""
+    import torch
+
+    if op == "zero":
+        return buffer.zero_
+    if op == "read":
+        # out= keeps the call free of allocations; the result is one element
+        result = torch.empty((), dtype=buffer.dtype, device=buffer.device)
+        return lambda: torch.amax(buffer, dim=0, out=result)
+    raise ValueError(f"l2 flush op must be one of {', '.join(L2_FLUSH_OPS)}, got {op!r}")
+
+
 def _measure_cuda(
     fn: Closure,
     device: torch.device | str,
@@ -199,11 +234,14 @@ def _measure_cuda(
 ) -> Timing:
     import torch
 
+    # zeros, not torch.empty: a read of never-written memory must not depend on whatever
+    # the allocator hands back
     flush = (
-        torch.empty(l2_flush_bytes(device), dtype=torch.int8, device=device)
+        l2_flush(torch.zeros(l2_flush_bytes(device), dtype=torch.int8, device=device),
+                 cfg.l2_flush_op)
         if cfg.flush_l2
         else None
-    )
+    )  # fmt: skip
     run = fn
     if cfg.cuda_graph:
         run = _capture_graph(fn, device, before)
@@ -213,7 +251,7 @@ def _measure_cuda(
         if before:
             before()
         if flush is not None:
-            flush.zero_()
+            flush()
         start.record()
         run()
         end.record()
@@ -222,7 +260,8 @@ def _measure_cuda(
     batch = int(min(100, max(1, 20.0 / est_ms)))
     samples, clocks, reason = _sample(one_iteration, device, cfg, batch, clock)
     method = "cuda-graph" if cfg.cuda_graph else "cuda-events"
-    return Timing(samples, method, reason, warm, flush is not None, clocks)
+    op = cfg.l2_flush_op if flush is not None else None
+    return Timing(samples, method, reason, warm, flush is not None, clocks, op)
 
 
 def _warm_up(
