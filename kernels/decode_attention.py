@@ -19,7 +19,9 @@ How it runs (the kernels are in fa_bench.kernels.decode_kernels):
   short sequences of a ragged batch leave their last splits empty (lse = -inf, weight 0
   in the combine);
 - one split: the program writes o and lse directly. Several: each writes an fp32 partial
-  output and its lse into a workspace, and a combine kernel merges them by their lse;
+  output and its lse into a workspace, and they are merged by their lse: by the last
+  split program of each (sequence, KV head, row block) to finish, which an arrival
+  counter tells (`Launch.fused_combine`: one launch), or by a second, combine kernel;
 - a paged key block lies in one page or covers whole pages (each key row then reads its
   page's table entry);
 - the launch (key block, warps, stages, splits) is fa_bench.kernels.decode_config's
@@ -278,6 +280,10 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
         lse_part = torch.empty(o_part.shape[:-1], device=q.device, dtype=torch.float32)
     else:
         o_part = lse_part = o  # unused: SPLIT=False never touches them
+    fused = split and launch.fused_combine
+    # the fused combine's arrival counters, one per split program's (sequence, KV head,
+    # row block): zero here, and put back to zero by the launch that used them
+    counters = torch.zeros(programs, device=q.device, dtype=torch.int32) if fused else o
     # paged: the page stride goes where the block's page is known; contiguous: the batch's
     ks, vs = k_cache.stride(), v_cache.stride()
     k_strides = (0, ks[0], ks[1], ks[2]) if paged else (ks[0], 0, ks[1], ks[2])
@@ -288,7 +294,7 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
     pad = pad_pow2(head_dim)
     kernels = _kernels()
     split_args = (
-        q, k_cache, v_cache, cache_seqlens, table, o, lse2, o_part, lse_part,
+        q, k_cache, v_cache, cache_seqlens, table, o, lse2, o_part, lse_part, counters,
         q.stride(0), q.stride(1), q.stride(2), *k_strides, *v_strides,
         table.stride(0), o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
         heads_kv, row_blocks, scale * _LOG2E,
@@ -298,12 +304,13 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
         BLOCK_ROWS=block_rows, BLOCK_N=block_n,
         PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
         DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
+        FUSED=fused, SPLITS_PAD=pad_pow2(num_splits) if fused else 1,
         num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
     calls: list[tuple[Any, tuple[int, ...], tuple, dict]] = [
         (kernels.split, (programs, num_splits), split_args, split_kw)
     ]
-    if split:
+    if split and not fused:
         combine_args = (
             o_part, lse_part, o, lse2,
             o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),

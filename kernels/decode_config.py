@@ -11,6 +11,9 @@ is the heuristic's:
   how many key/value blocks each program has in flight);
 - `interleave`: how the splits of a sequence share its key blocks: runs of consecutive
   blocks (False), or every num_splits-th block (True);
+- `fused_combine`: with several splits, the last split program of each (sequence, KV
+  head, row block) to finish merges the splits (True: one launch), or a combine kernel
+  does, launched after the split kernel (False);
 
 and `num_splits` (decode_attention's own argument) the split count. `resolve` turns a
 config, the problem and the SM count into a complete `Launch`.
@@ -38,6 +41,9 @@ _MIN_BLOCK_N, _MAX_BLOCK_N = 16, 256
 # The heuristic (docs/kernel.md "Decoding" says which H200 measurement each rests on).
 _NUM_WARPS = 4
 _INTERLEAVE = False  # interleaved splits measured within 1% of runs everywhere
+# The combine as a second kernel until the fused one is measured on the H200 (the two-kernel
+# call: its combine 3.6 us of a 50 us batch-1 call, launch gap included).
+_FUSED_COMBINE = False
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.
@@ -67,6 +73,7 @@ class DecodeConfig:
     num_warps: int | None = None
     num_stages: int | None = None
     interleave: bool | None = None
+    fused_combine: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class Launch:
     num_stages: int
     interleave: bool
     num_splits: int
+    fused_combine: bool = _FUSED_COMBINE  # (no effect with one split)
 
 
 def _cdiv(n: int, d: int) -> int:
@@ -119,6 +127,9 @@ def check_config(config: object, page_size: int | None) -> None:
         )
     if config.interleave is not None and not isinstance(config.interleave, bool):
         raise ValueError(f"config.interleave must be a bool or None, got {config.interleave!r}")
+    fused = config.fused_combine
+    if fused is not None and not isinstance(fused, bool):
+        raise ValueError(f"config.fused_combine must be a bool or None, got {fused!r}")
 
 
 def block_n_for(page_size: int | None, capacity: int = 0, many: bool = False) -> int:
@@ -233,4 +244,5 @@ def resolve(
         num_stages=stages,
         interleave=_INTERLEAVE if config.interleave is None else config.interleave,
         num_splits=num_splits,
+        fused_combine=_FUSED_COMBINE if config.fused_combine is None else config.fused_combine,
     )

@@ -74,14 +74,16 @@ def build(
     case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
 ) -> Prepared:
     """The decode builder. `options={"num_splits": n}` fixes the split count (else the
-    kernel's heuristic picks it)."""
+    kernel's heuristic picks it); `{"fused_combine": bool}` how the splits are merged
+    (DecodeConfig.fused_combine; else the heuristic's)."""
     try:
-        from fa_bench.kernels.decode_attention import decode_attention
+        from fa_bench.kernels.decode_attention import DecodeConfig, decode_attention
         from fa_bench.kernels.decode_plan import plan_decode
     except ImportError as exc:  # a checkout without the kernel module
         raise Unsupported(f"decode kernel not built: {exc}") from exc
 
     num_splits = (options or {}).get("num_splits")
+    config = DecodeConfig(fused_combine=(options or {}).get("fused_combine"))
     seqlens = torch.tensor(case.context_lengths(), dtype=torch.int32, device=q.device)
     if case.page_size:
         k_cache, v_cache, table = paged_cache(case, k, v)
@@ -94,7 +96,7 @@ def build(
     # Checked, planned and (on a GPU) compiled and bound here, outside the timed span
     # (kernels/decode_plan.py: the host work of a plain call would be timed otherwise).
     plan = plan_decode(q.transpose(1, 2), k_cache, v_cache, cache_seqlens=seqlens,
-                       block_table=table, num_splits=num_splits)  # fmt: skip
+                       block_table=table, num_splits=num_splits, config=config)  # fmt: skip
     plan.run()
     planned = (q.data_ptr(), q.shape, q.stride())
 
@@ -104,7 +106,7 @@ def build(
             return plan.run().transpose(1, 2)
         # another q than planned: a plain call
         o = decode_attention(q.transpose(1, 2), k_cache, v_cache, cache_seqlens=seqlens,
-                             block_table=table, num_splits=num_splits,
+                             block_table=table, num_splits=num_splits, config=config,
                              check_values=False)  # fmt: skip
         return cast(torch.Tensor, o).transpose(1, 2)
 
@@ -115,9 +117,12 @@ def build(
     source = "heuristic" if num_splits is None else "fixed splits"
     order = ", interleaved" if launch.interleave else ""
     how = "planned launch" if plan.bound else f"JIT launch ({plan.bound_reason})"
+    combine = ""
+    if launch.num_splits > 1:
+        combine = ", fused combine" if launch.fused_combine else ", combine kernel"
     return Prepared(
         fn,
         backend=f"triton-decode: {layout}; {source}: {launch.num_splits} splits{order}, "
-        f"block_n {launch.block_n}, {launch.num_warps} warps, {launch.num_stages} stages; "
-        f"{how}",
+        f"block_n {launch.block_n}, {launch.num_warps} warps, {launch.num_stages} stages"
+        f"{combine}; {how}",
     )

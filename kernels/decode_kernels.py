@@ -132,6 +132,9 @@ def _decode_split_kernel(
     # there is one split; else the fp32 workspaces o_part (B, Sq, Hq, splits, D) and
     # lse_part (B, Sq, Hq, splits), contiguous
     Q, K, V, SeqLens, BlockTable, Out, Lse, OPart, LsePart,
+    # FUSED only: one int32 per (sequence, KV head, row block), 0 between launches: how
+    # many of its splits have written their partials (see the end of the kernel)
+    Counters,
     # strides in elements; the last dimension's stride is 1. stride_kb is the batch stride
     # of a contiguous cache (0 when paged), stride_kp the page stride (0 when contiguous)
     stride_qb, stride_qs, stride_qh,
@@ -149,6 +152,9 @@ def _decode_split_kernel(
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr,
     # how the splits share a sequence's key blocks (runs or interleaved, see below)
     INTERLEAVE: tl.constexpr,
+    # SPLIT only: the last split program of a row block to finish combines its rows
+    # (FUSED), else the combine kernel does; SPLITS_PAD: the splits padded to a power of two
+    FUSED: tl.constexpr = False, SPLITS_PAD: tl.constexpr = 1,
 ):  # fmt: skip
     """One program: the rows of one row block of one (sequence, KV head) against one
     split of that sequence's keys."""
@@ -234,6 +240,12 @@ def _decode_split_kernel(
         tl.store(LsePart + part_row, lse2, mask=row_ok)
         o_ptrs = OPart + part_row[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(o_ptrs, acc, mask=row_ok[:, None] & d_ok)
+        if FUSED:
+            _combine_if_last(
+                OPart, LsePart, Out, Lse, Counters + pid, off_b, off_hk, row_block,
+                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, heads_q, num_splits,
+                HEAD_DIM, HEAD_DIM_PAD, SPLITS_PAD, GROUP, SEQ_Q, BLOCK_ROWS,
+            )  # fmt: skip
     else:
         tl.store(Lse + off_b * stride_lb + head * stride_lh + tok, lse2, mask=row_ok)
         o_ptrs = (
@@ -241,6 +253,72 @@ def _decode_split_kernel(
             + offs_d[None, :]
         )  # fmt: skip
         tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None] & d_ok)
+
+
+@triton.jit
+def _combine_row(
+    OPart, LsePart, Out, Lse, row, off_b, off_t, off_h,
+    stride_ob, stride_os, stride_oh, stride_lb, stride_lh, num_splits,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    CACHE: tl.constexpr,
+):  # fmt: skip
+    """One output row (sequence b, token t, query head h; row = (b · Sq + t) · Hq + h):
+    o = the splits' outputs weighted by exp2(lse2_s - max), lse2 = max + log2(sum of the
+    weights). CACHE: the loads' cache modifier (".cg" where other SMs wrote the
+    partials during this launch: past the L1, which is not coherent)."""
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    s_ok = offs_s < num_splits
+    lse = tl.load(
+        LsePart + row * num_splits + offs_s, mask=s_ok, other=float("-inf"), cache_modifier=CACHE
+    )
+    m = tl.max(lse, 0)  # finite: every row sees a key in some split
+    # empty splits (lse2 = -inf) and the padding weigh exactly 0
+    w = tl.where(lse == float("-inf"), 0.0, tl.math.exp2(lse - m))
+    o_ptrs = OPart + (row * num_splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :]
+    parts = tl.load(
+        o_ptrs, mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0, cache_modifier=CACHE
+    )
+    total = tl.sum(w, 0)
+    o = tl.sum(parts * w[:, None], 0) / total
+    out_ptrs = Out + off_b * stride_ob + off_t * stride_os + off_h * stride_oh + offs_d
+    tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    tl.store(Lse + off_b * stride_lb + off_h * stride_lh + off_t, m + tl.math.log2(total))
+
+
+@triton.jit
+def _combine_if_last(
+    OPart, LsePart, Out, Lse, counter, off_b, off_hk, row_block,
+    stride_ob, stride_os, stride_oh, stride_lb, stride_lh, heads_q, num_splits,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    GROUP: tl.constexpr, SEQ_Q: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+):  # fmt: skip
+    """The fused combine: called by every split program of a row block after it stored
+    its partials; the last of them to arrive combines the row block's rows and puts the
+    counter back to 0 for the next launch (so a planned launch is re-launchable as is).
+
+    Ordering: the barrier makes every thread's partial stores precede the one thread's
+    atomic in the CTA; the atomic is acq_rel at GPU scope, so the release sequence on the
+    counter carries each split program's stores to the program whose increment comes
+    last, and its acquire (then the barrier again) orders them before its loads."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    if arrived == num_splits - 1:
+        # the row block's rows, one at a time: each reads all the splits of its row at
+        # once, as the combine kernel's program does (the same arithmetic, the same bits)
+        first = row_block * BLOCK_ROWS
+        last = tl.minimum(first + BLOCK_ROWS, GROUP * SEQ_Q)
+        for r in range(first, last):
+            off_t = r // GROUP
+            off_h = off_hk * GROUP + r % GROUP
+            row = (off_b * SEQ_Q + off_t) * heads_q + off_h
+            _combine_row(
+                OPart, LsePart, Out, Lse, row, off_b, off_t, off_h,
+                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, num_splits,
+                HEAD_DIM, HEAD_DIM_PAD, SPLITS_PAD, ".cg",
+            )  # fmt: skip
+        tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -252,23 +330,13 @@ def _decode_combine_kernel(
     # constexpr: register tiles
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):  # fmt: skip
-    """One program per output row (sequence b, token t, query head h): o = the splits'
-    outputs weighted by exp2(lse2_s - max), lse2 = max + log2(sum of the weights)."""
+    """One program per output row (sequence b, token t, query head h), `_combine_row`."""
     row = tl.program_id(0).to(tl.int64)  # = (b * seq_q + t) * heads_q + h
     off_h = row % heads_q
     off_t = (row // heads_q) % seq_q
     off_b = row // (heads_q * seq_q)
-    offs_s = tl.arange(0, SPLITS_PAD)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    s_ok = offs_s < num_splits
-    lse = tl.load(LsePart + row * num_splits + offs_s, mask=s_ok, other=float("-inf"))
-    m = tl.max(lse, 0)  # finite: every row sees a key in some split
-    # empty splits (lse2 = -inf) and the padding weigh exactly 0
-    w = tl.where(lse == float("-inf"), 0.0, tl.math.exp2(lse - m))
-    o_ptrs = OPart + (row * num_splits + offs_s)[:, None] * HEAD_DIM + offs_d[None, :]
-    parts = tl.load(o_ptrs, mask=s_ok[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
-    total = tl.sum(w, 0)
-    o = tl.sum(parts * w[:, None], 0) / total
-    out_ptrs = Out + off_b * stride_ob + off_t * stride_os + off_h * stride_oh + offs_d
-    tl.store(out_ptrs, o.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
-    tl.store(Lse + off_b * stride_lb + off_h * stride_lh + off_t, m + tl.math.log2(total))
+    _combine_row(
+        OPart, LsePart, Out, Lse, row, off_b, off_t, off_h,
+        stride_ob, stride_os, stride_oh, stride_lb, stride_lh, num_splits,
+        HEAD_DIM, HEAD_DIM_PAD, SPLITS_PAD, "",
+    )  # fmt: skip

@@ -427,7 +427,7 @@ def signature(fn, consts, dtype):
             out[name] = "i32"
         elif name == "qk_scale":
             out[name] = "fp32"
-        elif name in ("SeqLens", "BlockTable"):
+        elif name in ("SeqLens", "BlockTable", "Counters"):
             out[name] = "*i32"
         elif name in ("Lse", "OPart", "LsePart"):
             out[name] = "*fp32"
@@ -449,21 +449,24 @@ def compile_sm90(fn, consts, dtype, warps=4, stages=3):
     return f"async={copies} spills={spills}"
 
 # the heuristic's launches (decode_config): contiguous 64 keys at 3 and 2 stages, paged
-# 32 keys (two pages of 16) and 64 keys at 5 stages, 64 keys at 3 (many programs), and an
-# interleaved split
-for dtype, group, sq, rows, page, split, bn, stages, inter in [
-    ("bf16", 4, 1, 16, 0, True, 64, 3, False),
-    ("fp16", 8, 4, 32, 0, False, 64, 2, False),
-    ("bf16", 8, 8, 64, 16, True, 32, 5, False),
-    ("bf16", 4, 1, 16, 64, True, 64, 5, False),
-    ("fp16", 4, 1, 16, 256, False, 64, 3, False),
-    ("bf16", 4, 1, 16, 0, True, 64, 3, True),
+# 32 keys (two pages of 16) and 64 keys at 5 stages, 64 keys at 3 (many programs), an
+# interleaved split, and the fused combine (contiguous and paged, 32 and 128 splits)
+for dtype, group, sq, rows, page, split, bn, stages, inter, fused in [
+    ("bf16", 4, 1, 16, 0, True, 64, 3, False, 0),
+    ("fp16", 8, 4, 32, 0, False, 64, 2, False, 0),
+    ("bf16", 8, 8, 64, 16, True, 32, 5, False, 0),
+    ("bf16", 4, 1, 16, 64, True, 64, 5, False, 0),
+    ("fp16", 4, 1, 16, 256, False, 64, 3, False, 0),
+    ("bf16", 4, 1, 16, 0, True, 64, 3, True, 0),
+    ("bf16", 4, 1, 16, 0, True, 64, 3, False, 32),
+    ("bf16", 4, 4, 16, 64, True, 32, 5, False, 128),
 ]:
     consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=rows,
                   BLOCK_N=bn, PAGED=bool(page), PAGE_SIZE=page, SPLIT=split,
-                  DOT_PREC="tf32", INTERLEAVE=inter)
+                  DOT_PREC="tf32", INTERLEAVE=inter, FUSED=bool(fused),
+                  SPLITS_PAD=fused or 1)
     kernel = compile_sm90(dk._decode_split_kernel, consts, dtype, stages=stages)
-    print("split", dtype, group, sq, page, bn, stages, kernel)
+    print("split", dtype, group, sq, page, bn, stages, fused, kernel)
 consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, SPLITS_PAD=128)
 print("combine", compile_sm90(dk._decode_combine_kernel, consts, "bf16"))
 """
@@ -481,9 +484,9 @@ def test_compiles_for_sm90_pipelined_without_spills():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 7, done.stdout
+    assert len(lines) == 9, done.stdout
     assert all(line.endswith(" spills=0") for line in lines), done.stdout
-    assert all("async=0 " not in line for line in lines[:6]), done.stdout  # split kernels
+    assert all("async=0 " not in line for line in lines[:8]), done.stdout  # split kernels
 
 
 # ---------------------------------------------------------------------------------------

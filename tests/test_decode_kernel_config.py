@@ -217,8 +217,8 @@ def test_adapter_label_names_the_launch():
     label = registry.get("triton").prepare(case, q, k, v).backend
     assert label == (
         "triton-decode: paged (pages, 16, Hkv, D), shuffled block table; heuristic: "
-        "2 splits, block_n 32, 4 warps, 5 stages; JIT launch (the interpreter launches "
-        "through triton's JIT)"
+        "2 splits, block_n 32, 4 warps, 5 stages, combine kernel; JIT launch (the "
+        "interpreter launches through triton's JIT)"
     )
     fixed = registry.get("triton").prepare(case, q, k, v, {"num_splits": 5}).backend
     assert "; fixed splits: 5 splits, block_n 32," in fixed
