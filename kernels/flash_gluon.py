@@ -169,15 +169,28 @@ def _deepest(cfg: GluonConfig, head_dim: int) -> GluonConfig:
     return dataclasses.replace(cfg, stages=1)
 
 
+def _ws_base(head_dim: int) -> GluonConfig:
+    """The warp-specialised kernel, 128-key steps (64 at head_dim 256) and the deepest ring
+    that fits shared memory (d64: 4 stages, 144 KB; d128: 3, 224 KB; d256: 2, 192 KB)."""
+    return _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
+
+
 def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
-    """The heuristic. The warp-specialised kernel, 128-key steps (64 at head_dim 256) and
-    the deepest ring that fits shared memory (d64: 4 stages, 144 KB; d128: 3, 224 KB;
-    d256: 2, 192 KB), except causal head_dim <= 64: there the "pipelined" kernel (128
-    rows, 8 warps, 2 stages) beat it on the H200 in all four measured shapes (bf16/fp16,
-    4k/16k: 426-469 against 388-440 TFLOP/s, docs/kernel.md)."""
+    """The heuristic: `_ws_base`, except
+    - causal head_dim <= 64: the "pipelined" kernel (128 rows, 8 warps, 2 stages) beat it
+      on the H200 in all four measured shapes (bf16/fp16, 4k/16k: 426-469 against 388-440
+      TFLOP/s, docs/kernel.md);
+    - non-causal 64 < head_dim <= 128: the persistent grid with two Q buffers (the next
+      tile's Q loads while this one's O is stored; a 2-deep ring then fits) measured
+      642 / 636 TFLOP/s against 589 / 614 for `_ws_base` at bf16 d128 4k / 16k (session 5,
+      call A, tools/gpu/gluon_check.py), and 631 against 602 in `fa-bench sweep` at 4k.
+      Causal it was slower (510 / 536 against 515 / 595), and at d64 within the noise."""
     if causal and head_dim <= 64:
         return GluonConfig(variant="pipelined", block_m=128, num_warps=8, block_n=128, stages=2)
-    return _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
+    if not causal and 64 < head_dim <= 128:
+        base = dataclasses.replace(_ws_base(head_dim), persistent=True, q_buffers=2)
+        return _deepest(base, head_dim)
+    return _ws_base(head_dim)
 
 
 def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
@@ -186,7 +199,7 @@ def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     "ws-shallow" a ring one stage shallower (when it has two), "ws-c3" three consumers
     (head_dim 64), "pipelined" the fallback (8 warps × 128 rows up to head_dim 128, 4 × 64
     above)."""
-    base = gluon_config(head_dim)
+    base = _ws_base(head_dim)
     out = {
         "ws": base,
         "ws-nopp": dataclasses.replace(base, pingpong=False),

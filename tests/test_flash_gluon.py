@@ -160,7 +160,7 @@ def test_register_split_follows_triton_warp_group_allocation():
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_heuristic_takes_the_deepest_ring_that_fits(head_dim):
-    cfg = gluon_config(head_dim)
+    cfg = gluon_config(head_dim, causal=True) if head_dim > 64 else gluon_config(head_dim)
     assert cfg.variant == "ws" and cfg.pingpong
     assert cfg.smem_bytes(head_dim) <= SMEM_BYTES
     deeper = dataclasses.replace(cfg, stages=cfg.stages + 1) if cfg.stages < 4 else None
@@ -170,13 +170,21 @@ def test_heuristic_takes_the_deepest_ring_that_fits(head_dim):
 
 def test_heuristic_takes_the_pipelined_kernel_for_causal_d64():
     assert gluon_config(64, causal=True).variant == "pipelined"
-    assert gluon_config(128, causal=True) == gluon_config(128)
+    assert gluon_config(256, causal=True) == gluon_config(256)
+
+
+def test_heuristic_takes_the_persistent_two_q_kernel_for_non_causal_d128():
+    cfg = gluon_config(128)
+    assert cfg.persistent and cfg.q_buffers == 2 and cfg.variant == "ws"
+    assert cfg.smem_bytes(128) <= SMEM_BYTES and cfg.stages == 2
+    assert not gluon_config(128, causal=True).persistent
+    assert not gluon_config(64).persistent and not gluon_config(256).persistent
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_candidate_configs_fit_and_differ(head_dim):
     configs = candidate_configs(head_dim)
-    assert configs["ws"] == gluon_config(head_dim)
+    assert configs["ws"] == gluon_config(head_dim, causal=head_dim > 64)
     assert not configs["ws-nopp"].pingpong and configs["ws-persist"].persistent
     assert configs["pipelined"].variant == "pipelined"
     assert len(set(configs.values())) == len(configs)

@@ -138,7 +138,7 @@ def test_the_space_is_the_candidates_heuristic_first_without_duplicates():
 
 def test_axis_values_are_laid_over_each_role_and_pruned_by_shared_memory():
     space = GluonSpace(roles=("ws", "pipelined"), stages=(2, 4))
-    points = gluon_points([_case(128)], space, smem_limit_bytes=H200_SMEM_BYTES)
+    points = gluon_points([_case(128, causal=True)], space, smem_limit_bytes=H200_SMEM_BYTES)
     by_label = {p.label: p for p in points}
     assert set(by_label) == {"gluon-ws-m64-n128-s3", "gluon-ws-m64-n128-s2",
                              "gluon-ws-m64-n128-s4", "gluon-pipelined-m128-n128-s2-w8",
@@ -147,7 +147,7 @@ def test_axis_values_are_laid_over_each_role_and_pruned_by_shared_memory():
     assert by_label["gluon-pipelined-m128-n128-s4-w8"].pruned.startswith("shared memory")
     assert by_label["gluon-ws-m64-n128-s2"].pruned is None
     # a device with less shared memory prunes more; keys longer than the sequence are redundant
-    small = gluon_points([_case(128)], space, smem_limit_bytes=160 * 1024)
+    small = gluon_points([_case(128, causal=True)], space, smem_limit_bytes=160 * 1024)
     assert {p.label for p in small if not p.pruned and not p.is_default} == set()
     short = gluon_points([_case(64, seqlen=64)], GluonSpace(block_n=(128,)), smem_limit_bytes=None)
     others = [p for p in short if not p.is_default]
@@ -156,10 +156,12 @@ def test_axis_values_are_laid_over_each_role_and_pruned_by_shared_memory():
 
 def test_a_space_pruned_for_every_case_is_refused_naming_the_flag():
     space = GluonSpace(roles=("ws", "pipelined"), stages=(4,))
-    points = gluon_points([_case(128)], space, smem_limit_bytes=H200_SMEM_BYTES)
+    points = gluon_points([_case(128, causal=True)], space, smem_limit_bytes=H200_SMEM_BYTES)
     with pytest.raises(ValueError, match=r"--gluon-stages 4: every launch is pruned: shared"):
         check_not_all_pruned(points, space, {"--gluon-stages"})
-    only_default = gluon_points([_case(128)], GluonSpace(roles=("ws",)), smem_limit_bytes=None)
+    only_default = gluon_points(
+        [_case(128, causal=True)], GluonSpace(roles=("ws",)), smem_limit_bytes=None
+    )
     with pytest.raises(ValueError, match="--gluon-role ws: no candidate"):
         check_not_all_pruned(only_default, GluonSpace(roles=("ws",)), set())
 
@@ -227,7 +229,7 @@ def _doc(points, tflops):
 
 
 def test_rows_and_the_tuning_cache_carry_the_gluon_fields(tmp_path, monkeypatch):
-    case = _case(128)
+    case = _case(128, causal=True)
     points = gluon_points([case], GluonSpace(roles=("ws", "ws-persist")), smem_limit_bytes=None)
     doc = _doc(points, [600.0, 650.0])
     row = doc["rows"][1]
@@ -237,7 +239,7 @@ def test_rows_and_the_tuning_cache_carry_the_gluon_fields(tmp_path, monkeypatch)
     assert doc["cases"][0]["best_fields"] == points[1].fields
     cache = tmp_path / "tuning.json"
     # an older cache's `tl` entry of the same key (no "kernel") stays beside the Gluon one
-    old = {"gpu": "cpu", "dtype": "bf16", "head_dim": 128, "causal": False, "mode": "fwd",
+    old = {"gpu": "cpu", "dtype": "bf16", "head_dim": 128, "causal": True, "mode": "fwd",
            "seqlen_bucket": "1025-4096", "config": {"block_m": 64, "block_n": 64,
                                                     "num_warps": 4, "num_stages": 3}}  # fmt: skip
     cache.write_text(json.dumps({"schema": tuning.SCHEMA, "entries": [old]}))
@@ -255,20 +257,22 @@ def test_rows_and_the_tuning_cache_carry_the_gluon_fields(tmp_path, monkeypatch)
     monkeypatch.setattr(flash_gluon, "gluon_reason", lambda *a: None)
     monkeypatch.setattr(flash_gluon, "gluon_preferred", lambda *a: True)
     q, k, v = _qkv()
-    assert flash_dispatch.gluon_choice(q, k, v, False, cfg) == gluon_fields.pinned(points[1].fields)
+    assert flash_dispatch.gluon_choice(q, k, v, True, cfg) == gluon_fields.pinned(points[1].fields)
     named = triton_impl._forward_named("bm64-bn64-w4-s3", case, cfg, q, k, v)
     assert named == "gluon-ws-m64-n128-s3-persist"
 
 
 def test_a_gain_below_the_minimum_keeps_the_gluon_heuristic(tmp_path):
-    points = gluon_points([_case(128)], GluonSpace(roles=("ws", "ws-nopp")), smem_limit_bytes=None)
+    points = gluon_points(
+        [_case(128, causal=True)], GluonSpace(roles=("ws", "ws-nopp")), smem_limit_bytes=None
+    )
     entries, stay = best_entries(_doc(points, [600.0, 606.0]), "H200", "s", "now", 0.03)
-    assert entries == [] and stay == [("H200", "bf16", 128, False, "fwd", "1025-4096", "gluon")]
+    assert entries == [] and stay == [("H200", "bf16", 128, True, "fwd", "1025-4096", "gluon")]
 
 
 def test_a_sweep_point_forces_the_gluon_kernel():
     fields = gluon_fields.fields_of(candidate_configs(128)["ws-nopp"])
-    cfg, source = triton_impl.case_config(_case(128), torch.device("cpu"), fields)
+    cfg, source = triton_impl.case_config(_case(128, causal=True), torch.device("cpu"), fields)
     assert (cfg.forward, cfg.gluon_pingpong, source) == ("gluon", False, "sweep")
 
 
@@ -292,8 +296,8 @@ def test_a_cache_entry_with_bad_gluon_fields_is_refused(tmp_path):
 def test_the_report_shows_the_gluon_launches():
     from fa_bench.reports.sweep_figures import sweep_section
 
-    points = gluon_points([_case(128)], GluonSpace(roles=("ws", "ws-persist", "pipelined")),
-                          smem_limit_bytes=None)  # fmt: skip
+    space = GluonSpace(roles=("ws", "ws-persist", "pipelined"))
+    points = gluon_points([_case(128, causal=True)], space, smem_limit_bytes=None)
     section = sweep_section(_doc(points, [600.0, 650.0, 500.0]))[0]
     assert section["rules"] == []  # the rules of thumb pick `tl` tiles
     assert [t["label"] for t in section["top"]][:2] == [points[1].label, points[0].label]
