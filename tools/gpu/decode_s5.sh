@@ -38,7 +38,7 @@ source tools/gpu/steps.sh
 } >> "$STEPS" 2>&1
 
 if [ "$MODE" = ab ]; then
-  step tests 40 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_decode_fused.py \
+  step tests 40 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/test_decode_fused.py \
     tests/test_decode_kernel_plan.py tests/test_timing_flush.py > "$W/tests.log" 2>&1
   tail -3 "$W/tests.log" | tee -a "$STEPS"
   # the tool stops between shapes at DEADLINE_S; the step's timeout is the backstop
