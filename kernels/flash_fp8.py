@@ -29,6 +29,7 @@ from dataclasses import replace
 
 import torch
 
+from fa_bench.kernels import flash_gluon_fp8
 from fa_bench.kernels.flash_config import (
     HEAD_DIM_MULTIPLE,
     MAX_HEAD_DIM,
@@ -243,6 +244,18 @@ def default_fp8_config(q: torch.Tensor, seqlen_k: int, causal: bool) -> FlashCon
     return cfg
 
 
+def fp8_kernel_choice(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, config: FlashConfig | None
+) -> flash_gluon_fp8.Fp8GluonConfig | None:
+    """The Gluon fp8 launch `flash_attention_fp8(q, k, v, causal=causal, config=config)`
+    runs, or None where it runs the `tl` fp8 kernel (a pure function of the inputs'
+    shapes, strides, device and the config: the benchmark names the kernel before timing
+    it). q, k, v as the call gets them (v K-major: `fp8_v_layout`)."""
+    q, k, v = _last_dim_unit(q), _last_dim_unit(k), fp8_v_layout(v)
+    cfg = config if config is not None else default_fp8_config(q, k.shape[2], bool(causal))
+    return flash_gluon_fp8.fp8_gluon_choice(q, k, v, bool(causal), cfg)
+
+
 def flash_attention_fp8(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -266,10 +279,17 @@ def flash_attention_fp8(
     of 8 up to 256 (at least 32 after padding to a power of two). `scale` defaults to
     1/sqrt(head_dim). Rows that see no key give 0 (lse -inf).
 
-    `config` (a FlashConfig; its forward fields block_m, block_n, num_warps, num_stages,
-    use_tma) overrides the launch (`default_fp8_config`: pointer loads; `use_tma=True`
-    takes device-side descriptors on sm_90+ where the strides allow). `warp_specialize`
-    is refused: triton 3.6's gave wrong outputs in this kernel on the H200.
+    Which kernel runs (`fp8_kernel_choice`): on sm_90 with triton 3.6's Gluon, the
+    warp-specialised Gluon fp8 kernel (kernels/flash_gluon_fp8.py) where
+    `fp8_gluon_preferred` (head_dim 64/128, TMA-aligned strides, V's K-major rows
+    16-byte aligned), else the `tl` fp8 kernel; `config.forward` "tl" or "gluon" forces
+    one ("gluon" raises ValueError with the reason where it cannot run; it copies a V
+    whose rows are not aligned), and its gluon_block_n / gluon_stages / gluon_pingpong
+    fields name the Gluon launch. The `tl` kernel's launch: `config`'s forward fields
+    block_m, block_n, num_warps, num_stages, use_tma (`default_fp8_config`: pointer
+    loads; `use_tma=True` takes device-side descriptors on sm_90+ where the strides
+    allow). `warp_specialize` is refused: triton 3.6's gave wrong outputs in the `tl`
+    kernel on the H200.
     Forward only: an input that requires grad raises ValueError. `return_lse=True` also returns the
     natural-log log-sum-exp of each row's scaled scores, (batch, heads_q, seqlen_q) fp32.
     """
@@ -289,7 +309,11 @@ def flash_attention_fp8(
             "config.warp_specialize=True: the fp8 kernel has no warp-specialised path "
             "(triton 3.6's gave wrong outputs on the H200, 2026-11-30)"
         )
-    o, lse2 = _forward_fp8(q, k, v, descales, causal, scale, cfg)
+    gluon = flash_gluon_fp8.fp8_gluon_choice(q, k, v, causal, cfg)
+    if gluon is not None:
+        o, lse2 = flash_gluon_fp8.fp8_gluon_forward(q, k, v, descales, causal, scale, gluon)
+    else:
+        o, lse2 = _forward_fp8(q, k, v, descales, causal, scale, cfg)
     if not return_lse:
         return o
     lse = torch.where(torch.isinf(lse2), float("-inf"), lse2 * _LN2)

@@ -32,9 +32,14 @@ def build(
     source: str,
 ) -> Prepared:
     """The prepared fp8 forward of `case` with `config` (triton_impl's choice, from
-    `source`); the backend label names the kernel, its tiles and the inputs' layout,
-    "<name>:<tiles> (<source>); e4m3 per-tensor scales, V K-major (D, S)"."""
-    from fa_bench.kernels.flash_fp8 import default_fp8_config, flash_attention_fp8
+    `source`); the backend label names the kernel that runs (the Gluon fp8 kernel's
+    "gluon-<launch>" or the `tl` kernel's tiles: flash_fp8.fp8_kernel_choice) and the
+    inputs' layout, "<name>:<kernel> (<source>); e4m3 per-tensor scales, V K-major (D, S)"."""
+    from fa_bench.kernels.flash_fp8 import (
+        default_fp8_config,
+        flash_attention_fp8,
+        fp8_kernel_choice,
+    )
     from fa_bench.sweep.vocab import config_label
 
     if q.device.type != "cuda":
@@ -56,4 +61,6 @@ def build(
     # the layout the case's inputs were given in (made outside the timed span), as decode's
     # backend names its cache layout
     layout = "e4m3 per-tensor scales, V K-major (D, S)"
-    return Prepared(fn=fn, backend=f"{name}:{config_label(config, 'fwd')} ({source}); {layout}")
+    gluon = fp8_kernel_choice(q, k, v, causal, config)
+    kernel = config_label(config, "fwd") if gluon is None else f"gluon-{gluon.label()}"
+    return Prepared(fn=fn, backend=f"{name}:{kernel} ({source}); {layout}")

@@ -262,10 +262,13 @@ def test_gpu_the_rule_fails_a_wrong_fp8_output():
 
 # Launches other than the default (128 × 64, 4 warps at head_dim 128): the bf16 tiles,
 # and the descriptor (TMA) path; the interpreter always takes the pointer path.
+# forward="tl": these are the `tl` kernel's launches (the dispatch would take the Gluon fp8
+# kernel for these shapes on sm_90; tests/test_flash_gluon_fp8_gpu.py tests that one).
+_TL = dict(block_m=128, num_stages=3, forward="tl")
 LAUNCHES = {
-    "128x128-w8": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
-    "tma": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
-    "tma-64": FlashConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    "128x128-w8": FlashConfig(block_n=128, num_warps=8, **_TL),
+    "tma": FlashConfig(block_n=128, num_warps=8, use_tma=True, **_TL),
+    "tma-64": FlashConfig(block_n=64, num_warps=4, use_tma=True, **_TL),
 }
 
 

@@ -1,0 +1,289 @@
+"""Host side of the warp-specialised FP8 (e4m3) Gluon forward for sm_90 (issue 21, part 3).
+
+`fp8_gluon_reason(q, k, v)` says why the Gluon fp8 kernel cannot run these inputs (None
+when it can: sm_90, triton 3.6's Gluon, float8_e4m3fn, head_dim 64 or 128, TMA-aligned
+q, k and o, V K-major); `fp8_gluon_forward(q, k, v, descales, causal, scale, config)`
+runs it and returns (o, lse2) with the `tl` fp8 kernel's conventions (o bf16 in
+(B, Hq, Sq, D), lse2 log2-domain (B, Hq, Sq) fp32, +inf for rows with no key). The
+kernel is kernels/flash_gluon_fp8_kernels.py; flash_fp8.flash_attention_fp8 dispatches.
+
+V's K-major storage (B, H, D, S) has a row stride of seqlen_k bytes: TMA needs a
+multiple of 16. Where it is not, `fp8_gluon_reason` names it (the dispatch then runs the
+`tl` fp8 kernel) and a forced Gluon launch copies V into storage whose rows are padded to
+16 bytes (`padded_v`), once per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+HEAD_DIMS = (64, 128)
+_TMA_ALIGN = 16
+# sm_90's shared memory per block (227 KB) less what the kernel keeps for mbarriers.
+SMEM_BYTES = 227 * 1024 - 1024
+_EMU = (0, 2, 4)
+
+
+@dataclass(frozen=True)
+class Fp8GluonConfig:
+    """Launch of the fp8 "ws" kernel: two consumer warpgroups of 64 rows (a CTA covers
+    128), a producer warp.
+
+    block_n: keys per step (64, 128 or 256); stages: depth of the K/Vᵀ ring (1-4).
+    pingpong: the two consumers take turns to issue their matmuls.
+    emu: 0, or every emu-th (2: half, 4: a quarter) softmax exponential computed with
+      a polynomial on the FMA pipes instead of the MUFU unit.
+    producer_regs / consumer_regs: setmaxnreg of the producer's warpgroup and of consumer
+      1 (consumer 0 gets the rest of the 64K: 240 for 24 / 240).
+    """
+
+    block_n: int = 128
+    stages: int = 4
+    pingpong: bool = True
+    emu: int = 0
+    producer_regs: int = 24
+    consumer_regs: int = 240
+    block_m: int = 64
+
+    def __post_init__(self) -> None:
+        for name, valid in (
+            ("block_n", (64, 128, 256)),
+            ("stages", (1, 2, 3, 4)),
+            ("emu", _EMU),
+            ("block_m", (64,)),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in valid:
+                raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
+        if not isinstance(self.pingpong, bool):
+            raise ValueError(f"Fp8GluonConfig.pingpong={self.pingpong!r}: expected a bool")
+        for name in ("producer_regs", "consumer_regs"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value % 8
+                or not (24 <= value <= 256)
+            ):
+                raise ValueError(
+                    f"Fp8GluonConfig.{name}={value!r}: expected a multiple of 8 in [24, 256]"
+                )
+
+    def smem_bytes(self, head_dim: int) -> int:
+        """Two fp8 Q tiles, the fp8 K/Vᵀ ring and two bf16 O tiles."""
+        rows = 2 * self.block_m
+        return rows * head_dim + 2 * self.stages * self.block_n * head_dim + rows * head_dim * 2
+
+    def label(self) -> str:
+        """A short name for tables and the backend label."""
+        text = f"fp8-ws-m{self.block_m}-n{self.block_n}-s{self.stages}"
+        text = text if self.pingpong else f"{text}-nopp"
+        return f"{text}-emu{self.emu}" if self.emu else text
+
+
+def deepest(cfg: Fp8GluonConfig, head_dim: int) -> Fp8GluonConfig:
+    """`cfg` with the deepest ring (up to 4 stages) that fits shared memory."""
+    for stages in (4, 3, 2, 1):
+        deeper = dataclasses.replace(cfg, stages=stages)
+        if deeper.smem_bytes(head_dim) <= SMEM_BYTES:
+            return deeper
+    return dataclasses.replace(cfg, stages=1)
+
+
+def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
+    """The heuristic: 128-key steps, the deepest ring that fits (4 stages: 160 KB at
+    head_dim 128), ping-pong, every exponential on the MUFU. (Not measured yet: the
+    candidates below are what tools/gpu/fp8_gluon_check.py times.)"""
+    del causal
+    return deepest(Fp8GluonConfig(block_n=128), head_dim)
+
+
+def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
+    """What the GPU check times, by role: the heuristic's, half or a quarter of the
+    exponentials emulated, no ping-pong, a 2-stage ring, 64-key steps. (256-key steps
+    are not a candidate: S alone is then 128 fp32 registers per thread, and ptxas spilled
+    1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
+    base = fp8_gluon_config(head_dim)
+    return {
+        "ws": base,
+        "ws-emu2": dataclasses.replace(base, emu=2),
+        "ws-emu4": dataclasses.replace(base, emu=4),
+        "ws-nopp": dataclasses.replace(base, pingpong=False),
+        "ws-s2": dataclasses.replace(base, stages=2),
+        "ws-n64": deepest(Fp8GluonConfig(block_n=64), head_dim),
+    }
+
+
+def _aligned(t: Any, dims: tuple[int, ...], unit: int) -> bool:
+    size = t.element_size()
+    if t.stride(unit) != 1 or t.data_ptr() % _TMA_ALIGN:
+        return False
+    return not any((t.stride(d) * size) % _TMA_ALIGN for d in dims)
+
+
+def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str | None:
+    """Why the Gluon fp8 kernel cannot run these (already validated) fp8 inputs, or None.
+    `allow_v_copy`: a V whose K-major rows are not 16-byte aligned is accepted (the launch
+    copies it into padded storage)."""
+    import os
+
+    import torch
+
+    from fa_bench.kernels import flash_gluon
+
+    if q.device.type != "cuda":
+        return f"q is on {q.device}: the Gluon kernel needs a CUDA device (sm_90)"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "TRITON_INTERPRET=1: Gluon kernels do not run in the Triton interpreter"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap != (9, 0):
+        return f"compute capability {cap[0]}.{cap[1]}: the Gluon fp8 kernel is written for sm_90"
+    head_dim = q.shape[-1]
+    if head_dim not in HEAD_DIMS:
+        return f"head_dim={head_dim}: the Gluon fp8 kernel takes {HEAD_DIMS}"
+    for name, t in (("q", q), ("k", k)):
+        if not _aligned(t, (0, 1, 2), 3):
+            return f"{name}: base or strides {tuple(t.stride())} not 16-byte aligned (TMA)"
+    if v.stride(2) != 1:
+        return f"v.stride()={tuple(v.stride())}: V must be K-major (fp8_v_layout)"
+    if not allow_v_copy and not _aligned(v, (0, 1, 3), 2):
+        return (
+            f"v: K-major rows of seqlen_k={v.shape[2]} bytes (strides {tuple(v.stride())}) "
+            "not 16-byte aligned (TMA)"
+        )
+    return flash_gluon._api_reason()
+
+
+# Where the Gluon fp8 kernel is the automatic choice: head_dim -> the shortest key length
+# from which it runs (not measured on the H200 yet: tools/gpu/fp8_gluon_check.py times it
+# beside the `tl` fp8 kernel). Other head dims stay on `tl` unless forced.
+_PAYS_FROM_SEQ_K = {128: 1024, 64: 1024}
+# FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
+_UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_persistent", "gluon_consumers",
+                       "gluon_q_buffers")  # fmt: skip
+
+
+def fp8_gluon_preferred(q: Any, k: Any, v: Any) -> bool:
+    """Whether an automatic dispatch runs the Gluon fp8 kernel: it can (no V copy) and its
+    head_dim and key length are in the table above."""
+    threshold = _PAYS_FROM_SEQ_K.get(q.shape[-1])
+    if threshold is None or k.shape[2] < threshold:
+        return False
+    return fp8_gluon_reason(q, k, v) is None
+
+
+def from_fields(cfg: Any, head_dim: int, causal: bool) -> Fp8GluonConfig:
+    """The heuristic's launch with a FlashConfig's gluon_block_n / gluon_stages /
+    gluon_pingpong laid over it (0 / None: the heuristic's; an unset ring depth: the
+    deepest that fits). ValueError naming a field the fp8 kernel has no form of, or a
+    launch that does not fit shared memory."""
+    for name in _UNSUPPORTED_FIELDS:
+        value = getattr(cfg, name)
+        if value not in (0, "", None):
+            raise ValueError(
+                f"FlashConfig.{name}={value!r}: the Gluon fp8 kernel has one form (ws, two "
+                "consumers, not persistent); it takes gluon_block_n, gluon_stages, gluon_pingpong"
+            )
+    base = fp8_gluon_config(head_dim, causal)
+    if cfg.gluon_block_n:
+        base = deepest(dataclasses.replace(base, block_n=cfg.gluon_block_n), head_dim)
+    if cfg.gluon_stages:
+        base = dataclasses.replace(base, stages=cfg.gluon_stages)
+    if cfg.gluon_pingpong is not None:
+        base = dataclasses.replace(base, pingpong=cfg.gluon_pingpong)
+    if base.smem_bytes(head_dim) > SMEM_BYTES:
+        raise ValueError(
+            f"FlashConfig(gluon_block_n={cfg.gluon_block_n}, gluon_stages={cfg.gluon_stages}): "
+            f"the fp8 launch {base.label()} needs {base.smem_bytes(head_dim)} bytes of shared "
+            f"memory at head_dim {head_dim}, more than sm_90's {SMEM_BYTES}"
+        )
+    return base
+
+
+def fp8_gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: Any) -> Fp8GluonConfig | None:
+    """The Gluon fp8 launch a flash_attention_fp8 call runs, or None for the `tl` fp8
+    kernel: FlashConfig.forward "tl" never, "gluon" always (ValueError with the reason
+    where it cannot), "auto" where `fp8_gluon_preferred`."""
+    if cfg.forward == "tl":
+        return None
+    if cfg.forward == "gluon":
+        reason = fp8_gluon_reason(q, k, v, allow_v_copy=True)
+        if reason:
+            raise ValueError(f"FlashConfig(forward='gluon') cannot run this fp8 call: {reason}")
+    elif not fp8_gluon_preferred(q, k, v):
+        return None
+    return from_fields(cfg, q.shape[-1], causal)
+
+
+def padded_v(v: torch.Tensor) -> torch.Tensor:
+    """V (B, H, S, D) stored K-major with each (D, ·) row padded to a multiple of 16 bytes
+    (TMA's stride rule): the same values, a copy unless already so."""
+    import torch
+
+    if v.stride(2) == 1 and all(v.stride(d) % _TMA_ALIGN == 0 for d in (0, 1, 3)):
+        return v
+    batch, heads, seq, dim = v.shape
+    padded = -(-seq // _TMA_ALIGN) * _TMA_ALIGN
+    store = torch.empty((batch, heads, dim, padded), dtype=v.dtype, device=v.device)
+    view = store[..., :seq]
+    view.copy_(v.transpose(-1, -2))
+    return view.transpose(-1, -2)
+
+
+def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
+    """A 4-D TMA descriptor over t with box `block`: bounds per (batch, head)."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float8e4nv
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: dict,
+                      causal: bool, scale: float, config: Fp8GluonConfig | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(o, lse2) of validated fp8 inputs (flash_fp8._validate_fp8; v K-major) on sm_90."""
+    import torch
+
+    reason = fp8_gluon_reason(q, k, v, allow_v_copy=True)
+    if reason:
+        raise ValueError(f"the Gluon fp8 forward cannot run these inputs: {reason}")
+    head_dim = q.shape[-1]
+    cfg = config if config is not None else fp8_gluon_config(head_dim, causal)
+    if not isinstance(cfg, Fp8GluonConfig):
+        raise TypeError(f"config={cfg!r}: expected an Fp8GluonConfig")
+    if cfg.smem_bytes(head_dim) > SMEM_BYTES:
+        raise ValueError(
+            f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} "
+            f"bytes of shared memory, more than sm_90's {SMEM_BYTES}"
+        )
+    v = padded_v(v)
+    batch, heads_q, seq_q, _ = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    o = torch.empty(q.shape, device=q.device, dtype=torch.bfloat16)
+    lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    vt = v.transpose(-1, -2)  # (B, H, D, S) view of V's K-major storage, unit last stride
+    descs = (
+        _descriptor(q, [1, 1, cfg.block_m, head_dim]),
+        _descriptor(k, [1, 1, cfg.block_n, head_dim]),
+        _descriptor(vt, [1, 1, head_dim, cfg.block_n]),
+        _descriptor(o, [1, 1, cfg.block_m, head_dim]),
+    )
+    from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
+
+    grid = (-(-seq_q // (2 * cfg.block_m)), batch * heads_q)
+    _fwd_fp8_ws[grid](
+        *descs, lse2, descales["q_descale"], descales["k_descale"], descales["v_descale"],
+        heads_q, heads_q // heads_kv, seq_q, seq_k, float(scale) * 1.4426950408889634,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
+        CAUSAL=bool(causal), PINGPONG=cfg.pingpong, EMU=cfg.emu,
+        PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, num_warps=4,
+    )  # fmt: skip
+    return o, lse2

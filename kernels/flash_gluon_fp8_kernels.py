@@ -1,0 +1,377 @@
+"""The warp-specialised FP8 (e4m3) Gluon forward for sm_90 (issue 21, part 3): the
+`@gluon.jit` kernel. Host side: kernels/flash_gluon_fp8.py.
+
+The schedule of the bf16 "ws" kernel (kernels/flash_gluon_ws.py): a producer warp streams
+K and Vᵀ through a STAGES-deep TMA ring (its own ready/empty mbarriers per tile), two
+consumer warpgroups own 64 query rows each, issue S_j = Q K_jᵀ and O += P_{j−1} V_{j−1}
+back to back, wait for S_j only and compute softmax(S_j) while PV runs; with PINGPONG a
+pair of mbarriers passes the turn to issue wgmma between the two consumers.
+
+What fp8 changes:
+- Both wgmma B operands must be K-major. K's (keys, D) rows already are for QKᵀ. For PV
+  the reduction runs over the keys, so V comes from its K-major storage (B, H, D, S)
+  (flash_fp8.fp8_v_layout): the ring holds (D, BLOCK_N) tiles of Vᵀ and PV reads the
+  transposed view (BLOCK_N, D) of each, whose contiguous dimension is the reduction.
+- P is shifted into e4m3's range as in the `tl` fp8 kernel (flash_kernels_fp8.py):
+  p = exp2(s·c − m·c + 8) ∈ [0, 256], the row maximum exactly 256; l sums the same fp32
+  p, so the 2⁸ cancels in acc / l and lse2 subtracts 8. P is rounded to e4m3 in
+  registers and converted to wgmma's A-operand layout (k_width 4 for 8-bit operands).
+- The descales: c = q_descale · k_descale · scale · log2 e (read from device memory, no
+  host sync) is the one exp2 constant; v_descale / l scales O in the epilogue.
+- O is bf16: its own shared-memory tile per consumer (Q's fp8 tile is half its size),
+  stored by TMA, clipped at seq_q.
+- EMU: with fp8 matmuls twice as fast, the softmax's exp2 (the MUFU unit, 16 per clock
+  per SM) is as slow as the matmuls of a 64 × 128 tile at head_dim 128. EMU = 2 computes
+  every second exponential on the FMA pipes instead (FlashAttention-4's idea): 2^x =
+  2^round(x) · poly(x − round(x)), a degree-3 polynomial (relative error 1.0e-4, fitted
+  here with 2^0 = 1 exact so the row maximum stays exactly 256) and the integer part
+  added into the exponent bits; x is clamped at −127 first, where the result is exactly
+  0 (masked scores: −inf). EMU = 4: one in four.
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout, _program
+
+# P's shift: exp2(s − m + P_EXP) ∈ [0, 256] (e4m3's largest finite value is 448).
+P_EXP = gl.constexpr(8.0)
+
+
+def _emulated_exp2(dst: str, src: str) -> str:
+    """PTX for dst = 2^src on the FMA/ALU pipes (see the module docstring); the constants
+    are fp32 bit patterns: −127, 1.5·2²³ (adding it rounds to an integer held in the low
+    mantissa bits), and the polynomial's coefficients c1, c2, c3 (c0 = 1)."""
+    return (
+        f"max.ftz.f32 %t, {src}, 0fC2FE0000; "
+        "add.rn.f32 %j, %t, 0f4B400000; "
+        "sub.rn.f32 %f, %j, 0f4B400000; "
+        "sub.rn.f32 %f, %t, %f; "
+        "fma.rn.f32 %p, %f, 0f3D6150EE, 0f3E78061A; "
+        "fma.rn.f32 %p, %p, %f, 0f3F317AFD; "
+        "fma.rn.f32 %p, %p, %f, 0f3F800000; "
+        "shl.b32 %e, %j, 23; "
+        f"add.s32 {dst}, %p, %e; "
+    )
+
+
+_DECL = "{ .reg .b32 %t, %j, %f, %p, %e; "
+# pack 2: $0 on the MUFU, $1 emulated; pack 4: $0-$2 on the MUFU, $3 emulated
+EXP2_HALF = gl.constexpr(_DECL + "ex2.approx.ftz.f32 $0, $2; " + _emulated_exp2("$1", "$3") + "}")
+EXP2_QUARTER = gl.constexpr(
+    _DECL
+    + "ex2.approx.ftz.f32 $0, $4; ex2.approx.ftz.f32 $1, $5; ex2.approx.ftz.f32 $2, $6; "
+    + _emulated_exp2("$3", "$7")
+    + "}"
+)
+
+
+@gluon.jit
+def _exp2(x, EMU: gl.constexpr):
+    """2^x, with every EMU-th element computed on the FMA pipes (EMU 0: all on the MUFU)."""
+    if EMU == 2:
+        return gl.inline_asm_elementwise(
+            EXP2_HALF, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=True, pack=2
+        )
+    elif EMU == 4:
+        return gl.inline_asm_elementwise(
+            EXP2_QUARTER, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True, pack=4
+        )
+    else:
+        return gl.exp2(x)
+
+
+@gluon.jit
+def _kv_bounds(row0, rows: gl.constexpr, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """(n_full, n_end) for query rows [row0, row0 + rows): key blocks [0, n_full) are seen
+    whole by every row, [n_full, n_end) need the mask. (flash_gluon_kernels' helper,
+    copied: that module is being extended with issue 19's variants.)"""
+    n_blocks = gl.cdiv(seq_k, BLOCK_N)
+    if CAUSAL:
+        diag = seq_k - seq_q
+        n_end = gl.minimum(gl.maximum(gl.cdiv(row0 + rows + diag, BLOCK_N), 0), n_blocks)
+        n_full = gl.minimum(gl.maximum((row0 + diag + 1) // BLOCK_N, 0), seq_k // BLOCK_N)
+    else:
+        n_end = n_blocks
+        n_full = seq_k // BLOCK_N
+    n_full = gl.minimum(n_full, n_end)
+    return n_full, n_end
+
+
+@gluon.jit
+def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+          layout: gl.constexpr):  # fmt: skip
+    """Scores of keys past seq_k (and, causal, past each row's diagonal) set to −inf."""
+    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    keep = gl.expand_dims(cols < seq_k, 0)
+    if CAUSAL:
+        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + (seq_k - seq_q), 1))
+    return gl.where(keep, s, float("-inf"))
+
+
+@gluon.jit
+def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr):
+    """One online-softmax step with P shifted by P_EXP and rounded to e4m3 as PV's register
+    A operand: (m_new, alpha, l_new, p)."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
+    m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
+    p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), EMU)
+    alpha = gl.exp2(m_i * qk_scale - m_scaled)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    return m_new, alpha, l_new, p_op
+
+
+@gluon.jit
+def _producer(descs, smem, bars, coords):
+    """One warp: both Q tiles, then K_j and Vᵀ_j into ring slot j % STAGES."""
+    q_desc, k_desc, vt_desc = descs
+    q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
+    q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
+    b, h, hk, row0, n_end = coords
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    for c in gl.static_range(2):
+        mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
+        )
+    for j in range(n_end):
+        slot = j % STAGES
+        phase = (j // STAGES) & 1
+        # a fresh mbarrier counts as having completed the phase before 0
+        mbarrier.wait(k_empty.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot)
+        )
+        mbarrier.wait(v_empty.index(slot), phase ^ 1)
+        mbarrier.expect(v_ready.index(slot), vt_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            vt_desc, [b, hk, 0, j * BLOCK_N], v_ready.index(slot), vt_bufs.index(slot)
+        )
+
+
+@gluon.jit
+def _qk(q2, k_bufs, g, s_zero):
+    """S = Q Kᵀ issued asynchronously on the K tile in ring slot g % STAGES."""
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    k_t = k_bufs.index(g % STAGES).reshape([k_bufs.shape[3], k_bufs.shape[4]]).permute((1, 0))
+    return warpgroup_mma(q2, k_t, s_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _pv(p, vt_bufs, v_ready, g, acc):
+    """O += P V issued asynchronously once Vᵀ of ring index g has landed; V is the
+    (BLOCK_N, D) view of the (D, BLOCK_N) tile: K-major, as fp8 wgmma requires."""
+    STAGES: gl.constexpr = vt_bufs.shape[0]
+    mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+    v = vt_bufs.index(g % STAGES).reshape([vt_bufs.shape[3], vt_bufs.shape[4]]).permute((1, 0))
+    return warpgroup_mma(p, v, acc, is_async=True)
+
+
+@gluon.jit
+def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
+          ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+          EMU: gl.constexpr):  # fmt: skip
+    """Key block j ≥ 1 (ring index g, turn j − 1): returns the new (acc, m_i, l_i, p)."""
+    k_bufs, vt_bufs = smem[1], smem[2]
+    k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
+    seq_q, seq_k, qk_scale = scalars
+    BLOCK_M: gl.constexpr = q2.shape[0]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    HEAD_DIM: gl.constexpr = k_bufs.shape[4]
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, 8)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
+    if PINGPONG:
+        # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier
+        mbarrier.wait(turn.index(ME), (j + ME) & 1)
+    s = _qk(q2, k_bufs, g, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
+    acc = _pv(p, vt_bufs, v_ready, g - 1, acc)
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - ME), count=1)
+    s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
+    mbarrier.arrive(k_empty.index(g % STAGES), count=1)
+    if j >= n_full:
+        s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
+    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM, 4, 8), EMU)
+    # P (8-bit) cannot be a dependency of the wait in triton 3.6 ("Unexpected bitwidth in
+    # WGMMAWaitGroupOp: 8"); ptxas keeps a wgmma's register operands until its wait
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(v_empty.index((g - 1) % STAGES), count=1)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return acc, m_i, l_i, p_next
+
+
+@gluon.jit
+def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.constexpr,
+          PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+    """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i)."""
+    k_bufs, vt_bufs = smem[1], smem[2]
+    k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
+    seq_q, seq_k, qk_scale = scalars
+    BLOCK_M: gl.constexpr = q2.shape[0]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    HEAD_DIM: gl.constexpr = k_bufs.shape[4]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, 8)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    if n_end > 0:
+        # block 0: S_0 and its softmax, nothing to overlap with yet
+        mbarrier.wait(k_ready.index(0), 0)
+        s = _qk(q2, k_bufs, 0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
+        s = warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(k_empty.index(0), count=1)
+        if 0 >= n_full:
+            s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
+        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM, 4, 8), EMU)
+        for j in range(1, n_end):
+            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full,
+                                     scalars, ME, CAUSAL, PINGPONG, EMU)  # fmt: skip
+        last = n_end - 1
+        acc = _pv(p, vt_bufs, v_ready, last, acc)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
+    """O = acc · v_descale / l in bf16 through the consumer's O tile and a TMA store
+    clipped at seq_q; lse2 = m·c + log2(l) − P_EXP, +inf where a row saw no key."""
+    o_desc, lse_ptr = out
+    b, h, bh, row0 = coords
+    seq_q, qk_scale = scalars
+    BLOCK_M: gl.constexpr = o_tile.shape[2]
+    HEAD_DIM: gl.constexpr = o_tile.shape[3]
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_o = gl.convert_layout(l_i, row_layout)
+    empty = l_o == 0.0
+    l_safe = gl.where(empty, 1.0, l_o)
+    o = acc * gl.expand_dims(v_descale / l_safe, 1)
+    o_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(gl.bfloat16))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile)
+    m_o = gl.convert_layout(m_i, row_layout)
+    lse2 = gl.where(empty, float("inf"), m_o * qk_scale + gl.log2(l_safe) - P_EXP)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    gl.store(lse_ptr + bh * seq_q + rows, lse2, mask=rows < seq_q)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
+    q_smem, o_smem = smem[0], smem[3]
+    b, h, bh, row0, n_end = coords
+    seq_q, seq_k, sm_scale_log2 = scalars
+    q_descale_ptr, k_descale_ptr, v_descale_ptr = descales
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    HEAD_DIM: gl.constexpr = q_smem.shape[4]
+    qk_scale = gl.load(q_descale_ptr) * gl.load(k_descale_ptr) * sm_scale_log2
+    my_row0 = row0 + ME * BLOCK_M
+    mbarrier.wait(bars[0].index(ME), 0)
+    q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _tile(q2, smem, bars, my_row0, n_end, (seq_q, seq_k, qk_scale), ME, CAUSAL,
+                          PINGPONG, EMU)  # fmt: skip
+    _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
+              gl.load(v_descale_ptr))  # fmt: skip
+
+
+@gluon.jit
+def _consumer0(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU)
+
+
+@gluon.jit
+def _consumer1(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU)
+
+
+@gluon.jit
+def _alloc_bars(STAGES: gl.constexpr):
+    """Q (one per consumer), K/V ready (the producer's expect) and empty (one arrival per
+    consumer), and the ping-pong turn. (flash_gluon_ws' helper for two consumers.)"""
+    layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    for c in gl.static_range(2):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    return q_bars, k_ready, k_empty, v_ready, v_empty, turn
+
+
+@gluon.jit
+def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_descale_ptr,
+                v_descale_ptr, heads_q, group, seq_q, seq_k, sm_scale_log2,
+                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                EMU: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr):  # fmt: skip
+    """A CTA: 2·BLOCK_M query rows of one (batch, q head); 12 warps (the default
+    partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e, before the descales."""
+    gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
+    b, h, hk, bh = _program(heads_q, group)
+    pid = gl.program_id(0)
+    if CAUSAL:  # heaviest tiles first
+        pid = gl.num_programs(0) - 1 - pid
+    row0 = pid * (2 * BLOCK_M)
+    # both consumers step through the keys of the CTA's last row (the first masks its
+    # extra diagonal block): they share every K/V tile and release it once each
+    _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    fp8: gl.constexpr = gl.float8e4nv
+    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    bars = _alloc_bars(STAGES)
+    # the argument tuples are written inline: an assignment would turn constexprs in
+    # them into tensors (triton 3.6's code generator)
+    gl.warp_specialize(
+        [
+            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+                          (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU)),
+            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+                          (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU)),
+            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+                         (b, h, hk, row0, n_end))),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
