@@ -160,9 +160,10 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
 
 
 # Where the Gluon fp8 kernel is the automatic choice: head_dim -> the shortest key length
-# from which it runs (not measured on the H200 yet: tools/gpu/fp8_gluon_check.py times it
-# beside the `tl` fp8 kernel). Other head dims stay on `tl` unless forced.
-_PAYS_FROM_SEQ_K = {128: 1024, 64: 1024}
+# from which it measured faster than the `tl` fp8 kernel on the H200. Empty until
+# tools/gpu/fp8_gluon_check.py has timed it: until then `auto` keeps the `tl` fp8 kernel
+# and forward="gluon" runs this one.
+_PAYS_FROM_SEQ_K: dict[int, int] = {}
 # FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
 _UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_persistent", "gluon_consumers",
                        "gluon_q_buffers")  # fmt: skip

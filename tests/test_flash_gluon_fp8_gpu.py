@@ -79,7 +79,8 @@ def test_gpu_every_candidate_meets_the_fp8_rule(role, shape):
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_dispatch_takes_gluon_and_agrees_with_the_rule(causal):
+def test_gpu_dispatch_takes_gluon_and_agrees_with_the_rule(causal, monkeypatch):
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
     shape = (1, 8, 2, 1536, 1536, 128, causal)
     quantised = _inputs(*shape[:6], "cuda", seed=7)
     (q8, _), (k8, _), (v8, _) = quantised
@@ -112,9 +113,10 @@ def test_gpu_forced_gluon_pads_an_unaligned_v_and_the_rule_fails_a_wrong_output(
 
 @pytest.mark.gpu
 @needs_sm90
-def test_gpu_adapter_backend_names_the_gluon_kernel():
+def test_gpu_adapter_backend_names_the_gluon_kernel(monkeypatch):
     from fa_bench.kernels import flash_fp8_impl
 
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
     shape = (1, 4, 4, 4096, 4096, 128, False)
     quantised = _inputs(*shape[:6], "cuda", seed=11)
     (q8, _), (k8, _), (v8, _) = quantised
