@@ -18,6 +18,10 @@ layout is copied into it on every call, so a caller that times the kernel prepar
 Descales: fp32 tensors of one element (per-tensor scaling) on q's device, read by the
 kernel from device memory (no host sync). Per-head descales (FlashAttention-3's
 (batch, heads_kv) form) are not taken.
+
+Two kernels: the `tl` one (kernels/flash_kernels_fp8.py, any GPU from sm_89 and the
+interpreter) and, on sm_90 with triton 3.6's Gluon, the warp-specialised Gluon one
+(kernels/flash_gluon_fp8.py); `fp8_kernel_choice` says which a call runs.
 """
 
 from __future__ import annotations
