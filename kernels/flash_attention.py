@@ -167,6 +167,10 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig, variant: Var
     """(o, lse2) of a (B, H, S, D) call; a packed batch comes as (1, H, T, D) views with
     `variant.varlen` (lse2 is then (1, H, T), flash-attn's (H, T))."""
     gluon = flash_dispatch.gluon_choice(q, k, v, causal, cfg, variant)
+    if gluon is not None and variant is not None:  # issue 19's variants in Gluon
+        from fa_bench.kernels import flash_gluon_varhost
+
+        return flash_gluon_varhost.variant_forward(q, k, v, causal, scale, gluon, variant)
     if gluon is not None:  # sm_90, no variant: the warp-specialised Gluon kernel
         return flash_gluon.gluon_forward(q, k, v, causal, scale, gluon)
     batch, heads_q, seq_q, head_dim = q.shape

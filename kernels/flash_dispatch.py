@@ -4,8 +4,9 @@
 `FlashConfig.forward` decides: "auto" (the default) takes the Gluon kernel where it can
 run the inputs (`gluon_reason`) and measured faster than the `tl` kernel on the H200
 (`gluon_preferred`); "gluon" forces it (a ValueError says why it cannot run); "tl" forces
-the `tl` kernel. The Gluon kernel has none of issue 19's variants (windows, ALiBi,
-softcap, packed batches), so a call with one runs the `tl` kernel under "auto".
+the `tl` kernel. Issue 19's variants (windows, ALiBi, softcap, packed batches) take
+the Gluon "ws" kernel by the same rule (on the longest sequence's key length;
+kernels/flash_gluon_varhost.py), the `tl` kernel elsewhere.
 
 The choice is a pure function of the inputs' shapes, dtypes, strides and device and of
 the config, so the benchmark adapter names the kernel that will run before timing it
@@ -24,22 +25,26 @@ from fa_bench.kernels.flash_config import FlashConfig
 
 if TYPE_CHECKING:
     from fa_bench.kernels.flash_gluon import GluonConfig
+    from fa_bench.kernels.flash_validate import Variant
 
 
-def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig, variant: object = None
-                 ) -> GluonConfig | None:  # fmt: skip
+def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig,
+                 variant: Variant | None = None) -> GluonConfig | None:  # fmt: skip
     """The Gluon config this forward runs with, or None for the `tl` kernel."""
     if cfg.forward == "tl":
         return None
     from fa_bench.kernels import flash_gluon
 
-    if variant is not None:
+    if variant is not None:  # issue 19's variants: the "ws" kernel (flash_gluon_varhost)
+        from fa_bench.kernels import flash_gluon_varhost as vh
+
+        reason = flash_gluon.gluon_reason(q, k, v, causal) or vh.variant_reason(variant)
         if cfg.forward == "gluon":
-            raise ValueError(
-                "FlashConfig(forward='gluon'): the Gluon forward has no windows, ALiBi, "
-                "softcap or packed batches; use forward='auto' or 'tl' for this call"
-            )
-        return None
+            if reason:
+                raise ValueError(f"FlashConfig(forward='gluon') cannot run this call: {reason}")
+        elif reason or not vh.variant_preferred(k, q.shape[-1], variant):
+            return None
+        return vh.variant_config(_resolved(cfg, q.shape[-1], causal), q.shape[-1])
     if cfg.forward == "gluon":
         reason = flash_gluon.gluon_reason(q, k, v, causal)
         if reason:

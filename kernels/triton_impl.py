@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from fa_bench.kernels.flash_config import (
 from fa_bench.registry import Prepared, register
 from fa_bench.run.variant_inputs import cu_seqlens
 from fa_bench.sweep import tuning
+
+if TYPE_CHECKING:
+    from fa_bench.kernels.flash_validate import Variant
 
 
 def _variants(case: Case) -> list[str]:
@@ -140,11 +144,31 @@ def _forward_named(label: str, case: Case, config: FlashConfig, q, k, v) -> str:
     from fa_bench.sweep.vocab import label as tile_label
     from fa_bench.sweep.vocab import mode_fields
 
-    if case.mode.value == "bwd" or case.is_variant:
+    if case.mode.value == "bwd":
         return label
-    gluon = flash_dispatch.gluon_choice(q, k, v, case.causal, config)
+    variant = _case_variant(case, q, k) if case.is_variant else None
+    gluon = flash_dispatch.gluon_choice(q, k, v, case.causal, config, variant)
     tl_fwd = tile_label(mode_fields(config, "fwd"))
     return label.replace(tl_fwd, flash_dispatch.forward_label(gluon, tl_fwd), 1)
+
+
+def _case_variant(case: Case, q: torch.Tensor, k: torch.Tensor) -> Variant | None:
+    """The kernels' Variant of a variant case, as flash_attention(_varlen) builds it from
+    _variant_fn's arguments: what the dispatch decides a variant's kernel by."""
+    from fa_bench.kernels.flash_validate import Varlen, make_variant
+
+    slopes = None
+    if case.alibi:
+        slopes = torch.tensor(alibi_slopes(case.heads_q), dtype=torch.float32, device=q.device)
+    batch, seq_q, seq_k, varlen = q.shape[0], q.shape[2], k.shape[2], None
+    if case.varlen:  # the packed (1, H, T, D) case: its documents
+        cu, longest = cu_seqlens(case, q.device), max(case.sequence_lengths())
+        varlen = Varlen(cu, cu, longest, longest)
+        batch, seq_q, seq_k = varlen.batch, longest, longest
+    window = (case.window_left, case.window_right)
+    return make_variant(q, causal=case.causal, window=window, alibi_slopes=slopes,
+                        softcap=case.softcap, batch=batch, seq_q=seq_q, seq_k=seq_k,
+                        varlen=varlen)  # fmt: skip
 
 
 def _variant_fn(

@@ -15,6 +15,7 @@ from fa_bench.case import Case
 from fa_bench.kernels import flash_dispatch, flash_gluon, triton_impl
 from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_gluon import GluonConfig, gluon_config
+from fa_bench.kernels.flash_validate import Variant
 
 
 def _qkv(shape=(1, 2, 64, 64), device="cpu", dtype=torch.float16):
@@ -37,18 +38,22 @@ def test_gluon_forced_where_it_cannot_run_says_why():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"forward='gluon'.*(CUDA|INTERPRET)"):
         flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(forward="gluon"))
-    with pytest.raises(ValueError, match="no windows, ALiBi, softcap or packed batches"):
-        flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(forward="gluon"), object())
+    # a variant (issue 19) forced onto the Gluon kernel: the same reason
+    window = Variant(window=(4, 4))
+    with pytest.raises(ValueError, match=r"forward='gluon'.*(CUDA|INTERPRET)"):
+        flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(forward="gluon"), window)
 
 
-def test_auto_takes_gluon_where_preferred_and_never_for_a_variant(monkeypatch):
+def test_auto_takes_gluon_where_preferred_and_for_a_variant_by_the_same_rule(monkeypatch):
     q, k, v = _qkv(shape=(1, 2, 4096, 128))
     monkeypatch.setattr(flash_gluon, "gluon_preferred", lambda *a: True)
     monkeypatch.setattr(flash_gluon, "gluon_reason", lambda *a: None)
     for causal in (False, True):
         got = flash_dispatch.gluon_choice(q, k, v, causal, FlashConfig())
         assert got == gluon_config(128, causal)
-    assert flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(), object()) is None
+    # a variant runs the non-persistent "ws" kernel (tests/test_flash_gluon_var.py)
+    got = flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(), Variant(window=(4, 4)))
+    assert got is not None and got.variant == "ws" and not got.persistent
     monkeypatch.setattr(flash_gluon, "gluon_preferred", lambda *a: False)
     assert flash_dispatch.gluon_choice(q, k, v, False, FlashConfig()) is None
     assert flash_dispatch.gluon_choice(q, k, v, False, FlashConfig(forward="gluon")) is not None

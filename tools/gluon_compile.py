@@ -5,7 +5,10 @@ before a GPU run: each (config, dtype, head_dim, causal) is compiled by triton (
 stages up to PTX and the cubin run on the CPU) and ptxas reports registers and spills.
 Build against the H200's triton 3.6.0, installed aside:
 
-    PYTHONPATH=/tmp/tri36 python tools/gluon_compile.py [--json OUT] [--quick]
+    PYTHONPATH=/tmp/tri36 python tools/gluon_compile.py [--json OUT] [--quick] [--variants]
+
+`--variants` compiles the variant kernel (issue 19: window, softcap, ALiBi, packed,
+every combination, kernels/flash_gluon_var_ws.py) instead of the dense ones.
 
 Prints one line per combination (shared memory, registers, spills, or the error) and
 exits 1 if any combination that the heuristic or the check script uses failed to compile
@@ -31,7 +34,12 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from fa_bench.kernels import flash_gluon_kernels, flash_gluon_persist, flash_gluon_ws
+from fa_bench.kernels import (
+    flash_gluon_kernels,
+    flash_gluon_persist,
+    flash_gluon_var_ws,
+    flash_gluon_ws,
+)
 from fa_bench.kernels.flash_gluon import (
     HEAD_DIMS,
     GluonConfig,
@@ -96,6 +104,45 @@ def compile_one(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> ob
     return triton.compile(source, target=TARGET, options={"num_warps": warps})
 
 
+# The variant kernel's runtime arguments: (name, type, the VAR bit that uses it); an
+# argument whose bit is off is None (a constexpr), as flash_gluon_varhost passes it.
+_VAR_ARGS = (
+    ("win_left", "i32", 1), ("win_right", "i32", 1), ("cap_mul", "fp32", 2),
+    ("slopes_ptr", "*fp32", 4), ("stride_slope_b", "i32", 4), ("alibi_mul", "fp32", 4),
+    ("cu_q", "*i32", 8), ("cu_k", "*i32", 8), ("o_ptr", "*{dtype}", 8),
+    ("stride_os", "i32", 8), ("stride_oh", "i32", 8),
+)  # fmt: skip
+# Every combination of window (1), softcap (2), ALiBi (4), packed (8).
+VAR_BITS = tuple(range(1, 16))
+
+
+def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:
+    """The compiled variant kernel (flash_gluon_var_ws._fwd_ws_var) for one combination;
+    `var` the VAR bits. A packed call has no O descriptor (masked pointer stores)."""
+    packed = bool(var & 8)
+    sig: dict[str, str] = dict(
+        q_desc=_desc(dtype, [1, 1, cfg.block_m, head_dim]),
+        k_desc=_desc(dtype, [1, 1, cfg.block_n, head_dim]),
+        v_desc=_desc(dtype, [1, 1, cfg.block_n, head_dim]),
+        o_desc="constexpr" if packed else _desc(dtype, [1, 1, cfg.block_m, head_dim]),
+        lse_ptr="*fp32", heads_q="i32", group="i32", seq_q="i32", seq_k="i32", sc="fp32",
+    )  # fmt: skip
+    consts: dict[str, object] = {"o_desc": None} if packed else {}
+    for name, kind, bit in _VAR_ARGS:
+        sig[name] = kind.format(dtype=dtype) if var & bit else "constexpr"
+        if not var & bit:
+            consts[name] = None
+    tiles = dict(
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
+        CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
+        CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers, VAR=var,
+    )  # fmt: skip
+    sig.update({name: "constexpr" for name in tiles})
+    consts.update(tiles)
+    source = GluonASTSource(fn=flash_gluon_var_ws._fwd_ws_var, signature=sig, constexprs=consts)
+    return triton.compile(source, target=TARGET, options={"num_warps": 4})
+
+
 def ptxas_info(ptx: str) -> dict[str, int]:
     """Registers per thread and spill bytes from `ptxas -v` on the kernel's PTX."""
     from triton.backends.nvidia.compiler import get_ptxas
@@ -121,21 +168,54 @@ def ptxas_info(ptx: str) -> dict[str, int]:
     }
 
 
-def grid(quick: bool) -> list[tuple[GluonConfig, str, int, bool]]:
-    """The combinations: `candidate_configs` (the heuristic's and the variants the GPU
-    check measures) for each dtype, head_dim and causal."""
+def grid(quick: bool, variants: bool = False) -> list[tuple[GluonConfig, str, int, bool, int]]:
+    """The combinations (config, dtype, head_dim, causal, VAR bits; 0 = the dense kernel):
+    `candidate_configs` (the heuristic's and the variants the GPU check measures) for each
+    dtype, head_dim and causal; with `variants`, the variant kernel's launch
+    (flash_gluon_varhost.variant_config of the heuristic's) for every VAR combination."""
+    from fa_bench.kernels.flash_gluon import gluon_config
+    from fa_bench.kernels.flash_gluon_varhost import variant_config
+
     combos = []
     dtypes = ("bf16",) if quick else ("bf16", "fp16")
     for dtype, head_dim, causal in itertools.product(dtypes, HEAD_DIMS, (False, True)):
+        if variants:
+            cfg = variant_config(gluon_config(head_dim, causal), head_dim)
+            combos += [(cfg, dtype, head_dim, causal, var) for var in VAR_BITS]
+            continue
         for cfg in candidate_configs(head_dim).values():
-            combos.append((cfg, dtype, head_dim, causal))
+            combos.append((cfg, dtype, head_dim, causal, 0))
     return combos
+
+
+def _compile_row(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> dict:
+    """One combination's result row: shared memory, registers, spills, or the error."""
+    row: dict[str, object] = dict(
+        config=cfg.label(), dtype=dtype, head_dim=head_dim, causal=causal, var=var
+    )
+    start = time.time()
+    try:
+        if var:
+            kernel = compile_variant(cfg, dtype, head_dim, causal, var)
+        else:
+            kernel = compile_one(cfg, dtype, head_dim, causal)
+        row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
+        row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
+        if not row["ok"]:
+            row["error"] = f"shared memory {kernel.metadata.shared} > {SMEM_LIMIT}"
+    except Exception as e:  # report every failure, then go on
+        row.update(ok=False, error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+    row["seconds"] = round(time.time() - start, 1)
+    return row
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true", help="bf16 only")
+    ap.add_argument(
+        "--variants", action="store_true", help="the variant kernel, every VAR combination"
+    )
     args = ap.parse_args()
     print(f"triton {triton.__version__}", flush=True)
     reason = version_reason(triton.__version__)
@@ -143,22 +223,8 @@ def main() -> int:
         print(f"{reason}: install it aside and run with PYTHONPATH set to it (see the docstring)")
         return 2
     rows, failed = [], 0
-    for cfg, dtype, head_dim, causal in grid(args.quick):
-        row: dict[str, object] = dict(
-            config=cfg.label(), dtype=dtype, head_dim=head_dim, causal=causal
-        )
-        start = time.time()
-        try:
-            kernel = compile_one(cfg, dtype, head_dim, causal)
-            row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
-            row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
-            if not row["ok"]:
-                row["error"] = f"shared memory {kernel.metadata.shared} > {SMEM_LIMIT}"
-        except Exception as e:  # report every failure, then go on
-            row.update(
-                ok=False, error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
-            )
-        row["seconds"] = round(time.time() - start, 1)
+    for cfg, dtype, head_dim, causal, var in grid(args.quick, args.variants):
+        row = _compile_row(cfg, dtype, head_dim, causal, var)
         failed += not row["ok"]
         rows.append(row)
         detail = (
@@ -169,7 +235,7 @@ def main() -> int:
         )
         print(
             f"{'ok  ' if row['ok'] else 'FAIL'} {cfg.label():28s} {dtype} d{head_dim} "
-            f"causal={int(causal)}: {detail}",
+            f"causal={int(causal)} var={var}: {detail}",
             flush=True,
         )
     if args.json:

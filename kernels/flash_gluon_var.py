@@ -1,0 +1,156 @@
+"""Issue 19's variants in the Gluon forward (sm_90): the `@gluon.jit` helpers.
+
+The variant kernel (kernels/flash_gluon_var_ws.py) is the warp-specialised kernel of
+kernels/flash_gluon_ws.py with these steps added; the dense kernels are left untouched,
+so their generated code is unchanged (tools/gluon_compile.py --fingerprint compares).
+
+Semantics (flash-attn's, as kernels/flash_kernels_variants.py): for query i and key j
+of one sequence (o = seq_k − seq_q), softcap c turns s = scale · q·k into c · tanh(s / c),
+ALiBi subtracts m_h · |i + o − j|, then key j is visible when
+i + o − left ≤ j ≤ i + o + right (the host turns −1 into seq_q + seq_k and causal into
+right = 0).
+
+Scores stay "raw" as in the dense kernel: the softmax computes exp2(s · sc − m · sc)
+with one runtime factor sc, so the variants only change what s and sc are:
+- dense / ALiBi only: s = q·k (− alibi_k · |i + o − j|), sc = scale · log2(e);
+- softcap: s = tanh(q·k · cap_mul) (− alibi_k · |i + o − j|), sc = c · log2(e), with
+  cap_mul = scale / c; tanh is the hardware's tanh.approx.f32 (one MUFU op);
+- alibi_k = m_h · log2(e) / sc: the ALiBi term costs one FADD (the distance, exact
+  small integers in fp32) and one FFMA per score.
+So lse2 = m · sc + log2(l) is the log2-domain log-sum-exp the `tl` backward expects.
+
+Packed batches (VARLEN): the tensors are (1, H, T, D) views of the packed (T, H, D)
+ones, so the dense kernel's 4-D TMA descriptors serve unchanged with row coordinates
+offset by each sequence's start; rows past a sequence's end read the next sequence's
+tokens (keys are masked to −inf past seq_k, query rows are never stored), and O leaves
+through masked pointer stores so no program writes another sequence's rows.
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
+
+# Bits of the variant kernel's VAR constexpr (constexpr globals: jit code may read them).
+WINDOW = gl.constexpr(1)
+SOFTCAP = gl.constexpr(2)
+ALIBI = gl.constexpr(4)
+VARLEN = gl.constexpr(8)
+
+
+@gluon.jit
+def _window_bounds(row0, rows: gl.constexpr, seq_q, seq_k, win_left, win_right,
+                   BLOCK_N: gl.constexpr):  # fmt: skip
+    """Key blocks of query rows [row0, row0 + rows) under the window (left, right):
+    (lo, lo_full, hi_full, hi). Blocks outside [lo, hi) are seen by no row (never
+    loaded); [lo_full, hi_full) are seen whole by every row (no mask); the rest of
+    [lo, hi) takes the mask. lo <= lo_full <= hi_full <= hi."""
+    diag = seq_k - seq_q
+    last = row0 + rows - 1
+    lo = gl.maximum(row0 + diag - win_left, 0) // BLOCK_N
+    hi = gl.minimum(gl.cdiv(gl.maximum(last + diag + win_right + 1, 0), BLOCK_N),
+                    gl.cdiv(seq_k, BLOCK_N))  # fmt: skip
+    hi = gl.maximum(hi, lo)
+    # every row sees [last + diag − left, row0 + diag + right] (and nothing past seq_k)
+    lo_full = gl.cdiv(gl.maximum(last + diag - win_left, 0), BLOCK_N)
+    hi_full = gl.minimum(gl.maximum(row0 + diag + win_right + 1, 0), seq_k) // BLOCK_N
+    lo_full = gl.minimum(gl.maximum(lo_full, lo), hi)
+    hi_full = gl.minimum(gl.maximum(hi_full, lo_full), hi)
+    return lo, lo_full, hi_full, hi
+
+
+@gluon.jit
+def _tanh(x):
+    """tanh.approx.f32: one MUFU op, relative error about 2^-11 (fp16/bf16 inputs only,
+    as the `tl` kernel's flash_validate.FAST_TANH)."""
+    return gl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _var_scores(s, rows, j, diag, cap_mul, alibi_k, BLOCK_N: gl.constexpr,
+                VAR: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """The softcap, then ALiBi, on the raw scores of key block j (see the module
+    docstring for the units)."""
+    if VAR & SOFTCAP:
+        s = _tanh(s * cap_mul)
+    if VAR & ALIBI:
+        # distances as exact small integers in fp32: no large intermediate to round
+        cols = (j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))).to(
+            gl.float32
+        )
+        pos = (rows + diag).to(gl.float32)
+        dist = gl.expand_dims(pos, 1) - gl.expand_dims(cols, 0)
+        s = s - alibi_k * gl.abs(dist)
+    return s
+
+
+@gluon.jit
+def _var_mask(s, rows, j, seq_q, seq_k, win_left, win_right, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, VAR: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """Scores of invisible keys set to −inf: past seq_k, and outside the window (or past
+    the causal diagonal without one)."""
+    cols = gl.expand_dims(j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout)), 0)
+    keep = cols < seq_k
+    pos = gl.expand_dims(rows + (seq_k - seq_q), 1)
+    if VAR & WINDOW:
+        keep = keep & (cols >= pos - win_left) & (cols <= pos + win_right)
+    elif CAUSAL:
+        keep = keep & (cols <= pos)
+    return gl.where(keep, s, float("-inf"))
+
+
+@gluon.jit
+def _needs_mask(j, lo_full, n_full, VAR: gl.constexpr):
+    """Whether key block j takes the mask: outside [lo_full, n_full) with a window, from
+    n_full on without one (as the dense kernel)."""
+    if VAR & WINDOW:
+        return (j < lo_full) | (j >= n_full)
+    else:
+        return j >= n_full
+
+
+@gluon.jit
+def _store_rows(o, o_ptr, row0, seq_q, q_start, h, stride_os, stride_oh,
+                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+    """O of rows [row0, row0 + BLOCK_M) of a packed sequence (starting at token q_start)
+    through pointer stores masked at the sequence's end: never another sequence's rows."""
+    rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    tok = (q_start + rows).to(gl.int64)
+    base = o_ptr + h.to(gl.int64) * stride_oh
+    ptrs = base + gl.expand_dims(tok * stride_os, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, o.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(rows < seq_q, 1))
+
+
+@gluon.jit
+def _var_epilogue(acc, m_i, l_i, sc, out, lse_base, h, row0, seq_q, q_start, q_tile,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VAR: gl.constexpr,
+                  o_layout: gl.constexpr):  # fmt: skip
+    """O = acc / l and lse2 = m · sc + log2(l) (+inf and O = 0 where a row saw no key).
+    Dense-layout calls store O with a TMA copy clipped at seq_q; packed ones with
+    masked pointer stores."""
+    o_desc, lse_ptr, o_ptr, stride_os, stride_oh, b = out
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_o = gl.convert_layout(l_i, row_layout)
+    empty = l_o == 0.0
+    l_safe = gl.where(empty, 1.0, l_o)
+    o = acc / gl.expand_dims(l_safe, 1)
+    if VAR & VARLEN:
+        _store_rows(o, o_ptr, row0, seq_q, q_start, h, stride_os, stride_oh, BLOCK_M, HEAD_DIM,
+                    o_layout)  # fmt: skip
+    else:
+        q_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(o_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], q_tile)
+    m_o = gl.convert_layout(m_i, row_layout)
+    lse2 = gl.where(empty, float("inf"), m_o * sc + gl.log2(l_safe))
+    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    gl.store(lse_ptr + lse_base + rows, lse2, mask=rows < seq_q)
+    if not (VAR & VARLEN):
+        tma.store_wait(0)

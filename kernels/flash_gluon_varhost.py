@@ -1,0 +1,151 @@
+"""Host side of the Gluon forward's variants (issue 19): window, ALiBi, softcap and
+packed batches in the warp-specialised kernel (kernels/flash_gluon_var_ws.py).
+
+`variant_reason(variant)` says why the Gluon kernel cannot run a variant (None when it
+can: only a softcap whose tanh is not tanh.approx.f32 is refused), `variant_preferred`
+whether an automatic dispatch should take it, `variant_config` the launch it runs and
+`variant_forward` runs it, returning (o, lse2) with `flash_attention._forward`'s
+conventions, so the `tl` backward takes them unchanged. Like kernels/flash_gluon.py, it
+imports triton only when a kernel is launched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from fa_bench.kernels.flash_gluon import (
+    _PAYS_FROM_SEQ_K,
+    SMEM_BYTES,
+    GluonConfig,
+    _deepest,
+    gluon_reason,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from fa_bench.kernels.flash_validate import Variant
+
+_LOG2E = 1.4426950408889634
+# The VAR constexpr's bits (flash_gluon_var.WINDOW, SOFTCAP, ALIBI, VARLEN; a test checks).
+_WINDOW, _SOFTCAP, _ALIBI, _VARLEN = 1, 2, 4, 8
+
+
+def variant_bits(variant: Variant) -> int:
+    """The variant kernel's VAR constexpr for this variant (0 never: a variant has one)."""
+    bits = _WINDOW if variant.window is not None else 0
+    bits |= _SOFTCAP if variant.softcap > 0 else 0
+    bits |= _ALIBI if variant.slopes is not None else 0
+    return bits | (_VARLEN if variant.varlen is not None else 0)
+
+
+def variant_reason(variant: Variant) -> str | None:
+    """Why the Gluon kernel cannot run this variant (None if it can)."""
+    if variant.softcap > 0 and variant.tanh != 1:
+        return (
+            f"softcap with tanh mode {variant.tanh} (0 libdevice's, 2 bf16x2): the Gluon kernel "
+            "takes tanh.approx.f32 only (flash_validate.FAST_TANH on, PACKED_TANH off)"
+        )
+    return None
+
+
+def longest_keys(k: Any, variant: Variant) -> int:
+    """The longest sequence's key count: a packed batch's max_seqlen_k, else k's length."""
+    return variant.varlen.max_k if variant.varlen is not None else int(k.shape[2])
+
+
+def variant_preferred(k: Any, head_dim: int, variant: Variant) -> bool:
+    """Whether "auto" takes the Gluon kernel for a variant the kernel can run: the dense
+    rule (it measured faster than `tl` from these key lengths at this head_dim) on the
+    longest sequence."""
+    threshold = _PAYS_FROM_SEQ_K.get(head_dim)
+    return threshold is not None and longest_keys(k, variant) >= threshold
+
+
+def variant_config(cfg: GluonConfig, head_dim: int) -> GluonConfig:
+    """The launch a variant runs: the dense choice when it is the non-persistent "ws"
+    kernel; a persistent one without persistence (one Q buffer, the deepest ring that
+    then fits); the "pipelined" kernel (causal d64) becomes the plain "ws" launch (128-key
+    steps, 64 at d256, the deepest ring): the variants exist in the non-persistent "ws"
+    kernel only."""
+    if cfg.variant != "ws":
+        return _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
+    if cfg.persistent:
+        return _deepest(dataclasses.replace(cfg, persistent=False, q_buffers=1), head_dim)
+    return cfg
+
+
+def _kernel_args(variant: Variant, scale: float, o: torch.Tensor) -> tuple[float, dict]:
+    """(sc, the variant arguments): sc is the softmax's log2 factor (see
+    flash_gluon_var's docstring); arguments of a variant that is off are None."""
+    sc = variant.softcap * _LOG2E if variant.softcap > 0 else scale * _LOG2E
+    args: dict = dict.fromkeys(
+        ("win_left", "win_right", "cap_mul", "slopes_ptr", "stride_slope_b", "alibi_mul",
+         "cu_q", "cu_k", "o_ptr", "stride_os", "stride_oh")
+    )  # fmt: skip
+    if variant.window is not None:
+        args.update(win_left=variant.window[0], win_right=variant.window[1])
+    if variant.softcap > 0:
+        args["cap_mul"] = scale / variant.softcap
+    if variant.slopes is not None:
+        slopes = variant.slopes
+        args.update(slopes_ptr=slopes, stride_slope_b=slopes.stride(0), alibi_mul=_LOG2E / sc)
+    if variant.varlen is not None:
+        args.update(cu_q=variant.varlen.cu_q, cu_k=variant.varlen.cu_k, o_ptr=o,
+                    stride_os=o.stride(2), stride_oh=o.stride(1))  # fmt: skip
+    return sc, args
+
+
+def variant_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float,
+    cfg: GluonConfig,
+    variant: Variant,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse2) of a variant call on the Gluon kernel; a packed batch comes as (1, H, T,
+    D) views with `variant.varlen` (lse2 then (1, H, T)). ValueError naming what the
+    kernel cannot run."""
+    import torch
+
+    from fa_bench.kernels import flash_gluon_var_ws
+    from fa_bench.kernels.flash_gluon import _descriptor
+
+    reason = gluon_reason(q, k, v, causal) or variant_reason(variant)
+    if reason:
+        raise ValueError(f"variant_forward cannot run these inputs: {reason}")
+    if not isinstance(cfg, GluonConfig):
+        raise TypeError(f"cfg={cfg!r}: expected a GluonConfig")
+    if cfg.smem_bytes(q.shape[3]) > SMEM_BYTES:
+        raise ValueError(
+            f"cfg={cfg.label()} at head_dim={q.shape[3]} needs more shared memory than "
+            f"sm_90's {SMEM_BYTES} bytes"
+        )
+    if cfg.variant != "ws" or cfg.persistent:
+        raise ValueError(
+            f"config={cfg.label()}: the variants run in the non-persistent 'ws' kernel "
+            "(variant_config gives its launch)"
+        )
+    batch, heads_q, seq_q, head_dim = q.shape
+    o = torch.empty_like(q)  # keeps q's layout (a packed (T, H, D) view's too)
+    lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
+    sc, extra = _kernel_args(variant, scale, o)
+    packed = variant.varlen
+    o_desc = None if packed is not None else _descriptor(o, cfg.block_m)
+    rows = cfg.rows_per_cta
+    if packed is not None:  # query tiles on the slow axis: every sequence's heaviest first
+        grid = (packed.batch * heads_q, -(-packed.max_q // rows))
+    else:
+        grid = (-(-seq_q // rows), batch * heads_q)
+    flash_gluon_var_ws._fwd_ws_var[grid](
+        _descriptor(q, cfg.block_m), _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n),
+        o_desc, lse2, heads_q, heads_q // k.shape[1], seq_q, k.shape[2], sc, **extra,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
+        CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
+        CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers, VAR=variant_bits(variant),
+        num_warps=4,
+    )  # fmt: skip
+    return o, lse2

@@ -1,0 +1,487 @@
+"""Issue 19's variants in the Gluon forward on the H200: correctness, then speed.
+
+1. Correctness: every variant and combination through `flash_attention(...,
+   config=FlashConfig(forward="gluon"))` / `flash_attention_varlen` (the dispatch forced
+   to the Gluon kernel) against the float64 reference (fa_bench.run.variant_reference)
+   under the accuracy rule (o), the lse's empty rows and values, and our `tl` backward
+   run on the Gluon forward's (o, lse2) (gradients under the rule); bf16/fp16,
+   head_dim 64/128, GQA, Sq ≠ Sk, rows without keys, packed sequences of length 1.
+2. Speed: forward TFLOP/s over the attended pairs (fa_bench.variants.window_pairs;
+   triton.testing.do_bench, L2 flushed), bf16, 32 query / 8 KV heads, head_dim 128: a 4k
+   window causal at 2 × 32k, softcap 50 and ALiBi causal at 8 × 8k, a packed 16k-token
+   batch (uniform:256-3840, the variants suite's) against 8 × 2048 equal sequences;
+   each as the Gluon variant kernel ("gluon"), our `tl` variant kernel ("tl"), and
+   beside the dense Gluon kernel of the same shape; flex (torch.compile'd
+   flex_attention with a block mask) unless --no-flex or the time budget is spent.
+
+    python tools/gpu/variants_gluon.py [--no-flex] [--budget 100]
+
+Writes $OUT/variants_gluon.md and .json (OUT defaults to fa-bench-out/out). A developer
+tool, not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+
+import torch
+
+from fa_bench.kernels import FlashConfig, flash_attention, flash_attention_varlen
+from fa_bench.run.accuracy import _tensor_report
+from fa_bench.run.variant_reference import variant_attention
+from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
+
+GLUON, TL = FlashConfig(forward="gluon"), FlashConfig(forward="tl")
+# The checks' device and config: a CPU test runs them through the `tl` kernel in the
+# interpreter (tests/test_flash_gluon_var.py) to check this script's own plumbing.
+DEVICE = "cuda"
+CHECKED = GLUON
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _rand(shape, dtype, g):
+    return torch.randn(shape, generator=g, device=g.device).to(dtype)
+
+
+def _slopes(heads, batch=None):
+    s = torch.tensor(alibi_slopes(heads), dtype=torch.float32, device=DEVICE)
+    return (
+        s
+        if batch is None
+        else (s[None, :] * torch.linspace(0.5, 1.5, batch, device=DEVICE)[:, None]).contiguous()
+    )
+
+
+def _dense_check(dtype, d, b, hq, hk, sq, sk, grads=False, alibi="", **kw) -> dict:
+    """One dense-layout variant call against the float64 reference; alibi "h" for
+    (H,) slopes, "bh" for (B, H)."""
+    kw.setdefault("causal", False)
+    if alibi:
+        kw["alibi_slopes"] = _slopes(hq, b if alibi == "bh" else None)
+    g = torch.Generator(device=DEVICE).manual_seed(sq * 7 + sk)
+    q, k, v = (
+        _rand((b, hq, sq, d), dtype, g),
+        _rand((b, hk, sk, d), dtype, g),
+        _rand((b, hk, sk, d), dtype, g),
+    )
+    if grads:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    o, lse = flash_attention(q, k, v, config=CHECKED, return_lse=True, **kw)
+    do = torch.randn(o.shape, generator=g, device=DEVICE).to(dtype) if grads else None
+    ref = _reference([t.detach().double() for t in (q, k, v)], do, torch.float64, kw)
+    base = _reference([t.detach() for t in (q, k, v)], do, dtype, kw)
+    terms = sk
+    out = {"o": _tensor_report(o, o, ref.o, base.o, terms)}
+    if grads:
+        got = torch.autograd.grad(o, (q, k, v), do)
+        for name, x, r, bb in zip(
+            ("dq", "dk", "dv"),
+            got,
+            (ref.dq, ref.dk, ref.dv),
+            (base.dq, base.dk, base.dv),
+            strict=True,
+        ):
+            out[name] = _tensor_report(x, x, r, bb, terms)
+    return _lse(out, lse, ref.lse, base.lse)
+
+
+def _reference(qkv: list, do, dtype, kw: dict):
+    """variant_attention in `dtype`; (B, H) slopes one batch element at a time (the
+    reference takes (H,) slopes)."""
+    slopes = kw.get("alibi_slopes")
+    do = None if do is None else do.to(dtype)
+    if slopes is None or slopes.dim() == 1:
+        return variant_attention(*qkv, do=do, **kw)
+    parts = []
+    for b in range(qkv[0].shape[0]):
+        one = dict(kw, alibi_slopes=slopes[b])
+        d_b = None if do is None else do[b : b + 1]
+        parts.append(variant_attention(*(t[b : b + 1] for t in qkv), do=d_b, **one))
+    return type(parts[0])(
+        *(None if p[0] is None else torch.cat(list(p)) for p in zip(*parts, strict=True))
+    )
+
+
+def _lse(out: dict, lse: torch.Tensor, ref: torch.Tensor, base: torch.Tensor) -> dict:
+    """The lse: the same empty rows (-inf) as the reference, the others within twice the
+    same-dtype baseline's error (the accuracy rule's form) plus 1e-4."""
+    same_inf = bool(torch.equal(torch.isinf(lse), torch.isinf(ref)))
+    fin = torch.isfinite(ref)
+    err = (lse[fin].double() - ref[fin]).abs().max().item() if fin.any() else 0.0
+    base_err = (base[fin].double() - ref[fin]).abs().max().item() if fin.any() else 0.0
+    out["lse"] = {
+        "passed": same_inf and err <= 2 * base_err + 1e-4,
+        "max_abs_err": err,
+        "baseline_max_abs_err": base_err,
+        "empty_rows": int((~fin).sum()),
+    }
+    return out
+
+
+def _varlen_check(dtype, d, lens_q, lens_k, hq, hk, alibi=False, **kw) -> dict:
+    kw.setdefault("causal", False)
+    g = torch.Generator(device=DEVICE).manual_seed(sum(lens_q) + len(lens_k))
+    tq, tk = sum(lens_q), sum(lens_k)
+    q, k, v = (
+        _rand((tq, hq, d), dtype, g),
+        _rand((tk, hk, d), dtype, g),
+        _rand((tk, hk, d), dtype, g),
+    )
+    cum = lambda ls: torch.tensor([0, *itertools_acc(ls)], dtype=torch.int32, device=DEVICE)  # noqa: E731
+    cq, ck = cum(lens_q), cum(lens_k)
+    slopes = _slopes(hq, len(lens_q)) if alibi else None
+    # the output buffer's rows between sequences must stay untouched: the kernel allocates
+    # its own, so check every row against its own sequence's reference instead
+    o, lse = flash_attention_varlen(
+        q,
+        k,
+        v,
+        cq,
+        ck,
+        max(lens_q),
+        max(lens_k),
+        config=CHECKED,
+        alibi_slopes=slopes,
+        return_lse=True,
+        **kw,
+    )
+    refs, bases, lses, base_lses = [], [], [], []
+    for i in range(len(lens_q)):
+        rq, rk = slice(int(cq[i]), int(cq[i + 1])), slice(int(ck[i]), int(ck[i + 1]))
+        one = [t[r].transpose(0, 1).unsqueeze(0) for t, r in ((q, rq), (k, rk), (v, rk))]
+        s_b = None if slopes is None else slopes[i]
+        ref = variant_attention(*(t.double() for t in one), alibi_slopes=s_b, **kw)
+        base = variant_attention(*one, alibi_slopes=s_b, **kw)
+        refs.append(ref.o[0].transpose(0, 1))
+        bases.append(base.o[0].transpose(0, 1))
+        lses.append(ref.lse[0])
+        base_lses.append(base.lse[0])
+    ref_o, base_o = torch.cat(refs), torch.cat(bases)
+    out = {"o": _tensor_report(o, o, ref_o, base_o, max(lens_k))}
+    return _lse(out, lse, torch.cat(lses, dim=1), torch.cat(base_lses, dim=1))
+
+
+def itertools_acc(lengths):
+    total, out = 0, []
+    for n in lengths:
+        total += n
+        out.append(total)
+    return out
+
+
+def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
+    """(name, check function, args, kwargs) of every correctness check."""
+    dc, vc = _dense_check, _varlen_check
+    cases: list[tuple] = []
+    mixed = [1, 300, 1, 1000, 129, 64]
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for d in (128, 64):
+            p = f"{dname} d{d}"
+            cases += [
+                (
+                    f"{p} window (256,0) causal 2x4/2 1000",
+                    dc,
+                    (dt, d, 2, 4, 2, 1000, 1000),
+                    dict(causal=True, window=(256, -1)),
+                ),
+                (
+                    f"{p} window (100,50) 700x1300",
+                    dc,
+                    (dt, d, 1, 4, 1, 700, 1300),
+                    dict(window=(100, 50)),
+                ),
+                (
+                    f"{p} window (64,0) causal 1300x700 (empty rows)",
+                    dc,
+                    (dt, d, 1, 2, 1, 1300, 700),
+                    dict(causal=True, window=(64, -1)),
+                ),
+                (f"{p} window (0,0) 513", dc, (dt, d, 1, 2, 2, 513, 513), dict(window=(0, 0))),
+                (
+                    f"{p} softcap 50 causal 1000",
+                    dc,
+                    (dt, d, 2, 4, 2, 1000, 1000),
+                    dict(causal=True, softcap=50.0),
+                ),
+                (f"{p} softcap 5 700x1300", dc, (dt, d, 1, 4, 4, 700, 1300), dict(softcap=5.0)),
+                (
+                    f"{p} alibi causal 1000",
+                    dc,
+                    (dt, d, 2, 4, 2, 1000, 1000),
+                    dict(causal=True, alibi="h"),
+                ),
+                (
+                    f"{p} alibi (B,H) 1300x700",
+                    dc,
+                    (dt, d, 2, 4, 1, 1300, 700),
+                    dict(alibi="bh"),
+                ),
+                (
+                    f"{p} window (300,20) softcap 30 alibi 900x1100",
+                    dc,
+                    (dt, d, 2, 4, 2, 900, 1100),
+                    dict(window=(300, 20), softcap=30.0, alibi="h"),
+                ),
+                (
+                    f"{p} causal window 128 softcap alibi 1300x700",
+                    dc,
+                    (dt, d, 1, 4, 2, 1300, 700),
+                    dict(causal=True, window=(128, -1), softcap=30.0, alibi="h"),
+                ),
+                (f"{p} packed causal {mixed}", vc, (dt, d, mixed, mixed, 4, 2), dict(causal=True)),
+                (
+                    f"{p} packed Sq!=Sk causal",
+                    vc,
+                    (dt, d, [5, 1, 700, 200], [9, 1, 300, 1200], 4, 1),
+                    dict(causal=True),
+                ),
+                (
+                    f"{p} packed window (200,0) softcap 30 alibi",
+                    vc,
+                    (dt, d, mixed, mixed, 4, 2),
+                    dict(alibi="bh", causal=True, window=(200, -1), softcap=30.0),
+                ),
+                (
+                    f"{p} packed window (50,50)",
+                    vc,
+                    (dt, d, [64, 1, 513, 130], [64, 1, 513, 130], 2, 2),
+                    dict(window=(50, 50)),
+                ),
+            ]
+        cases += [
+            (
+                f"{dname} d128 grads window (256,0) causal",
+                dc,
+                (dt, 128, 1, 4, 2, 1000, 1000),
+                dict(grads=True, causal=True, window=(256, -1)),
+            ),
+            (
+                f"{dname} d128 grads softcap 50 alibi causal",
+                dc,
+                (dt, 128, 1, 4, 2, 1000, 1000),
+                dict(grads=True, causal=True, softcap=50.0, alibi="h"),
+            ),
+        ]
+    return cases
+
+
+def correctness(dtypes: tuple[str, ...]) -> list[dict]:
+    """Every check's row; a failure to run is a failed row with the error."""
+    rows = []
+    for name, fn, args, kw in _cases(dtypes):
+        try:
+            res = fn(*args, **kw)
+            rows.append(
+                {"check": name, "passed": all(r["passed"] for r in res.values()), "detail": res}
+            )
+        except Exception as e:  # a compile or launch failure is a result here
+            rows.append(
+                {"check": name, "passed": False, "error": f"{type(e).__name__}: {str(e)[-400:]}"}
+            )
+            traceback.print_exc()
+        print(("ok  " if rows[-1]["passed"] else "FAIL") + " " + name, flush=True)
+    return rows
+
+
+HQ, HKV, D = 32, 8, 128
+
+
+def _bench_qkv(b, n, g):
+    dt = torch.bfloat16
+    return _rand((b, HQ, n, D), dt, g), _rand((b, HKV, n, D), dt, g), _rand((b, HKV, n, D), dt, g)
+
+
+def _timed(fn) -> float:
+    from triton.testing import do_bench
+
+    fn()
+    torch.cuda.synchronize()
+    return do_bench(fn)
+
+
+def _flex(q, k, v, window=None, softcap=0.0, slopes=None, doc=None):
+    """A compiled flex_attention call with the block mask of the (causal) window or the
+    packed documents and the score_mod of the softcap / ALiBi."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    n = q.shape[2]
+
+    def mask(b, h, i, j):
+        keep = j <= i
+        if window is not None:
+            keep = keep & (i - j <= window)
+        if doc is not None:
+            keep = keep & (doc[i] == doc[j])
+        return keep
+
+    def score(s, b, h, i, j):
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        if slopes is not None:
+            s = s - slopes[h] * (i - j).abs()
+        return s
+
+    bm = create_block_mask(mask, None, None, n, n, device="cuda")
+    fx = torch.compile(flex_attention)
+    mod = score if (softcap or slopes is not None) else None
+    return lambda: fx(q, k, v, score_mod=mod, block_mask=bm, enable_gqa=True)
+
+
+def speed(flex: bool, deadline: float) -> Iterator[dict]:
+    """Forward TFLOP/s over the attended pairs of each shape and kernel, row by row (a
+    row that fails to run is a row with the error)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    slopes = _slopes(HQ)
+    specs = [
+        ("window 4096 causal", 2, 32768, dict(window=(4096, -1)), dict(window=4096)),
+        ("softcap 50 causal", 8, 8192, dict(softcap=50.0), dict(softcap=50.0)),
+        ("alibi causal", 8, 8192, dict(alibi_slopes=slopes), dict(slopes=slopes)),
+        ("packed", 0, 0, {}, {}),
+    ]
+    for name, b, n, kw, fkw in specs:
+        try:
+            if name == "packed":
+                row = _packed_speed(g, flex and time.time() < deadline)
+            else:
+                row = _shape_speed(g, name, b, n, kw, fkw, flex and time.time() < deadline)
+        except Exception as e:  # a launch failure is a result here
+            traceback.print_exc()
+            error = f"error {type(e).__name__}: {str(e)[:160]}"
+            row = {"variant": name, "shape": f"{b} x {n}", "gluon": error}
+        print(row, flush=True)
+        yield row
+
+
+def _tflops(flops: float, fn) -> float:
+    return flops / _timed(fn) / 1e9
+
+
+def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) -> dict:
+    """One (B, N) causal shape: the variant in each kernel and the dense Gluon kernel."""
+    q, k, v = _bench_qkv(b, n, g)
+    left = kw.get("window", (-1, -1))[0]
+    flops = 4.0 * window_pairs(n, n, True, left) * D * b * HQ
+    dense_flops = 4.0 * window_pairs(n, n, True) * D * b * HQ
+    row: dict = {"variant": name, "shape": f"{b} x {n}"}
+    row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
+    row["gluon"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=GLUON, **kw))
+    row["tl"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=TL, **kw))
+    if flex:
+        try:
+            row["flex"] = _tflops(flops, _flex(q, k, v, **fkw))
+        except Exception as e:
+            row["flex"] = f"error {type(e).__name__}: {str(e)[:120]}"
+    return row
+
+
+def _packed_speed(g, flex: bool) -> dict:
+    """16k tokens as 8 uniform:256-3840 documents against 8 x 2048 equal sequences."""
+    lens = list(varlen_lengths("uniform:256-3840", 8))
+    t = sum(lens)
+    q, k, v = (_rand((t, h, D), torch.bfloat16, g) for h in (HQ, HKV, HKV))
+    cu = torch.tensor([0, *itertools_acc(lens)], dtype=torch.int32, device="cuda")
+    flops = 4.0 * sum(window_pairs(n, n, True) for n in lens) * D * HQ
+    row: dict = {"variant": f"packed {t} tokens uniform:256-3840", "shape": f"{lens}"}
+    for label, cfg in (("gluon", GLUON), ("tl", TL)):
+
+        def fn(cfg: FlashConfig = cfg) -> object:
+            return flash_attention_varlen(
+                q, k, v, cu, cu, max(lens), max(lens), causal=True, config=cfg, check_values=False
+            )
+
+        row[label] = _tflops(flops, fn)
+    qe, ke, ve = _bench_qkv(8, 2048, g)
+    eq_flops = 4.0 * window_pairs(2048, 2048, True) * D * 8 * HQ
+    row["dense gluon"] = eq_flops / _timed(lambda: flash_attention(qe, ke, ve, causal=True)) / 1e9
+    if flex:
+        try:
+            doc = torch.repeat_interleave(
+                torch.arange(len(lens), device="cuda"), torch.tensor(lens, device="cuda")
+            )
+            four = [x.transpose(0, 1).unsqueeze(0) for x in (q, k, v)]
+            row["flex"] = flops / _timed(_flex(*four, doc=doc)) / 1e9
+        except Exception as e:
+            row["flex"] = f"error {type(e).__name__}: {str(e)[:120]}"
+    return row
+
+
+def _fmt(x) -> str:
+    return f"{x:.1f}" if isinstance(x, float) else str(x if x is not None else "")
+
+
+def _ratio(row: dict, a: str, b: str) -> str:
+    x, y = row.get(a), row.get(b)
+    return f"{x / y:.3f}" if isinstance(x, float) and isinstance(y, float) else ""
+
+
+def report(checks: list[dict], rows: list[dict]) -> str:
+    import triton
+
+    out = [
+        f"# Gluon forward variants ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        "",
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}",
+        "",
+        f"## Correctness: {sum(c['passed'] for c in checks)} / {len(checks)} passed",
+        "",
+    ]
+    for c in checks:
+        if not c["passed"]:
+            why = c.get("error") or json.dumps(c["detail"])[:600]
+            out.append(f"- FAIL {c['check']}: {why}")
+    out += [
+        "",
+        "## Forward TFLOP/s (attended pairs; bf16, 32/8 heads, D 128)",
+        "",
+        "| variant | B x N | gluon | tl | dense gluon | flex | gluon / dense | gluon / tl "
+        "| gluon / flex |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [_fmt(r.get(c)) for c in ("gluon", "tl", "dense gluon", "flex")]
+        cells += [_ratio(r, "gluon", c) for c in ("dense gluon", "tl", "flex")]
+        out.append(f"| {r['variant']} | {r['shape']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def _write(out_dir: str, checks: list[dict], rows: list[dict]) -> None:
+    with open(os.path.join(out_dir, "variants_gluon.json"), "w") as f:
+        json.dump({"checks": checks, "speed": rows}, f, indent=1, default=str)
+    with open(os.path.join(out_dir, "variants_gluon.md"), "w") as f:
+        f.write(report(checks, rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-flex", action="store_true", help="skip flex_attention")
+    ap.add_argument("--budget", type=float, default=100.0, help="seconds before flex is skipped")
+    ap.add_argument("--checks-only", action="store_true")
+    ap.add_argument(
+        "--dtypes", default="bf16,fp16", help="the checks' dtypes (each compiles its kernels)"
+    )
+    args = ap.parse_args()
+    start = time.time()
+    out_dir = os.environ.get("OUT", "fa-bench-out/out")
+    os.makedirs(out_dir, exist_ok=True)
+    checks = correctness(tuple(args.dtypes.split(",")))
+    print(f"checks: {time.time() - start:.0f} s", flush=True)
+    _write(out_dir, checks, [])  # the checks survive a later crash or timeout
+    rows: list[dict] = []
+    if not args.checks_only:
+        for row in speed(not args.no_flex, start + args.budget * 0.6):
+            rows.append(row)
+            _write(out_dir, checks, rows)
+    print(report(checks, rows))
+    print(f"total {time.time() - start:.0f} s")
+    return 0 if all(c["passed"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
