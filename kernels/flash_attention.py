@@ -299,6 +299,11 @@ def _backward(
             "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
             "packed batches; use deterministic=True (the default) for their gradients"
         )
+    from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
+
+    gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg)
+    if gluon is not None:  # sm_90, fp16/bf16, head_dim 64/128: the warp-specialised kernel
+        return flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, scale, gluon)
     return _backward_one_pass(do, q, k, v, o, lse2, causal, scale, cfg)
 
 

@@ -42,6 +42,8 @@ HEAD_DIM_MULTIPLE = 8
 MAX_HEAD_DIM = 256
 # FlashConfig.forward's values (kernels/flash_dispatch.py)
 FORWARD_KERNELS = ("auto", "tl", "gluon")
+# FlashConfig.backward's values: the kernel of the one-pass backward (deterministic=False)
+BACKWARD_KERNELS = ("tl", "gluon", "auto")
 
 
 def _is_pow2(x: int) -> bool:
@@ -85,11 +87,21 @@ class FlashConfig:
     gluon_persistent: bool | None = None
     gluon_consumers: int = 0
     gluon_q_buffers: int = 0
+    # Which kernel runs the one-pass backward (`deterministic=False`; issue 18): "tl" the
+    # `tl` kernel (flash_kernels_bwd1.py), "gluon" the warp-specialised Gluon kernel for
+    # sm_90 (kernels/flash_gluon_bwd.py; a ValueError says why it cannot run a call),
+    # "auto" the Gluon kernel where it can run, else `tl`. deterministic=True always runs
+    # the two-kernel backward.
+    backward: str = "tl"
 
     def __post_init__(self) -> None:
         if self.forward not in FORWARD_KERNELS:
             raise ValueError(
                 f"forward must be one of {', '.join(FORWARD_KERNELS)}, got {self.forward!r}"
+            )
+        if self.backward not in BACKWARD_KERNELS:
+            raise ValueError(
+                f"backward must be one of {', '.join(BACKWARD_KERNELS)}, got {self.backward!r}"
             )
         gluon_fields.check(self.__dict__)
         for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):

@@ -1,0 +1,274 @@
+"""Host side of the warp-specialised Gluon backward for sm_90 (issue 18).
+
+`gluon_bwd_reason(q, k, v, o, do, causal)` says why the Gluon backward cannot run these
+tensors (None when it can); `gluon_backward(do, q, k, v, o, lse2, causal, scale, config)`
+runs it on the forward's (o, lse2) (either forward's: lse2 is the log2-domain
+log-sum-exp, +inf for rows without keys) and returns (dq, dk, dv) in the layouts of
+q, k, v. Three launches: delta = rowsum(dO ∘ O) (the `tl` preprocessing kernel), the
+Gluon kernel (kernels/flash_gluon_bwd_kernels.py: dK, dV, and dQ shares reduce-added into
+a zeroed fp32 workspace), then dQ = scale · workspace in q's dtype (the one-pass
+backward's `tl` postprocessing kernel).
+
+fp16/bf16 and head_dim 64 or 128 only, on sm_90 with triton 3.6 (Gluon's API moves
+between releases); everything else (fp32, head_dim 256 or others, the CPU interpreter,
+the variants) keeps the `tl` backwards. Importing this module imports neither triton nor
+torch's CUDA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fa_bench.kernels import flash_gluon
+
+if TYPE_CHECKING:
+    import torch
+
+_LOG2E = 1.4426950408889634
+BWD_HEAD_DIMS = (64, 128)
+# setmaxnreg takes multiples of 8 from 24 to 256
+_MIN_REGS, _MAX_REGS = 24, 256
+# Rows per program of the tl pre/postprocessing kernels (as flash_attention's)
+_ROWS = 64
+# head_dim columns per dQ reduce-add (the kernel's 64 × 64 fp32 dQ chunks)
+DQ_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class GluonBwdConfig:
+    """Launch parameters of the Gluon backward.
+
+    block_m: query rows per step (64: one wgmma row tile of a warpgroup);
+    keys: keys per consumer warpgroup (64; a CTA holds 2 · keys);
+    stages: depth of the Q/dO ring in shared memory;
+    producer_regs / consumer_regs: per-thread registers of the producer's warpgroup and
+      of consumer 1 (consumer 0, the default partition, gets what is left of the 64K).
+    """
+
+    block_m: int = 64
+    keys: int = 64
+    stages: int = 2
+    producer_regs: int = 24
+    consumer_regs: int = 240
+
+    def __post_init__(self) -> None:
+        for name, valid in (("block_m", (64,)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in valid:
+                raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
+        for name in ("producer_regs", "consumer_regs"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value % 8
+                or not _MIN_REGS <= value <= _MAX_REGS
+            ):
+                raise ValueError(
+                    f"GluonBwdConfig.{name}={value!r}: expected a multiple of 8 in "
+                    f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
+                )
+
+    @property
+    def block_n(self) -> int:
+        """Keys per CTA."""
+        return 2 * self.keys
+
+    def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
+        """K and V of the CTA, the Q/dO ring (with its fp32 lse2/delta rows), each
+        consumer's dSᵀ tile (keys × block_m) and fp32 dQ staging tile (block_m × head_dim)."""
+        kv = 2 * self.block_n * head_dim * elem_bytes
+        ring = 2 * self.stages * self.block_m * (head_dim * elem_bytes + 4)
+        ds = 2 * self.keys * self.block_m * elem_bytes
+        dq = 2 * self.block_m * head_dim * 4
+        return kv + ring + ds + dq
+
+    def label(self) -> str:
+        return f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
+
+
+def _deepest(cfg: GluonBwdConfig, head_dim: int) -> GluonBwdConfig:
+    """`cfg` with the deepest Q/dO ring (up to 4 stages) that fits shared memory."""
+    for stages in (4, 3, 2, 1):
+        deeper = dataclasses.replace(cfg, stages=stages)
+        if deeper.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES:
+            return deeper
+    return dataclasses.replace(cfg, stages=1)
+
+
+def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
+    """The heuristic: FA3's Hopper tiles (128 keys per CTA in two consumers of 64, query
+    blocks of 64) with the deepest Q/dO ring that fits (d128: 2 stages, 209 KB; d64: 4,
+    146 KB). Not tuned on a GPU yet."""
+    del causal  # the same tiles for both, until measured otherwise
+    return _deepest(GluonBwdConfig(), head_dim)
+
+
+def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
+    """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
+    "ws-shallow" a ring one stage shallower (when it has two)."""
+    base = gluon_bwd_config(head_dim)
+    out = {"ws": base}
+    if base.stages > 1:
+        out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
+    return out
+
+
+def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool) -> str | None:
+    """Why the Gluon backward cannot run these tensors, or None if it can: the Gluon
+    forward's conditions (sm_90, triton 3.6, fp16/bf16, TMA alignment, no interpreter),
+    head_dim 64 or 128, and o and dO shaped and aligned like q."""
+    reason = flash_gluon.gluon_reason(q, k, v, causal)
+    if reason:
+        return reason
+    head_dim = q.shape[3]
+    if head_dim not in BWD_HEAD_DIMS:
+        return f"head_dim={head_dim}: the Gluon backward takes {BWD_HEAD_DIMS}"
+    for name, t in (("o", o), ("do", do)):
+        reason = flash_gluon._tensor_reason(name, t)
+        if reason:
+            return reason
+        if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            return f"{name} {tuple(t.shape)} {t.dtype} does not match q {tuple(q.shape)} {q.dtype}"
+    return None
+
+
+def backward_choice(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool, cfg: Any
+                    ) -> GluonBwdConfig | None:  # fmt: skip
+    """The Gluon launch a one-pass backward (`deterministic=False`) runs with, or None for
+    the `tl` kernel, by `cfg.backward` (a FlashConfig): "tl" never, "auto" where the
+    Gluon kernel can run, "gluon" always (ValueError naming why it cannot)."""
+    if cfg.backward == "tl":
+        return None
+    reason = gluon_bwd_reason(q, k, v, o, do, causal)
+    if reason and cfg.backward == "gluon":
+        raise ValueError(f"FlashConfig(backward='gluon') cannot run this backward: {reason}")
+    return None if reason else gluon_bwd_config(q.shape[-1], causal)
+
+
+def _descriptor(t: torch.Tensor, rows: int, cols: int = 0) -> Any:
+    """A 4-D TMA descriptor over (B, H, S, D) with a [1, 1, rows, cols or D] box: bounds
+    per head."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+    block = [1, 1, rows, cols or t.shape[3]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtypes[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def _tl_launchers() -> Any:
+    """kernels/flash_attention.py, the module (the package's attribute of that name is
+    the function): its launchers of the `tl` pre/postprocessing kernels."""
+    import importlib
+
+    return importlib.import_module("fa_bench.kernels.flash_attention")
+
+
+def row_layout() -> Any:
+    """The shared layout of the lse2/delta tiles ([1, rows] fp32, unswizzled: the kernel
+    reads each as a plain vector)."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+
+
+def tma_rows(t: torch.Tensor) -> torch.Tensor:
+    """(batch, heads, seq) fp32 as the 2-D (batch · heads, seq') tensor the kernel's row
+    descriptors read: a view when seq is a multiple of 4 and the rows are contiguous,
+    else a copy with seq zero-padded to one (TMA needs 16-byte row strides; the padding
+    is read only by rows past seq_q, whose Q and dO are zeros too)."""
+    import torch.nn.functional as F
+
+    flat = t.reshape(-1, t.shape[-1])
+    if flat.shape[1] % 4 or flat.stride(0) % 4 or flat.stride(1) != 1:
+        flat = F.pad(flat, (0, -flat.shape[1] % 4)).contiguous()
+    return flat
+
+
+def _row_descriptor(t: torch.Tensor, rows: int) -> Any:
+    """A 2-D TMA descriptor over `tma_rows(t)` with a [1, rows] box: bounds per head."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    flat = tma_rows(t)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [1, rows], row_layout())
+
+
+def _check_args(cfg: Any, causal: Any, scale: Any, head_dim: int) -> GluonBwdConfig:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal={causal!r}: expected a bool")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale={scale!r}: expected a positive float")
+    cfg = cfg if cfg is not None else gluon_bwd_config(head_dim, causal)
+    if not isinstance(cfg, GluonBwdConfig):
+        raise TypeError(f"config={cfg!r}: expected a GluonBwdConfig")
+    if cfg.smem_bytes(head_dim) > flash_gluon.SMEM_BYTES:
+        raise ValueError(
+            f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} "
+            f"bytes of shared memory, more than sm_90's {flash_gluon.SMEM_BYTES}: fewer stages"
+        )
+    return cfg
+
+
+def gluon_backward(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse2: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: GluonBwdConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel."""
+    import torch
+
+    reason = gluon_bwd_reason(q, k, v, o, do, causal)
+    if reason:
+        raise ValueError(f"gluon_backward cannot run these inputs: {reason}")
+    batch, heads_q, seq_q, head_dim = q.shape
+    if tuple(lse2.shape) != (batch, heads_q, seq_q) or lse2.dtype != torch.float32:
+        raise ValueError(
+            f"lse2 {tuple(lse2.shape)} {lse2.dtype}: expected ({batch}, {heads_q}, {seq_q}) "
+            "float32 (the forward's log2-domain lse)"
+        )
+    cfg = _check_args(config, causal, scale, head_dim)
+    fa = _tl_launchers()
+
+    delta = fa._preprocess(do, o, lse2.contiguous())
+    dq_ws = torch.zeros((batch, heads_q, seq_q, head_dim), device=q.device, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _launch(cfg, (q, k, v, do, dk, dv, dq_ws), lse2.contiguous(), delta, causal, float(scale))
+    dq = torch.empty_like(q)
+    fa._kernels().dq_post[(-(-seq_q // _ROWS), batch * heads_q)](
+        dq_ws, dq, *fa._strides(dq), heads_q, seq_q, float(scale),
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+            scale: float) -> None:  # fmt: skip
+    """One launch of the Gluon kernel: descriptors, grid (the key block on the slow axis
+    when causal: heaviest first), constexprs."""
+    from fa_bench.kernels import flash_gluon_bwd_kernels
+
+    q, k, v, do, dk, dv, dq_ws = tensors
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    descs = [_descriptor(t, cfg.block_m) for t in (q, k, v, do, dk, dv)]
+    descs.append(_descriptor(dq_ws, cfg.block_m, DQ_CHUNK))
+    descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
+    blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
+    grid = (heads, blocks) if causal else (blocks, heads)
+    flash_gluon_bwd_kernels._bwd_ws[grid](
+        *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
+        BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
+        CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
+        num_warps=4,
+    )  # fmt: skip

@@ -1,0 +1,330 @@
+"""The warp-specialised Gluon backward for sm_90 (issue 18): kernels/flash_gluon_bwd.py,
+its kernel (flash_gluon_bwd_kernels.py) and its dispatch (`FlashConfig.backward`).
+
+CPU: `GluonBwdConfig`'s checks, the heuristic fitting shared memory, why it cannot run
+(`gluon_bwd_reason`), `gluon_backward`'s argument errors, the lse2/delta rows' padding,
+the dispatch (`backward_choice`; `flash_attention(deterministic=False)` keeps the `tl`
+one-pass backward by default and where the Gluon kernel cannot run). Gluon kernels do
+not run in the interpreter; `slow`: compile every combination for sm_90 with
+tools/gpu/gluon_bwd_compile.py where a triton 3.6 is available (the installed one, or
+one at $GLUON_TRITON_PATH, e.g. /tmp/tri36). GPU (`-m gpu`, an H200): dq/dk/dv against
+the float64 reference under the project's accuracy rule (bf16/fp16, head_dim 64/128,
+causal both, GQA, odd lengths, Sq ≠ Sk both ways, a (B, S, H, D) layout), the gradients
+against the deterministic backward's within the rule, dK/dV reproducible, the dispatch
+taking the kernel on sm_90 and falling back for head_dim 256 and fp32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_bench.kernels import flash_gluon, flash_gluon_bwd
+from fa_bench.kernels.flash_config import FlashConfig
+from fa_bench.kernels.flash_gluon_bwd import (
+    BWD_HEAD_DIMS,
+    GluonBwdConfig,
+    backward_choice,
+    candidate_bwd_configs,
+    gluon_backward,
+    gluon_bwd_config,
+    gluon_bwd_reason,
+    tma_rows,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
+
+
+def _t(shape=(1, 2, 64, 128), dtype=torch.float16):
+    return torch.randn(shape, dtype=dtype)
+
+
+@pytest.fixture
+def runnable(monkeypatch):
+    """Pretend the Gluon forward's conditions hold (sm_90, triton 3.6, CUDA tensors), so the
+    backward's own checks are reached on a CPU."""
+    monkeypatch.setattr(flash_gluon, "gluon_reason", lambda q, k, v, causal: None)
+
+
+# --- config -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("block_m", 128), ("keys", 32), ("stages", 0), ("stages", True), ("consumer_regs", 250),
+     ("producer_regs", 16), ("consumer_regs", 264)],
+)  # fmt: skip
+def test_config_rejects_bad_fields_naming_them(field, value):
+    with pytest.raises(ValueError, match=rf"GluonBwdConfig\.{field}={value!r}"):
+        GluonBwdConfig(**{field: value})
+
+
+@pytest.mark.parametrize("head_dim", BWD_HEAD_DIMS)
+def test_heuristic_and_candidates_fit_shared_memory(head_dim):
+    for role, cfg in candidate_bwd_configs(head_dim).items():
+        assert cfg.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES, role
+    cfg = gluon_bwd_config(head_dim)
+    # the deepest ring that fits: one more stage would not
+    deeper = dataclasses.replace(cfg, stages=cfg.stages + 1) if cfg.stages < 4 else None
+    assert deeper is None or deeper.smem_bytes(head_dim) > flash_gluon.SMEM_BYTES
+    assert (cfg.block_n, cfg.block_m) == (128, 64)
+
+
+def test_heuristic_stages_and_labels():
+    assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 4
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2"
+    assert candidate_bwd_configs(64)["ws-shallow"].stages == 3
+
+
+# --- why it cannot run --------------------------------------------------------------------
+
+
+def test_reason_is_the_forward_conditions_first(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q = _t(dtype=torch.float32)
+    assert "q.dtype=torch.float32" in gluon_bwd_reason(q, q, q, q, q, False)
+    q = _t()
+    assert "CUDA" in gluon_bwd_reason(q, q, q, q, q, True)
+
+
+def test_reason_head_dim_and_o_do(runnable):
+    q = _t()
+    assert gluon_bwd_reason(q, q, q, q, q, False) is None
+    wide = _t((1, 2, 64, 256))
+    assert "head_dim=256" in gluon_bwd_reason(wide, wide, wide, wide, wide, False)
+    assert "do (1, 2, 32, 128)" in gluon_bwd_reason(q, q, q, q, _t((1, 2, 32, 128)), False)
+    assert "o.dtype=torch.float32" in gluon_bwd_reason(q, q, q, q.float(), q, False)
+    assert "last stride" in gluon_bwd_reason(q, q, q, q, _t((1, 2, 128, 64)).transpose(2, 3), False)
+
+
+def test_reason_interpreter(monkeypatch):
+    q = _t()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "interpreter" in gluon_bwd_reason(q, q, q, q, q, False)
+
+
+# --- gluon_backward's arguments -----------------------------------------------------------
+
+
+def test_backward_refuses_what_it_cannot_run(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q = _t()
+    lse2 = torch.zeros(1, 2, 64)
+    with pytest.raises(ValueError, match=r"gluon_backward cannot run these inputs: .*CUDA"):
+        gluon_backward(q, q, q, q, q, lse2, False, 0.1)
+
+
+def test_backward_argument_errors(runnable):
+    q = _t()
+    lse2 = torch.zeros(1, 2, 64)
+    with pytest.raises(ValueError, match=r"lse2 \(1, 2, 63\) torch.float32: expected \(1, 2, 64\)"):
+        gluon_backward(q, q, q, q, q, lse2[..., :63], False, 0.1)
+    with pytest.raises(ValueError, match=r"lse2 .* torch.float16"):
+        gluon_backward(q, q, q, q, q, lse2.half(), False, 0.1)
+    with pytest.raises(TypeError, match="causal=1: expected a bool"):
+        gluon_backward(q, q, q, q, q, lse2, 1, 0.1)
+    with pytest.raises(ValueError, match="scale=0: expected a positive float"):
+        gluon_backward(q, q, q, q, q, lse2, False, 0)
+    with pytest.raises(TypeError, match=r"config=.*expected a GluonBwdConfig"):
+        gluon_backward(q, q, q, q, q, lse2, False, 0.1, config=flash_gluon.GluonConfig())
+    deep = GluonBwdConfig(stages=4)
+    with pytest.raises(ValueError, match="gluon-bwd-m64-n128-s4 at head_dim=128 needs"):
+        gluon_backward(q, q, q, q, q, lse2, False, 0.1, config=deep)
+
+
+def test_tma_rows_pads_to_16_byte_rows():
+    t = torch.randn(2, 3, 1001)
+    rows = tma_rows(t)
+    assert rows.shape == (6, 1004) and rows.stride() == (1004, 1)
+    assert torch.equal(rows[:, :1001], t.reshape(6, 1001))
+    assert not rows[:, 1001:].any()  # rows past seq_q read 0 (their Q and dO are 0 too)
+    even = torch.randn(2, 3, 1000)
+    assert tma_rows(even).data_ptr() == even.data_ptr()  # no copy when aligned
+    strided = torch.randn(2, 3, 1008)[..., :1000]  # 16-byte row strides: still a view
+    assert tma_rows(strided).stride() == (1008, 1)
+    odd = torch.randn(2, 3, 1001)[..., :1000]  # 4004-byte row strides: copied
+    assert tma_rows(odd).stride() == (1000, 1) and torch.equal(tma_rows(odd), odd.reshape(6, -1))
+
+
+# --- the dispatch -------------------------------------------------------------------------
+
+
+def test_flash_config_backward_field():
+    assert FlashConfig().backward == "tl"  # the default is unchanged until measured
+    with pytest.raises(ValueError, match="backward must be one of tl, gluon, auto, got 'fast'"):
+        FlashConfig(backward="fast")
+
+
+def test_backward_choice_by_field(runnable):
+    q = _t()
+    assert backward_choice(q, q, q, q, q, True, FlashConfig()) is None
+    assert backward_choice(q, q, q, q, q, True, FlashConfig(backward="auto")) == gluon_bwd_config(
+        128, True
+    )
+    assert backward_choice(q, q, q, q, q, False, FlashConfig(backward="gluon")).stages == 2
+    wide = _t((1, 2, 64, 256))
+    assert (
+        backward_choice(wide, wide, wide, wide, wide, False, FlashConfig(backward="auto")) is None
+    )
+    with pytest.raises(ValueError, match=r"FlashConfig\(backward='gluon'\) cannot .*head_dim=256"):
+        backward_choice(wide, wide, wide, wide, wide, False, FlashConfig(backward="gluon"))
+
+
+def test_backward_choice_off_sm90(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    q = _t()
+    assert backward_choice(q, q, q, q, q, False, FlashConfig(backward="auto")) is None
+    with pytest.raises(ValueError, match=r"backward='gluon'.*CUDA"):
+        backward_choice(q, q, q, q, q, False, FlashConfig(backward="gluon"))
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="the CPU interpreter's dispatch")
+def test_flash_attention_dispatch_in_the_interpreter():
+    """deterministic=False: "auto" runs the `tl` one-pass kernel here (the same gradients
+    as "tl"), "gluon" names why it cannot run."""
+    from fa_bench.kernels.flash_attention import flash_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 16, generator=g).requires_grad_() for _ in range(3))
+    grads = {}
+    for backward in ("tl", "auto"):
+        cfg = FlashConfig(block_m=16, block_n=16, bwd_block_m=16, bwd_block_n=16,
+                          backward=backward)  # fmt: skip
+        o = flash_attention(q, k, v, causal=True, config=cfg, deterministic=False)
+        grads[backward] = torch.autograd.grad(o.sum(), (q, k, v))
+    for a, b in zip(grads["tl"], grads["auto"], strict=True):
+        assert torch.equal(a, b)
+    cfg = FlashConfig(block_m=16, block_n=16, bwd_block_m=16, bwd_block_n=16, backward="gluon")
+    o = flash_attention(q, k, v, config=cfg, deterministic=False)
+    with pytest.raises(ValueError, match=r"backward='gluon'.*torch.float32"):
+        o.sum().backward()
+
+
+# --- compiled for sm_90 -------------------------------------------------------------------
+
+
+def _triton36_path() -> str | None:
+    """A triton 3.6 to compile with: the installed one, or $GLUON_TRITON_PATH's."""
+    import triton
+
+    if flash_gluon.version_reason(triton.__version__) is None:
+        return ""
+    path = os.environ.get("GLUON_TRITON_PATH", "")
+    return path if path and Path(path, "triton", "__init__.py").exists() else None
+
+
+@pytest.mark.slow
+def test_every_combination_compiles_for_sm90():
+    path = _triton36_path()
+    if path is None:
+        pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
+    keep = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "0 failed" in out.stdout
+
+
+# --- GPU ----------------------------------------------------------------------------------
+
+GLUON = FlashConfig(backward="gluon")
+# (batch, heads_q, heads_kv, seq_q, seq_k, head_dim): GQA 4:1 and 2:1, odd lengths, Sq ≠ Sk
+# both ways (rows without keys under causal), length 1, several key blocks
+GPU_SHAPES = [
+    (2, 4, 1, 300, 1000, 128),
+    (1, 8, 2, 1000, 333, 128),
+    (2, 2, 2, 1, 1, 128),
+    (1, 4, 4, 2048, 2048, 128),
+    (2, 4, 2, 517, 517, 64),
+    (1, 4, 1, 4097, 4097, 64),
+]
+
+
+def _accuracy(shape, dtype, causal, config=GLUON):
+    from test_flash_attention import make
+    from test_flash_backward import assert_backward_within_pytorch_error
+
+    q, k, v = make(*shape, dtype, device="cuda", bshd=shape[3] % 2 == 1)
+    return assert_backward_within_pytorch_error(q, k, v, causal, False, config=config)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_gluon_backward_accuracy(dtype, shape, causal):
+    _accuracy(shape, dtype, causal)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_gluon_matches_deterministic(head_dim, causal):
+    """Both within the rule of float64, and their difference within the rule's allowance."""
+    from test_flash_attention import _FLOOR, make, output_grad, reference
+    from test_flash_backward import assert_backward_within_pytorch_error
+
+    from fa_bench.kernels.flash_attention import flash_attention
+
+    dtype = torch.bfloat16
+    q, k, v = make(2, 8, 2, 1500, 1500, head_dim, dtype, device="cuda")
+    gluon = assert_backward_within_pytorch_error(q, k, v, causal, False, config=GLUON)
+    two_kernel = assert_backward_within_pytorch_error(q, k, v, causal, True)
+    do = output_grad(flash_attention(q, k, v, causal=causal))
+    exact = reference(q, k, v, causal, do=do)
+    plain = reference(q, k, v, causal, dtype=dtype, do=do)
+    for name, a, b, t, r in zip(
+        ("dq", "dk", "dv"), gluon, two_kernel, (plain.dq, plain.dk, plain.dv),
+        (exact.dq, exact.dk, exact.dv), strict=True,
+    ):  # fmt: skip
+        torch_err = (t.double() - r).abs().max().item()
+        floor = _FLOOR[dtype] * max(r.abs().max().item(), 1.0)
+        diff = (a.double() - b.double()).abs().max().item()
+        assert diff <= 2 * torch_err + floor, (name, diff, torch_err)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_gluon_dk_dv_reproducible_and_dispatched(monkeypatch):
+    """dK and dV are owned by one CTA each: bitwise equal on repeated calls; "auto" on the
+    H200 runs the Gluon kernel (counted)."""
+    from test_flash_attention import make, output_grad
+
+    from fa_bench.kernels.flash_attention import flash_attention
+
+    calls = []
+    real = flash_gluon_bwd.gluon_backward
+    monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", lambda *a: calls.append(1) or real(*a))
+    q, k, v = make(1, 4, 2, 1000, 1000, 128, torch.bfloat16, device="cuda")
+    runs = []
+    for _ in range(2):
+        o = flash_attention(q, k, v, causal=True, deterministic=False,
+                            config=FlashConfig(backward="auto"))  # fmt: skip
+        runs.append(torch.autograd.grad(o, (q, k, v), output_grad(o)))
+    assert len(calls) == 2
+    assert torch.equal(runs[0][1], runs[1][1]) and torch.equal(runs[0][2], runs[1][2])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize(("dtype", "head_dim"), [(torch.bfloat16, 256), (torch.float32, 128)])
+def test_gpu_auto_falls_back_where_gluon_cannot_run(monkeypatch, dtype, head_dim):
+    monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", lambda *a: pytest.fail("not Gluon"))
+    _accuracy((1, 4, 2, 333, 333, head_dim), dtype, True, FlashConfig(backward="auto"))

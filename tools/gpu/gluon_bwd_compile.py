@@ -1,0 +1,151 @@
+"""Compile every combination of the Gluon backward (issue 18) for sm_90 on any machine.
+
+Gluon kernels do not run in the Triton interpreter, so this is how they are checked
+before a GPU run: each (config, dtype, head_dim, causal) goes through triton's stages up
+to PTX and the cubin on the CPU, and ptxas reports registers and spills. Against the
+H200's triton 3.6.0, installed aside:
+
+    PYTHONPATH=/tmp/tri36 python tools/gpu/gluon_bwd_compile.py [--json OUT] [--quick]
+
+One line per combination (shared memory, registers, spills, or the error); exits 1 if
+any failed to compile or asked for more shared memory than sm_90 has. Not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile, never interpret (before triton's import)
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+
+from fa_bench.kernels import flash_gluon_bwd_kernels
+from fa_bench.kernels.flash_gluon import version_reason
+from fa_bench.kernels.flash_gluon_bwd import (
+    BWD_HEAD_DIMS,
+    DQ_CHUNK,
+    GluonBwdConfig,
+    candidate_bwd_configs,
+    row_layout,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gluon_compile import ptxas_info
+
+TARGET = GPUTarget("cuda", 90, 32)
+SMEM_LIMIT = 227 * 1024
+_GL_DTYPES = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}
+
+
+def _desc(dtype: str, block: list[int]) -> str:
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
+    return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{layout!r}>"
+
+
+def _row_desc(rows: int) -> str:
+    layout = row_layout()
+    return f"tensordesc<fp32[1, {rows}],{layout!r}>"
+
+
+def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool) -> object:
+    """The compiled kernel (triton's CompiledKernel) for one combination."""
+    tile = [1, 1, cfg.block_m, head_dim]
+    sig: dict[str, str] = dict(
+        q_desc=_desc(dtype, tile),
+        k_desc=_desc(dtype, tile),
+        v_desc=_desc(dtype, tile),
+        do_desc=_desc(dtype, tile),
+        dk_desc=_desc(dtype, tile),
+        dv_desc=_desc(dtype, tile),
+        dq_desc=_desc("fp32", [1, 1, cfg.block_m, DQ_CHUNK]),
+        lse_desc=_row_desc(cfg.block_m),
+        delta_desc=_row_desc(cfg.block_m),
+        heads_q="i32",
+        heads_kv="i32",
+        seq_q="i32",
+        seq_k="i32",
+        qk_scale="fp32",
+        scale="fp32",
+    )
+    consts: dict[str, object] = dict(
+        BLOCK_M=cfg.block_m,
+        KEYS=cfg.keys,
+        HEAD_DIM=head_dim,
+        STAGES=cfg.stages,
+        CAUSAL=causal,
+        PRODUCER_REGS=cfg.producer_regs,
+        CONSUMER_REGS=cfg.consumer_regs,
+    )
+    sig.update({name: "constexpr" for name in consts})
+    source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
+    return triton.compile(source, target=TARGET, options={"num_warps": 4})
+
+
+def grid(quick: bool) -> list[tuple[GluonBwdConfig, str, int, bool]]:
+    dtypes = ("bf16",) if quick else ("bf16", "fp16")
+    combos = []
+    for dtype, head_dim, causal in itertools.product(dtypes, BWD_HEAD_DIMS, (False, True)):
+        for cfg in candidate_bwd_configs(head_dim).values():
+            combos.append((cfg, dtype, head_dim, causal))
+    return combos
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--quick", action="store_true", help="bf16 only")
+    ap.add_argument("--asm", help="write each kernel's ttgir/ptx into this folder")
+    args = ap.parse_args()
+    print(f"triton {triton.__version__}", flush=True)
+    reason = version_reason(triton.__version__)
+    if reason:
+        print(f"{reason}: install it aside and run with PYTHONPATH set to it (see the docstring)")
+        return 2
+    rows, failed = [], 0
+    for cfg, dtype, head_dim, causal in grid(args.quick):
+        row: dict[str, object] = dict(config=cfg.label(), dtype=dtype, head_dim=head_dim,
+                                      causal=causal)  # fmt: skip
+        start = time.time()
+        try:
+            kernel = compile_one(cfg, dtype, head_dim, causal)
+            row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
+            row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
+            if not row["ok"]:
+                row["error"] = f"shared memory {kernel.metadata.shared} > {SMEM_LIMIT}"
+            if args.asm:
+                os.makedirs(args.asm, exist_ok=True)
+                stem = f"{args.asm}/{cfg.label()}-{dtype}-d{head_dim}-c{int(causal)}"
+                for ext in ("ttgir", "ptx"):
+                    Path(f"{stem}.{ext}").write_text(kernel.asm[ext])
+        except Exception as e:  # report every failure, then go on
+            lines = str(e).strip().splitlines() or [""]
+            row.update(ok=False, error=f"{type(e).__name__}: {' | '.join(lines[-3:])[:600]}")
+        row["seconds"] = round(time.time() - start, 1)
+        failed += not row["ok"]
+        rows.append(row)
+        detail = (
+            f"smem {row['shared']} regs {row['registers']} spills "
+            f"{row['spill_stores']}/{row['spill_loads']}"
+            if row["ok"]
+            else row["error"]
+        )
+        print(f"{'ok  ' if row['ok'] else 'FAIL'} {cfg.label():24s} {dtype} d{head_dim} "
+              f"causal={int(causal)}: {detail}", flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"{len(rows)} combinations, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
