@@ -20,13 +20,7 @@ What fp8 changes:
   host sync) is the one exp2 constant; v_descale / l scales O in the epilogue.
 - O is bf16: its own shared-memory tile per consumer (Q's fp8 tile is half its size),
   stored by TMA, clipped at seq_q.
-- EMU: with fp8 matmuls twice as fast, the softmax's exp2 (the MUFU unit, 16 per clock
-  per SM) is as slow as the matmuls of a 64 × 128 tile at head_dim 128. EMU = 2 computes
-  every second exponential on the FMA pipes instead (FlashAttention-4's idea): 2^x =
-  2^round(x) · poly(x − round(x)), a degree-3 polynomial (relative error 1.0e-4, fitted
-  here with 2^0 = 1 exact so the row maximum stays exactly 256) and the integer part
-  added into the exponent bits; x is clamped at −127 first, where the result is exactly
-  0 (masked scores: −inf). EMU = 4: one in four.
+- EMU: part of P's exponentials on the FMA pipes (kernels/flash_gluon_fp8_parts.py).
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -44,95 +38,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout, _program
-
-# P's shift: exp2(s − m + P_EXP) ∈ [0, 256] (e4m3's largest finite value is 448).
-P_EXP = gl.constexpr(8.0)
-
-
-def _emulated_exp2(dst: str, src: str) -> str:
-    """PTX for dst = 2^src on the FMA/ALU pipes (see the module docstring); the constants
-    are fp32 bit patterns: −127, 1.5·2²³ (adding it rounds to an integer held in the low
-    mantissa bits), and the polynomial's coefficients c1, c2, c3 (c0 = 1)."""
-    return (
-        f"max.ftz.f32 %t, {src}, 0fC2FE0000; "
-        "add.rn.f32 %j, %t, 0f4B400000; "
-        "sub.rn.f32 %f, %j, 0f4B400000; "
-        "sub.rn.f32 %f, %t, %f; "
-        "fma.rn.f32 %p, %f, 0f3D6150EE, 0f3E78061A; "
-        "fma.rn.f32 %p, %p, %f, 0f3F317AFD; "
-        "fma.rn.f32 %p, %p, %f, 0f3F800000; "
-        "shl.b32 %e, %j, 23; "
-        f"add.s32 {dst}, %p, %e; "
-    )
-
-
-_DECL = "{ .reg .b32 %t, %j, %f, %p, %e; "
-# pack 2: $0 on the MUFU, $1 emulated; pack 4: $0-$2 on the MUFU, $3 emulated
-EXP2_HALF = gl.constexpr(_DECL + "ex2.approx.ftz.f32 $0, $2; " + _emulated_exp2("$1", "$3") + "}")
-EXP2_QUARTER = gl.constexpr(
-    _DECL
-    + "ex2.approx.ftz.f32 $0, $4; ex2.approx.ftz.f32 $1, $5; ex2.approx.ftz.f32 $2, $6; "
-    + _emulated_exp2("$3", "$7")
-    + "}"
+from fa_bench.kernels.flash_gluon_fp8_parts import (
+    P_EXP,
+    _acc_layout,
+    _kv_bounds,
+    _mask,
+    _p_layout,
+    _program,
+    _softmax_fp8,
 )
-
-
-@gluon.jit
-def _exp2(x, EMU: gl.constexpr):
-    """2^x, with every EMU-th element computed on the FMA pipes (EMU 0: all on the MUFU)."""
-    if EMU == 2:
-        return gl.inline_asm_elementwise(
-            EXP2_HALF, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=True, pack=2
-        )
-    elif EMU == 4:
-        return gl.inline_asm_elementwise(
-            EXP2_QUARTER, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True, pack=4
-        )
-    else:
-        return gl.exp2(x)
-
-
-@gluon.jit
-def _kv_bounds(row0, rows: gl.constexpr, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """(n_full, n_end) for query rows [row0, row0 + rows): key blocks [0, n_full) are seen
-    whole by every row, [n_full, n_end) need the mask. (flash_gluon_kernels' helper,
-    copied: that module is being extended with issue 19's variants.)"""
-    n_blocks = gl.cdiv(seq_k, BLOCK_N)
-    if CAUSAL:
-        diag = seq_k - seq_q
-        n_end = gl.minimum(gl.maximum(gl.cdiv(row0 + rows + diag, BLOCK_N), 0), n_blocks)
-        n_full = gl.minimum(gl.maximum((row0 + diag + 1) // BLOCK_N, 0), seq_k // BLOCK_N)
-    else:
-        n_end = n_blocks
-        n_full = seq_k // BLOCK_N
-    n_full = gl.minimum(n_full, n_end)
-    return n_full, n_end
-
-
-@gluon.jit
-def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-          layout: gl.constexpr):  # fmt: skip
-    """Scores of keys past seq_k (and, causal, past each row's diagonal) set to −inf."""
-    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    keep = gl.expand_dims(cols < seq_k, 0)
-    if CAUSAL:
-        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + (seq_k - seq_q), 1))
-    return gl.where(keep, s, float("-inf"))
-
-
-@gluon.jit
-def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr):
-    """One online-softmax step with P shifted by P_EXP and rounded to e4m3 as PV's register
-    A operand: (m_new, alpha, l_new, p)."""
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
-    # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
-    m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
-    p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), EMU)
-    alpha = gl.exp2(m_i * qk_scale - m_scaled)
-    l_new = l_i * alpha + gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
-    return m_new, alpha, l_new, p_op
 
 
 @gluon.jit
@@ -196,8 +110,8 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
     STAGES: gl.constexpr = k_bufs.shape[0]
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     HEAD_DIM: gl.constexpr = k_bufs.shape[4]
-    s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, 8)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
     mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
     if PINGPONG:
         # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier
@@ -210,7 +124,7 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if j >= n_full:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM, 4, 8), EMU)
+    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU)
     # P (8-bit) cannot be a dependency of the wait in triton 3.6 ("Unexpected bitwidth in
     # WGMMAWaitGroupOp: 8"); ptxas keeps a wgmma's register operands until its wait
     acc = warpgroup_mma_wait(0, deps=[acc])
@@ -230,8 +144,8 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     HEAD_DIM: gl.constexpr = k_bufs.shape[4]
     STAGES: gl.constexpr = k_bufs.shape[0]
-    s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, 8)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
     n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -245,7 +159,7 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
         mbarrier.arrive(k_empty.index(0), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM, 4, 8), EMU)
+        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU)
         for j in range(1, n_end):
             acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full,
                                      scalars, ME, CAUSAL, PINGPONG, EMU)  # fmt: skip
@@ -265,7 +179,7 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
     seq_q, qk_scale = scalars
     BLOCK_M: gl.constexpr = o_tile.shape[2]
     HEAD_DIM: gl.constexpr = o_tile.shape[3]
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, 8)
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     l_o = gl.convert_layout(l_i, row_layout)
     empty = l_o == 0.0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 21 item 3 (the fp8 e4m3 forward) in one device call, under LIMIT seconds (60):
-# (a) the fp8 kernel's GPU tests (accuracy rule, lse, GQA, odd lengths, rows with no key,
-# head_dim 64/96/128, 16k, other tiles and the descriptor path); (b) `fa-bench run`
+# Issue 21 item 3 (the fp8 e4m3 forward) in one device call, under LIMIT seconds (120):
+# (a) the fp8 kernels' GPU tests, `tl` and Gluon (accuracy rule, lse, GQA, odd lengths,
+# rows with no key, head_dim 64/96/128, 16k, other tiles and the descriptor path, every
+# Gluon candidate; GLUON_TESTS=0 leaves the Gluon ones out); (b) `fa-bench run`
 # forward at head_dim $HEAD_DIMS (128), N 4k and 16k, causal and not, fp8_e4m3 and bf16,
 # implementations $IMPLS (`triton`; add `-i sdpa-cudnn` for scale: its fp8 cases record
 # `unsupported`); (c) a summary, $OUT/fp8.md: fp8 ÷ bf16 per shape (target ≥ 1.3× at
@@ -11,7 +12,7 @@
 #
 # From the repository root, after the device prefix (it installs fa-bench editable):
 #
-#   bash tools/gpu/fp8_check.sh                       # 60 s: tests, run, summary
+#   bash tools/gpu/fp8_check.sh                       # 120 s: tests, run, summary
 #   LIMIT=180 HEAD_DIMS=128,64 BENCH=1 IMPLS="-i triton -i sdpa-cudnn" \
 #     bash tools/gpu/fp8_check.sh                     # the first call's (2026-11-30) scope
 #
@@ -22,7 +23,7 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 WORK=fa-bench-out/fp8
 mkdir -p "$OUT" "$WORK"
-LIMIT=${LIMIT:-60}
+LIMIT=${LIMIT:-120}
 SEQLENS=${SEQLENS:-4096,16384} HEAD_DIMS=${HEAD_DIMS:-128} BENCH=${BENCH:-0}
 read -r -a IMPLS <<< "${IMPLS:--i triton}"
 read -r -a DEV <<< "${DEV:-}"
@@ -50,8 +51,12 @@ fi
 # (a) correctness on the GPU
 XDIST=()
 python3 -c "import xdist" 2> /dev/null && XDIST=(-n 4)
-step "gpu tests: test_fp8_kernel.py" 30 \
-  python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" tests/test_fp8_kernel.py \
+# GLUON_TESTS=1 (the default) adds the Gluon fp8 kernel's GPU tests (every candidate launch)
+GLUON_TESTS=${GLUON_TESTS:-1}
+TESTS=(tests/test_fp8_kernel.py)
+[ "$GLUON_TESTS" = 1 ] && TESTS+=(tests/test_flash_gluon_fp8_gpu.py)
+step "gpu tests: ${TESTS[*]}" "${TEST_CAP:-70}" \
+  python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" "${TESTS[@]}" \
   > "$FILES/fp8-tests.log" 2>&1
 grep -E "passed|failed|error" "$FILES/fp8-tests.log" | tail -3 >> "$STEPS"
 

@@ -1,0 +1,132 @@
+"""Helpers of the Gluon fp8 forward (kernels/flash_gluon_fp8_kernels.py): the 8-bit wgmma
+layouts, the program's coordinates, key bounds and masks, the exp2 that computes part of
+P on the FMA pipes, and the fp8 online-softmax step. The layout, coordinate, bound and
+mask helpers are flash_gluon_kernels' (fixed here to 8-bit operands), copied so that the
+fp8 kernel does not change while issue 19's variants are added to that module.
+
+The emulated exp2 (EMU = 2: every second exponential, 4: one in four; FlashAttention-4's
+idea): with fp8 matmuls twice as fast as bf16, a consumer's 64 × 128 softmax needs as many
+MUFU cycles (8192 exp2 at 16 per clock per SM) as its two matmuls need tensor-core cycles
+at head_dim 128. 2^x = 2^round(x) · poly(x − round(x)): a degree-3 polynomial (relative
+error 1.0e-4, fitted here with 2^0 = 1 exact so the row maximum stays exactly 256), the
+integer part added into the exponent bits; x is clamped at −127 first, where the result
+is exactly 0 (masked scores: −inf).
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.constexpr_function
+def _acc_layout(n):
+    """The wgmma accumulator layout of a (64 × n) fp32 tile of one warpgroup: S (n = keys)
+    or O (n = head_dim); k = 32 (256 bits of 8-bit operands)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 32])
+
+
+@gluon.constexpr_function
+def _p_layout(head_dim):
+    """P's register layout as wgmma's 8-bit A operand of PV (k_width 4)."""
+    return gl.DotOperandLayout(operand_index=0, parent=_acc_layout(head_dim), k_width=4)
+
+
+@gluon.jit
+def _program(heads_q, group):
+    """(batch, q head, kv head, flat row offset of this head in lse2) of this program."""
+    bh = gl.program_id(1)
+    b = bh // heads_q
+    h = bh % heads_q
+    return b, h, h // group, bh.to(gl.int64)
+
+
+# P's shift: exp2(s − m + P_EXP) ∈ [0, 256] (e4m3's largest finite value is 448).
+P_EXP = gl.constexpr(8.0)
+
+
+def _emulated_exp2(dst: str, src: str) -> str:
+    """PTX for dst = 2^src on the FMA/ALU pipes (see the module docstring); the constants
+    are fp32 bit patterns: −127, 1.5·2²³ (adding it rounds to an integer held in the low
+    mantissa bits), and the polynomial's coefficients c1, c2, c3 (c0 = 1)."""
+    return (
+        f"max.ftz.f32 %t, {src}, 0fC2FE0000; "
+        "add.rn.f32 %j, %t, 0f4B400000; "
+        "sub.rn.f32 %f, %j, 0f4B400000; "
+        "sub.rn.f32 %f, %t, %f; "
+        "fma.rn.f32 %p, %f, 0f3D6150EE, 0f3E78061A; "
+        "fma.rn.f32 %p, %p, %f, 0f3F317AFD; "
+        "fma.rn.f32 %p, %p, %f, 0f3F800000; "
+        "shl.b32 %e, %j, 23; "
+        f"add.s32 {dst}, %p, %e; "
+    )
+
+
+_DECL = "{ .reg .b32 %t, %j, %f, %p, %e; "
+# pack 2: $0 on the MUFU, $1 emulated; pack 4: $0-$2 on the MUFU, $3 emulated
+EXP2_HALF = gl.constexpr(_DECL + "ex2.approx.ftz.f32 $0, $2; " + _emulated_exp2("$1", "$3") + "}")
+EXP2_QUARTER = gl.constexpr(
+    _DECL
+    + "ex2.approx.ftz.f32 $0, $4; ex2.approx.ftz.f32 $1, $5; ex2.approx.ftz.f32 $2, $6; "
+    + _emulated_exp2("$3", "$7")
+    + "}"
+)
+
+
+@gluon.jit
+def _exp2(x, EMU: gl.constexpr):
+    """2^x, with every EMU-th element computed on the FMA pipes (EMU 0: all on the MUFU)."""
+    if EMU == 2:
+        return gl.inline_asm_elementwise(
+            EXP2_HALF, "=r,=r,r,r", [x], dtype=gl.float32, is_pure=True, pack=2
+        )
+    elif EMU == 4:
+        return gl.inline_asm_elementwise(
+            EXP2_QUARTER, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True, pack=4
+        )
+    else:
+        return gl.exp2(x)
+
+
+@gluon.jit
+def _kv_bounds(row0, rows: gl.constexpr, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """(n_full, n_end) for query rows [row0, row0 + rows): key blocks [0, n_full) are seen
+    whole by every row, [n_full, n_end) need the mask."""
+    n_blocks = gl.cdiv(seq_k, BLOCK_N)
+    if CAUSAL:
+        diag = seq_k - seq_q
+        n_end = gl.minimum(gl.maximum(gl.cdiv(row0 + rows + diag, BLOCK_N), 0), n_blocks)
+        n_full = gl.minimum(gl.maximum((row0 + diag + 1) // BLOCK_N, 0), seq_k // BLOCK_N)
+    else:
+        n_end = n_blocks
+        n_full = seq_k // BLOCK_N
+    n_full = gl.minimum(n_full, n_end)
+    return n_full, n_end
+
+
+@gluon.jit
+def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+          layout: gl.constexpr):  # fmt: skip
+    """Scores of keys past seq_k (and, causal, past each row's diagonal) set to −inf."""
+    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    keep = gl.expand_dims(cols < seq_k, 0)
+    if CAUSAL:
+        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + (seq_k - seq_q), 1))
+    return gl.where(keep, s, float("-inf"))
+
+
+@gluon.jit
+def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr):
+    """One online-softmax step with P shifted by P_EXP and rounded to e4m3 as PV's register
+    A operand: (m_new, alpha, l_new, p)."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
+    m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
+    p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), EMU)
+    alpha = gl.exp2(m_i * qk_scale - m_scaled)
+    l_new = l_i * alpha + gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    return m_new, alpha, l_new, p_op
