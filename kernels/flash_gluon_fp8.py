@@ -159,20 +159,20 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
     return flash_gluon._api_reason()
 
 
-# Where the Gluon fp8 kernel is the automatic choice: head_dim -> the shortest key length
-# from which it measured faster than the `tl` fp8 kernel on the H200. Empty until
-# tools/gpu/fp8_gluon_check.py has timed it: until then `auto` keeps the `tl` fp8 kernel
-# and forward="gluon" runs this one.
-_PAYS_FROM_SEQ_K: dict[int, int] = {}
+# Where the Gluon fp8 kernel is the automatic choice: (head_dim, causal) -> the shortest
+# key length from which it measured faster than the `tl` fp8 kernel on the H200. Empty
+# until tools/gpu/fp8_gluon_check.py has timed it: until then `auto` keeps the `tl` fp8
+# kernel and forward="gluon" runs this one.
+_PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {}
 # FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
 _UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_persistent", "gluon_consumers",
                        "gluon_q_buffers")  # fmt: skip
 
 
-def fp8_gluon_preferred(q: Any, k: Any, v: Any) -> bool:
+def fp8_gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
     """Whether an automatic dispatch runs the Gluon fp8 kernel: it can (no V copy) and its
-    head_dim and key length are in the table above."""
-    threshold = _PAYS_FROM_SEQ_K.get(q.shape[-1])
+    head_dim, causality and key length are in the table above."""
+    threshold = _PAYS_FROM_SEQ_K.get((q.shape[-1], bool(causal)))
     if threshold is None or k.shape[2] < threshold:
         return False
     return fp8_gluon_reason(q, k, v) is None
@@ -216,7 +216,7 @@ def fp8_gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: Any) -> Fp8Gluon
         reason = fp8_gluon_reason(q, k, v, allow_v_copy=True)
         if reason:
             raise ValueError(f"FlashConfig(forward='gluon') cannot run this fp8 call: {reason}")
-    elif not fp8_gluon_preferred(q, k, v):
+    elif not fp8_gluon_preferred(q, k, v, causal):
         return None
     return from_fields(cfg, q.shape[-1], causal)
 

@@ -38,6 +38,8 @@ from fa_bench.kernels.flash_gluon_fp8 import (
     padded_v,
 )
 
+# a dispatch table for the tests: head_dim 128 from 1k keys, causal and not
+PAYS = {(128, False): 1024, (128, True): 1024}
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -138,10 +140,13 @@ def test_choice_forced_gluon_raises_the_reason_where_it_cannot_run():
 
 def test_choice_auto_takes_gluon_where_it_runs_and_is_listed(monkeypatch):
     monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
-    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
     assert fp8_gluon_choice(*_inputs(), True, FlashConfig()) == fp8_gluon_config(128)
     assert fp8_gluon_choice(*_inputs(sk=512), True, FlashConfig()) is None  # short keys
     assert fp8_gluon_choice(*_inputs(d=96), True, FlashConfig()) is None  # not a Gluon dim
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {(128, True): 1024})
+    assert fp8_gluon_choice(*_inputs(), False, FlashConfig()) is None  # listed causal only
+    assert fp8_gluon_choice(*_inputs(), True, FlashConfig()) is not None
     monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: "no")
     assert fp8_gluon_choice(*_inputs(), True, FlashConfig()) is None
 
@@ -177,7 +182,7 @@ def test_flash_attention_fp8_runs_the_kernel_it_chose(monkeypatch):
         return torch.zeros(q.shape), torch.zeros(q.shape[:3])
 
     monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
-    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
     monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_forward", fake_gluon)
     monkeypatch.setattr(flash_fp8, "_forward_fp8", fake_tl)
     q, k, v = _inputs()

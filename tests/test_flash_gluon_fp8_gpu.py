@@ -21,6 +21,7 @@ from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_fp8 import dequantize_fp8, flash_attention_fp8, fp8_v_layout
 from fa_bench.run.accuracy import check_fp8_accuracy
 
+PAYS = {(128, False): 1024, (128, True): 1024}
 needs_sm90 = pytest.mark.skipif(
     not torch.cuda.is_available()
     or os.environ.get("TRITON_INTERPRET") == "1"
@@ -80,7 +81,7 @@ def test_gpu_every_candidate_meets_the_fp8_rule(role, shape):
 @needs_sm90
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_dispatch_takes_gluon_and_agrees_with_the_rule(causal, monkeypatch):
-    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
     shape = (1, 8, 2, 1536, 1536, 128, causal)
     quantised = _inputs(*shape[:6], "cuda", seed=7)
     (q8, _), (k8, _), (v8, _) = quantised
@@ -116,7 +117,7 @@ def test_gpu_forced_gluon_pads_an_unaligned_v_and_the_rule_fails_a_wrong_output(
 def test_gpu_adapter_backend_names_the_gluon_kernel(monkeypatch):
     from fa_bench.kernels import flash_fp8_impl
 
-    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {128: 1024})
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
     shape = (1, 4, 4, 4096, 4096, 128, False)
     quantised = _inputs(*shape[:6], "cuda", seed=11)
     (q8, _), (k8, _), (v8, _) = quantised
