@@ -13,6 +13,12 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 set, and Rich fixes a console's
+# width at creation from COLUMNS: the CLI's module-level console would then stay 80 wide in
+# tests that widen it through CliRunner's env, as it does not in a plain `pytest`.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
 HERE = Path(__file__).parent
 FAULTY = str(HERE / "plugins" / "faulty_impls.py")
 FAST = ["--max-time", "0.05", "--min-samples", "3", "--target-noise", "0.05"]
