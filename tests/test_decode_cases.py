@@ -326,28 +326,4 @@ def test_bad_decode_flags_exit_2(tmp_path: Path, args: list[str], message: str) 
 # ------------------------------------------------------------------------- the built-in suite
 
 
-def test_the_decode_suite_is_the_issue_grid_within_memory() -> None:
-    cases = load_suite("decode", known_impls=KNOWN).cases
-    # 5 impls x 2 dtypes x 2 head layouts x Sq 2 x pages 4, times (batch, context, spread):
-    # batch 1: 6 contexts, equal only; 8 and 64: 6 contexts x 2 spreads; 256: 5 x 2.
-    assert len(cases) == 5 * 2 * 2 * 2 * 4 * (6 + 2 * 6 * 2 + 5 * 2) == 6400
-    assert {c.mode for c in cases} == {Mode.DECODE} and all(c.causal for c in cases)
-    assert {(c.heads_q, c.heads_kv, c.head_dim) for c in cases} == {(32, 8, 128), (64, 8, 128)}
-    assert {c.page_size for c in cases} == {0, 16, 64, 256}
-    assert {c.seqlen_q for c in cases} == {1, 4} and {c.batch for c in cases} == {1, 8, 64, 256}
-    assert {c.seqlen_k for c in cases} == {1024, 4096, 16384, 32768, 65536, 131072}
-    assert {c.ctx_spread for c in cases if c.batch == 1} == {1.0}
-    assert {c.ctx_spread for c in cases if c.batch > 1} == {1.0, 0.25}
-    assert {c.dtype.value for c in cases} == {"bf16", "fp16"}
-    cache_gib = max(c.batch * c.seqlen_k * c.heads_kv * c.head_dim * 2 * 2 for c in cases) / 2**30
-    assert cache_gib == 64  # batch 256 at 64k; 128k (128 GiB) is left out
-
-
-def test_the_decode_suite_at_cpu_sizes() -> None:
-    """The override set docs/suites.md gives for a CPU run: a few dozen tiny cases."""
-    ov = Overrides(dtypes=("fp32",), heads=(4,), kv_heads=(2,), head_dims=(32,), batch=(3,),
-                   seqlens_k=(80,), page_sizes=(0, 16))  # fmt: skip
-    cases = load_suite("decode", ov, known_impls=KNOWN).cases
-    # batch 3 in every group: the single group's equal cases are the batched group's.
-    assert len(cases) == 5 * 2 * 2 * 2  # impls, Sq, pages, spreads
-    assert max(tensor_bytes(c) for c in cases) < 2**20
+# The built-in suite's design and its CPU sizes: tests/test_decode_suite.py.
