@@ -44,7 +44,12 @@ class GluonBwdConfig:
     keys: keys per consumer warpgroup (64; a CTA holds 2 · keys);
     stages: depth of the Q/dO ring in shared memory;
     producer_regs / consumer_regs: per-thread registers of the producer's warpgroup and
-      of consumer 1 (consumer 0, the default partition, gets what is left of the 64K).
+      of consumer 1 (consumer 0, the default partition, gets what is left of the 64K);
+    shared_dq: FA3's dQ (head_dim 128): the two consumers' dSᵀ tiles meet in shared memory
+      and each consumer computes and reduce-adds half of dQ's columns over all 128 keys,
+      instead of each adding its own 64 keys' share of every column (half the reduce-add
+      traffic, half the staging memory: a third ring stage fits; the consumers sync per
+      step).
     """
 
     block_m: int = 64
@@ -52,12 +57,15 @@ class GluonBwdConfig:
     stages: int = 2
     producer_regs: int = 24
     consumer_regs: int = 240
+    shared_dq: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64,)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
+        if not isinstance(self.shared_dq, bool):
+            raise ValueError(f"GluonBwdConfig.shared_dq={self.shared_dq!r}: expected a bool")
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -82,11 +90,12 @@ class GluonBwdConfig:
         kv = 2 * self.block_n * head_dim * elem_bytes
         ring = 2 * self.stages * self.block_m * (head_dim * elem_bytes + 4)
         ds = 2 * self.keys * self.block_m * elem_bytes
-        dq = 2 * self.block_m * head_dim * 4
+        dq = 2 * self.block_m * head_dim * 4 // (2 if self.shared_dq else 1)
         return kv + ring + ds + dq
 
     def label(self) -> str:
-        return f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
+        text = f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
+        return f"{text}-sdq" if self.shared_dq else text
 
 
 def _deepest(cfg: GluonBwdConfig, head_dim: int) -> GluonBwdConfig:
@@ -108,11 +117,14 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 
 def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
-    "ws-shallow" a ring one stage shallower (when it has two)."""
+    "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
+    shared dQ (head_dim 128) with the deepest ring that fits."""
     base = gluon_bwd_config(head_dim)
     out = {"ws": base}
-    if base.stages > 1:
+    if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
+    if head_dim == 2 * DQ_CHUNK:
+        out["ws-sdq"] = _deepest(dataclasses.replace(base, shared_dq=True), head_dim)
     return out
 
 
@@ -206,6 +218,11 @@ def _check_args(cfg: Any, causal: Any, scale: Any, head_dim: int) -> GluonBwdCon
     cfg = cfg if cfg is not None else gluon_bwd_config(head_dim, causal)
     if not isinstance(cfg, GluonBwdConfig):
         raise TypeError(f"config={cfg!r}: expected a GluonBwdConfig")
+    if cfg.shared_dq and head_dim != 2 * DQ_CHUNK:
+        raise ValueError(
+            f"config={cfg.label()}: shared_dq splits dQ's {2 * DQ_CHUNK} columns between the "
+            f"two consumers; head_dim={head_dim}"
+        )
     if cfg.smem_bytes(head_dim) > flash_gluon.SMEM_BYTES:
         raise ValueError(
             f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} "
@@ -270,5 +287,5 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        num_warps=4,
+        SHARED_DQ=cfg.shared_dq, num_warps=4,
     )  # fmt: skip

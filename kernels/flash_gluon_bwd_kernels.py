@@ -73,7 +73,7 @@ def _bwd_producer(descs, smem, bars, coords):
     delta rows)."""
     q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc = descs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs = smem
-    kv_bar, q_ready, q_empty, do_ready, do_empty = bars
+    kv_bar, q_ready, q_empty, do_ready, do_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
     b, hk, key0, m_start, n_m, group, heads_q = coords
     KEYS: gl.constexpr = k_tiles.shape[3]
     BLOCK_M: gl.constexpr = q_bufs.shape[3]
@@ -155,6 +155,33 @@ def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0):
 
 
 @gluon.jit
+def _dq_shared(t, ME: gl.constexpr, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0):
+    """FA3's dQ: once the other consumer's dSᵀ tile is in shared memory too, this one
+    computes dQ_share = dS K over all 2·KEYS keys for its half of the head_dim columns
+    and reduce-adds it: one 64 × (D/2) add per consumer, half the workspace traffic of
+    `_dq_out`'s. ds_ready/ds_free hand the dSᵀ tiles between the two consumers."""
+    ds_ready, ds_free = bars[5], bars[6]
+    KEYS: gl.constexpr = ds_bufs.shape[1]
+    BLOCK_M: gl.constexpr = ds_bufs.shape[2]
+    HEAD_DIM: gl.constexpr = k_tiles.shape[4]
+    HALF: gl.constexpr = dq_bufs.shape[4]
+    layout: gl.constexpr = _acc_layout(HALF, 4, k_tiles.dtype.primitive_bitwidth)
+    mbarrier.wait(ds_ready.index(1 - ME), t & 1)
+    dq = gl.zeros([BLOCK_M, HALF], gl.float32, layout=layout)
+    for c in gl.static_range(2):
+        k_c = k_tiles.index(c).reshape([KEYS, HEAD_DIM]).slice(ME * HALF, HALF, dim=1)
+        dq = warpgroup_mma(ds_bufs.index(c).permute((1, 0)), k_c, dq, use_acc=c > 0,
+                           is_async=True)  # fmt: skip
+    tma.store_wait(0)  # the previous step's reduce-add has read the staging tile
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    mbarrier.arrive(ds_free.index(1 - ME), count=1)  # done reading the other's dSᵀ
+    tile = dq_bufs.index(ME)
+    tile.reshape([BLOCK_M, HALF]).store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [b, hq, m0, ME * HALF], tile)
+
+
+@gluon.jit
 def _row_vector(bufs, slot, layout: gl.constexpr):
     """The BLOCK_M fp32 values (lse2 or delta) of ring slot `slot`, one per query column
     of Sᵀ: the [1, BLOCK_M] TMA tile (unswizzled) read as a plain vector."""
@@ -164,11 +191,13 @@ def _row_vector(bufs, slot, layout: gl.constexpr):
 
 
 @gluon.jit
-def _bwd_step(t, ME: gl.constexpr, k_me, v_me, ds_me, dq_bufs, dk, dv, rings, bars, dq_desc,
-              coords, scalars, CAUSAL: gl.constexpr):  # fmt: skip
+def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
+              coords, scalars, CAUSAL: gl.constexpr, SHARED_DQ: gl.constexpr):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv)."""
+    k_tiles, k_me, v_me = kv
+    ds_me = ds_bufs.index(ME)
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
-    _kv_bar, q_ready, q_empty, do_ready, do_empty = bars
+    q_ready, q_empty, do_ready, do_empty = bars[1], bars[2], bars[3], bars[4]
     b, hk, my_key0, m_start, n_m, group = coords
     seq_q, seq_k, qk_scale = scalars
     KEYS: gl.constexpr = k_me.shape[0]
@@ -204,19 +233,27 @@ def _bwd_step(t, ME: gl.constexpr, k_me, v_me, ds_me, dq_bufs, dk, dv, rings, ba
     ds_op = gl.convert_layout(ds_t, a_layout)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
     # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
+    if SHARED_DQ:  # the other consumer has read this tile's previous dSᵀ
+        mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
     ds_me.store(ds_t)
     fence_async_shared()
+    if SHARED_DQ:
+        mbarrier.arrive(bars[5].index(ME), count=1)
     # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
     # first), and the ring slot goes back to the producer
     dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
-    _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0)
+    if SHARED_DQ:
+        _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+    else:
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0)
     return dk, dv
 
 
 @gluon.jit
-def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr):
+def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
+                  SHARED_DQ: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -233,10 +270,10 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=d_layout)
     mbarrier.wait(bars[0], 0)
     for t in range(group * n_m):
-        dk, dv = _bwd_step(t, ME, k_me, v_me, ds_bufs.index(ME), dq_bufs, dk, dv,
+        dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL)  # fmt: skip
+                           CAUSAL, SHARED_DQ)  # fmt: skip
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -248,32 +285,40 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 
 
 @gluon.jit
-def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr):
-    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL)
+def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
+                   SHARED_DQ: gl.constexpr):  # fmt: skip
+    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, SHARED_DQ)
 
 
 @gluon.jit
-def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr):
-    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL)
+def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
+                   SHARED_DQ: gl.constexpr):  # fmt: skip
+    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, SHARED_DQ)
 
 
 @gluon.jit
 def _bwd_bars(STAGES: gl.constexpr):
     """K/V (one transaction barrier), Q and dO ready (the producer's expect) and empty
-    (one arrival per consumer) per ring slot."""
+    (one arrival per consumer) per ring slot; per consumer, its dSᵀ tile ready for and
+    freed by the other consumer (SHARED_DQ)."""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
     mbarrier.init(kv_bar, count=1)
+    for c in gl.static_range(2):
+        mbarrier.init(ds_ready.index(c), count=1)
+        mbarrier.init(ds_free.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=2)
         mbarrier.init(do_empty.index(i), count=2)
-    return kv_bar, q_ready, q_empty, do_ready, do_empty
+    return kv_bar, q_ready, q_empty, do_ready, do_empty, ds_ready, ds_free
 
 
 @gluon.jit
@@ -281,12 +326,14 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-            CONSUMER_REGS: gl.constexpr):  # fmt: skip
+            CONSUMER_REGS: gl.constexpr, SHARED_DQ: gl.constexpr):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv), or the two swapped when causal (the
     key block on the slow axis: every head's first, heaviest, key blocks go first).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(BLOCK_M == 64 and KEYS == 64, "wgmma: 4 warps × 16 rows, 64-row tiles")
+    gl.static_assert(not SHARED_DQ or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
+                     "SHARED_DQ: each consumer adds half of dQ's columns")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     if CAUSAL:
         kb = gl.program_id(1)
@@ -314,7 +361,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     ds_bufs = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], ds_layout)
     # per consumer, one fp32 staging tile per 64 head_dim columns of its dQ share
     dq_tile: gl.constexpr = dq_desc.block_type.shape
-    chunks: gl.constexpr = HEAD_DIM // dq_tile[3]
+    # SHARED_DQ: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
+    chunks: gl.constexpr = 1 if SHARED_DQ else HEAD_DIM // dq_tile[3]
     dq_bufs = gl.allocate_shared_memory(gl.float32, [2 * chunks] + dq_tile, dq_desc.layout)  # noqa: RUF005
     bars = _bwd_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in
@@ -325,12 +373,12 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, SHARED_DQ)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, SHARED_DQ)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, group, heads_q))),

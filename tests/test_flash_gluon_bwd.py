@@ -82,6 +82,12 @@ def test_heuristic_stages_and_labels():
     assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 4
     assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2"
     assert candidate_bwd_configs(64)["ws-shallow"].stages == 3
+    # FA3's shared dQ halves the staging tiles: a third ring stage fits at head_dim 128
+    sdq = candidate_bwd_configs(128)["ws-sdq"]
+    assert sdq.shared_dq and sdq.stages == 3 and sdq.label() == "gluon-bwd-m64-n128-s3-sdq"
+    assert "ws-sdq" not in candidate_bwd_configs(64)
+    with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
+        GluonBwdConfig(shared_dq=1)
 
 
 # --- why it cannot run --------------------------------------------------------------------
@@ -138,6 +144,10 @@ def test_backward_argument_errors(runnable):
     deep = GluonBwdConfig(stages=4)
     with pytest.raises(ValueError, match="gluon-bwd-m64-n128-s4 at head_dim=128 needs"):
         gluon_backward(q, q, q, q, q, lse2, False, 0.1, config=deep)
+    narrow = _t((1, 2, 64, 64))
+    with pytest.raises(ValueError, match=r"shared_dq splits dQ's 128 columns .* head_dim=64"):
+        gluon_backward(narrow, narrow, narrow, narrow, narrow, lse2, False, 0.1,
+                       config=GluonBwdConfig(shared_dq=True))  # fmt: skip
 
 
 def test_tma_rows_pads_to_16_byte_rows():

@@ -114,26 +114,27 @@ def check_slices(shape, dtype_name, head_dim, causal, tensors, other=None) -> di
     return dict(max_abs_err=worst, passed=passed, **out)
 
 
-def check_one(shape, dtype_name, head_dim, causal, against_det: bool) -> dict:
+def check_one(shape, dtype_name, head_dim, causal, against_det: bool, role: str = "ws") -> dict:
     import torch
 
     fa = importlib.import_module("fa_bench.kernels.flash_attention")
     from fa_bench.kernels.flash_config import heuristic_config
-    from fa_bench.kernels.flash_gluon_bwd import gluon_backward
+    from fa_bench.kernels.flash_gluon_bwd import candidate_bwd_configs, gluon_backward
 
     dtype = getattr(torch, _DTYPES[dtype_name])
     q, k, v, do = _inputs(shape, dtype, head_dim)
     scale = 1.0 / math.sqrt(head_dim)
     cfg = heuristic_config(head_dim, dtype, causal, q.device, max(shape[3], shape[4]))
     o, lse2 = fa._forward(q, k, v, causal, scale, cfg)
-    grads = gluon_backward(do, q, k, v, o, lse2, causal, scale)
+    gcfg = candidate_bwd_configs(head_dim)[role]
+    grads = gluon_backward(do, q, k, v, o, lse2, causal, scale, gcfg)
     det = None
     if against_det:
         det = fa._backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg)
     torch.cuda.synchronize()
     layouts = all(g.stride() == t.stride() for g, t in zip(grads, (q, k, v), strict=True))
     res = check_slices(shape, dtype_name, head_dim, causal, (q, k, v, o, do, grads), det)
-    return dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal,
+    return dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal, role=role,
                 shape=list(shape), err=res.pop("max_abs_err"), layout_ok=layouts, **res,
                 ok=bool(res["passed"] and res.get("det_match", True) and layouts))  # fmt: skip
 
@@ -164,31 +165,34 @@ def check_api() -> dict:
 
 
 def child_check(out: str) -> None:
-    """Every check in order of importance (bf16 before fp16, head_dim 128 first) until
-    CHECK_S seconds have passed; then the dispatch's."""
+    """Every check in order of importance until CHECK_S seconds have passed: the
+    heuristic's kernel in bf16 (head_dim 128, then 64), the dispatch's call, the "ws-sdq"
+    variant (bf16, head_dim 128), then the heuristic's in fp16."""
     start = time.time()
-    for dtype_name in ("bf16", "fp16"):
-        for head_dim in (128, 64):
-            for causal in (False, True):
-                for shape in SHAPES:
-                    if time.time() - start > CHECK_S:
-                        _emit(out, dict(kind="check", dtype=dtype_name, head_dim=head_dim,
-                                        causal=causal, shape=list(shape),
-                                        skipped=True))  # fmt: skip
-                        continue
-                    try:
-                        # against the deterministic backward in bf16 (its kernels compile
-                        # per shape: fp16 would double the time)
-                        row = check_one(shape, dtype_name, head_dim, causal, dtype_name == "bf16")
-                    except Exception as e:
-                        row = dict(kind="check", dtype=dtype_name, head_dim=head_dim,
-                                   causal=causal, shape=list(shape), ok=False,
-                                   error=f"{type(e).__name__}: {e}"[:400])  # fmt: skip
-                    _emit(out, row)
-    try:
-        _emit(out, check_api())
-    except Exception as e:
-        _emit(out, dict(kind="check", what="api", ok=False, error=f"{type(e).__name__}: {e}"))
+    plan = [("ws", "bf16", 128), ("ws", "bf16", 64), ("api", "", 0), ("ws-sdq", "bf16", 128),
+            ("ws", "fp16", 128), ("ws", "fp16", 64)]  # fmt: skip
+    for role, dtype_name, head_dim in plan:
+        if role == "api":
+            try:
+                _emit(out, check_api())
+            except Exception as e:
+                _emit(out, dict(kind="check", what="api", ok=False,
+                                error=f"{type(e).__name__}: {e}"))  # fmt: skip
+            continue
+        for causal in (False, True):
+            for shape in SHAPES:
+                row = dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal,
+                           role=role, shape=list(shape))  # fmt: skip
+                if time.time() - start > CHECK_S:
+                    _emit(out, {**row, "skipped": True})
+                    continue
+                try:
+                    # against the deterministic backward in bf16 (its kernels compile per
+                    # shape: fp16 would double the time)
+                    row = check_one(shape, dtype_name, head_dim, causal, dtype_name == "bf16", role)
+                except Exception as e:
+                    row.update(ok=False, error=f"{type(e).__name__}: {e}"[:400])
+                _emit(out, row)
 
 
 def _bench_setup(head_dim, n, causal):
@@ -219,8 +223,9 @@ def child_bench(out: str, which: str) -> None:
 
 
 def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
-    """Timings of one shape: "gluon" the Gluon backward whole and its kernel alone,
-    "base" our two-kernel and `tl` one-pass backwards and cuDNN's."""
+    """Timings of one shape: "gluon" the Gluon backward whole and its kernel alone ("sdq":
+    the same for its "ws-sdq" variant, head_dim 128), "base" our two-kernel and `tl`
+    one-pass backwards and cuDNN's."""
     import torch
 
     from fa_bench.kernels import flash_gluon_bwd as gb
@@ -231,14 +236,18 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
     scale = 1.0 / math.sqrt(head_dim)
     base = heuristic_config(head_dim, q.dtype, causal, q.device, n)
     runs = {}
-    if which == "gluon":
+    if which in ("gluon", "sdq"):
+        roles = gb.candidate_bwd_configs(head_dim)
+        if which == "sdq" and "ws-sdq" not in roles:
+            return []
         o, lse2 = fa._forward(q, k, v, causal, scale, base)
-        cfg = gb.gluon_bwd_config(head_dim, causal)
+        cfg = roles["ws-sdq" if which == "sdq" else "ws"]
         delta = fa._preprocess(do, o, lse2)
         ws = torch.zeros(q.shape, device="cuda", dtype=torch.float32)
         grads = (q, k, v, do, torch.empty_like(k), torch.empty_like(v), ws)
-        runs["gluon"] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cfg)
-        runs["gluon-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
+        name = "gluon-sdq" if which == "sdq" else "gluon"
+        runs[name] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cfg)
+        runs[f"{name}-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
     else:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -301,7 +310,8 @@ def markdown(doc: dict) -> str:
     for r in rows:
         if r["kind"] == "bench":
             bench.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    impls = ["gluon", "gluon-kernel", "two-kernel", "tl-onepass", "cudnn"]
+    impls = ["gluon", "gluon-kernel", "gluon-sdq", "gluon-sdq-kernel", "two-kernel",
+             "tl-onepass", "cudnn"]  # fmt: skip
     head = "| D | N | causal | " + " | ".join(impls) + " | gluon ÷ cuDNN | gluon ÷ two-kernel |"
     lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets):",
               "", head, "|---|---|---|" + "---|" * (len(impls) + 2)]  # fmt: skip
@@ -336,11 +346,13 @@ def parent() -> int:
     started = time.time()
     env = dict(device=torch.cuda.get_device_name(0), torch=torch.__version__,
                triton=triton.__version__, api_reason=_api_reason(),
-               configs={d: candidate_bwd_configs(d)["ws"].label() for d in (64, 128)})  # fmt: skip
+               configs={d: {r: c.label() for r, c in candidate_bwd_configs(d).items()}
+                        for d in (64, 128)})  # fmt: skip
     print(json.dumps(env), flush=True)
     children = []
     for label, args in (("check", ["--child", "check"]), ("bench-gluon", ["--child", "gluon"]),
-                        ("bench-base", ["--child", "base"])):  # fmt: skip
+                        ("bench-base", ["--child", "base"]),
+                        ("bench-sdq", ["--child", "sdq"])):  # fmt: skip
         if time.time() - started > BUDGET_S:
             children.append(dict(child=label, status="skipped: time budget", seconds=0))
             continue

@@ -84,6 +84,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool) ->
         CAUSAL=causal,
         PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs,
+        SHARED_DQ=cfg.shared_dq,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
