@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 _LOG2E = 1.4426950408889634
 VARIANTS = ("ws", "pipelined")
 HEAD_DIMS = (64, 128, 256)
+# GluonConfig.exp2_emu's values: kernels/gluon_exp2.EMU_CHOICES (not imported: that module
+# imports triton, this one must not).
+EXP2_EMU = (0, 2, 4, 8)
 # sm_90's shared memory per block (227 KB) less what the kernels keep for mbarriers.
 SMEM_BYTES = 227 * 1024 - 1024
 _TMA_ALIGN = 16
@@ -54,6 +57,8 @@ class GluonConfig:
       this tile runs (no bubble between tiles), at the cost of ring stages.
     producer_regs / consumer_regs: per-thread registers of the "ws" producer's
       warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
+    exp2_emu: every exp2_emu-th exponential of P computed on the FMA pipes instead of the
+      MUFU unit (kernels/gluon_exp2.py: 2, 4 or 8; 0 = none, the measured default).
     """
 
     variant: str = "ws"
@@ -67,6 +72,7 @@ class GluonConfig:
     q_buffers: int = 1
     producer_regs: int = 24
     consumer_regs: int = 240
+    exp2_emu: int = 0
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -94,6 +100,8 @@ class GluonConfig:
         for name in ("pingpong", "persistent"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
+        if type(self.exp2_emu) is not int or self.exp2_emu not in EXP2_EMU:
+            raise ValueError(f"GluonConfig.exp2_emu={self.exp2_emu!r}: expected one of {EXP2_EMU}")
         if self.consumers not in (2, 3) or isinstance(self.consumers, bool):
             raise ValueError(f"GluonConfig.consumers={self.consumers!r}: expected 2 or 3")
         if self.consumers == 3 and (self.pingpong or self.persistent):
@@ -152,12 +160,14 @@ class GluonConfig:
     def label(self) -> str:
         """A short name for tables: the variant and its tiles."""
         text = f"{self.variant}-m{self.block_m}-n{self.block_n}-s{self.stages}"
+        emu = f"-e{self.exp2_emu}" if self.exp2_emu else ""
         if self.variant == "pipelined":
-            return f"{text}-w{self.num_warps}"
+            return f"{text}-w{self.num_warps}{emu}"
         text = text if self.consumers == 2 else f"{text}-c{self.consumers}"
         text = text if self.pingpong else f"{text}-nopp"
         text = f"{text}-q{self.q_buffers}" if self.q_buffers != 1 else text
-        return f"{text}-persist" if self.persistent else text
+        text = f"{text}-persist" if self.persistent else text
+        return f"{text}{emu}"
 
 
 def _deepest(cfg: GluonConfig, head_dim: int) -> GluonConfig:
@@ -393,11 +403,11 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if cfg.variant == "pipelined":
         kernel = flash_gluon_kernels._fwd_pipelined
         kernel[(tiles, batch * heads_q)](
-            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps
+            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps, EMU=cfg.exp2_emu
         )
         return
     ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
-              CONSUMER_REGS=cfg.consumer_regs, num_warps=4)  # fmt: skip
+              CONSUMER_REGS=cfg.consumer_regs, num_warps=4, EMU=cfg.exp2_emu)  # fmt: skip
     if cfg.persistent:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         flash_gluon_persist._fwd_ws_persistent[(min(sms, tiles * batch * heads_q),)](

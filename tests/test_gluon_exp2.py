@@ -1,0 +1,350 @@
+"""The Gluon softmax's exp2 split (kernels/gluon_exp2.py, GluonConfig.exp2_emu; issue 21).
+
+On a CPU: the PTX that exp2_split emits, evaluated instruction by instruction in numpy
+fp32 (the polynomial's accuracy, −inf and the clamp, the fp16/bf16 rounding of P), a
+flash-attention forward with that P against fa_bench.run.accuracy's rule, the config's
+field and labels, and tools/gpu/gluon_d64.py's launches and report. Compiled for sm_90
+(slow, with a triton 3.6 installed aside) and run on an H200 (gpu) where those exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fa_bench.case import Case
+from fa_bench.kernels import gluon_exp2
+from fa_bench.kernels.flash_gluon import (
+    EXP2_EMU,
+    SMEM_BYTES,
+    GluonConfig,
+    gluon_config,
+    version_reason,
+)
+from fa_bench.run.accuracy import check_accuracy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# --- the emitted PTX, run in numpy -------------------------------------------------------
+
+
+def _f32(bits: str) -> np.float32:
+    """A PTX fp32 immediate (0fXXXXXXXX) as a numpy float32."""
+    return np.array([int(bits[2:], 16)], dtype=np.uint32).view(np.float32)[0]
+
+
+def _operand(regs: dict, text: str) -> np.ndarray:
+    text = text.strip()
+    if text.startswith("0f"):
+        return np.full_like(regs["$in"], _f32(text), dtype=np.float32).view(np.uint32)
+    if re.fullmatch(r"-?\d+", text):
+        return np.full(regs["$in"].shape, int(text), dtype=np.int64).astype(np.uint32)
+    return regs[text]
+
+
+def _as_f(x: np.ndarray) -> np.ndarray:
+    return x.view(np.float32)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fp32 fma: the product of two fp32 values is exact in float64, one rounding after."""
+    out = _as_f(a).astype(np.float64) * _as_f(b).astype(np.float64) + _as_f(c)
+    return out.astype(np.float32).view(np.uint32)
+
+
+def run_ptx(asm: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Evaluate split_asm's block on fp32 inputs (one array per packed element): the
+    handful of PTX instructions it uses, each in fp32 (ex2.approx as exactly rounded)."""
+    pack = len(inputs)
+    regs: dict[str, np.ndarray] = {"$in": inputs[0]}
+    for i, x in enumerate(inputs):
+        regs[f"${pack + i}"] = np.asarray(x, dtype=np.float32).view(np.uint32)
+    body = asm.strip()
+    assert body.startswith("{") and body.endswith("}"), asm
+    for stmt in body[1:-1].split(";"):
+        stmt = stmt.strip()
+        if not stmt or stmt.startswith(".reg"):
+            continue
+        op, args = stmt.split(None, 1)
+        dst, *srcs = [a.strip() for a in args.split(",")]
+        vals = [_operand(regs, s) for s in srcs]
+        with np.errstate(all="ignore"):
+            if op == "ex2.approx.ftz.f32":
+                res = np.exp2(_as_f(vals[0]).astype(np.float64)).astype(np.float32)
+            elif op == "max.ftz.f32":
+                res = np.fmax(_as_f(vals[0]), _as_f(vals[1]))
+            elif op == "add.rn.f32":
+                res = _as_f(vals[0]) + _as_f(vals[1])
+            elif op == "sub.rn.f32":
+                res = _as_f(vals[0]) - _as_f(vals[1])
+            elif op == "fma.rn.f32":
+                regs[dst] = _fma(*vals)
+                continue
+            elif op == "shl.b32":
+                regs[dst] = vals[0] << vals[1]
+                continue
+            elif op == "add.s32":
+                regs[dst] = vals[0] + vals[1]
+                continue
+            else:
+                raise AssertionError(f"instruction {op!r} not modelled")
+        regs[dst] = np.asarray(res, dtype=np.float32).view(np.uint32)
+    return [regs[f"${i}"].view(np.float32) for i in range(pack)]
+
+
+def split_exp2(x: np.ndarray, emu: int) -> np.ndarray:
+    """2^x as exp2_split(x, emu) computes it: the flat elements in groups of `emu`
+    (a thread's consecutive registers), the last of each group emulated."""
+    flat = np.asarray(x, dtype=np.float32).reshape(-1, emu)
+    outs = run_ptx(gluon_exp2.split_asm(emu), [flat[:, i].copy() for i in range(emu)])
+    return np.stack(outs, axis=1).reshape(np.shape(x))
+
+
+def emulated(x: np.ndarray) -> np.ndarray:
+    """Only the emulated lane: pack 2's second element."""
+    x = np.asarray(x, dtype=np.float32)
+    return run_ptx(gluon_exp2.split_asm(2), [np.zeros_like(x), x])[1]
+
+
+def test_the_polynomial_is_within_its_bound_on_the_softmax_range():
+    x = np.linspace(-126.0, 0.0, 400_001, dtype=np.float32)
+    got = emulated(x).astype(np.float64)
+    rel = np.abs(got / np.exp2(x.astype(np.float64)) - 1.0)
+    assert rel.max() <= gluon_exp2.MAX_REL_ERR, rel.max()
+    # the bound is tight (a fifth of fp16's half ulp), not a loose number
+    assert rel.max() > 0.8 * gluon_exp2.MAX_REL_ERR
+
+
+def test_exact_where_the_softmax_needs_it():
+    # 2^0 = 1 exactly: the row maximum's p is 1, as with the MUFU
+    assert emulated(np.array([0.0], np.float32))[0] == 1.0
+    # integers are exact (f = 0), masked scores (−inf) and the clamp give exactly 0
+    ints = np.arange(-100, 1, dtype=np.float32)
+    assert np.array_equal(emulated(ints), np.exp2(ints))
+    low = np.array([-np.inf, -1e30, -200.0, -127.0], np.float32)
+    assert np.array_equal(emulated(low), np.zeros(4, np.float32))
+    # just above the clamp: tiny, finite, never negative or NaN
+    near = np.linspace(-127.0, -120.0, 1001, dtype=np.float32)
+    out = emulated(near)
+    assert np.isfinite(out).all() and (out >= 0).all() and out.max() < 2.0**-119
+
+
+@pytest.mark.parametrize("emu", [2, 4, 8])
+def test_split_emulates_one_element_in_emu(emu):
+    rng = np.random.default_rng(emu)
+    x = rng.uniform(-20.0, 0.0, size=(64, 8 * emu)).astype(np.float32)
+    got = split_exp2(x, emu).reshape(-1, emu)
+    exact = np.exp2(x.astype(np.float64)).astype(np.float32).reshape(-1, emu)
+    # the MUFU lanes are untouched; the last lane of each group is the polynomial's
+    assert np.array_equal(got[:, :-1], exact[:, :-1])
+    lane = got[:, -1].astype(np.float64) / exact[:, -1] - 1.0
+    assert 0 < np.abs(lane).max() <= gluon_exp2.MAX_REL_ERR
+    asm = gluon_exp2.split_asm(emu)
+    assert asm.count("ex2.approx.ftz.f32") == emu - 1 and asm.count("fma.rn.f32") == 3
+    assert gluon_exp2.split_constraints(emu) == ",".join(["=r"] * emu + ["r"] * emu)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_p_rounded_to_the_input_dtype_moves_at_most_one_ulp(dtype):
+    x = np.linspace(-24.0, 0.0, 200_001, dtype=np.float32)
+    ours = torch.from_numpy(emulated(x)).to(dtype).float()
+    exact = torch.from_numpy(np.exp2(x.astype(np.float64))).to(dtype).float()
+    mant = {torch.float16: 10, torch.bfloat16: 7}[dtype]
+    ulp = exact.abs() * 2.0**-mant  # the dtype's ulp at that magnitude (normal range)
+    steps = ((ours - exact).abs() / ulp.clamp_min(1e-30))[exact > 2.0**-14]
+    assert steps.max() <= 1.0 + 1e-6
+    # and only a small share of them moves at all
+    assert (steps > 0).float().mean() < {torch.float16: 0.15, torch.bfloat16: 0.02}[dtype]
+
+
+def _flash_forward(q, k, v, causal, emu, exp2=None):
+    """Our kernels' forward arithmetic on a CPU: 128-key blocks, log2-domain online
+    softmax in fp32, P rounded to the input dtype for PV, acc in fp32, exp2 as
+    exp2_split(emu) computes it (or `exp2`)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) * 1.4426950408889634
+    qf, kf, vf = q.float(), k.float(), v.float()
+    sq, sk = q.shape[2], k.shape[2]
+    m = torch.full(q.shape[:3], -math.inf)
+    l_sum = torch.zeros(q.shape[:3])
+    acc = torch.zeros((*q.shape[:3], v.shape[-1]))
+    rows = torch.arange(sq)[:, None]
+    for j0 in range(0, sk, 128):
+        s = qf @ kf[:, :, j0 : j0 + 128].transpose(-1, -2)
+        if causal:
+            cols = torch.arange(j0, min(j0 + 128, sk))[None, :]
+            s = s.masked_fill(cols > rows + (sk - sq), -math.inf)
+        m_new = torch.maximum(m, s.amax(-1))
+        m_sc = torch.where(m_new == -math.inf, 0.0, m_new * scale)
+        arg = (s * scale - m_sc[..., None]).numpy()
+        p = torch.from_numpy(exp2(arg) if exp2 else split_exp2(arg, emu))
+        alpha = torch.exp2(m * scale - m_sc)
+        l_sum = l_sum * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + p.to(q.dtype).float() @ vf[:, :, j0 : j0 + 128]
+        m = m_new
+    return (acc / l_sum.clamp_min(1e-30)[..., None]).to(q.dtype)
+
+
+def _case(dtype, sq, sk, causal):
+    name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    return Case(impl="triton", mode="fwd", dtype=name, batch=1, heads_q=2, heads_kv=2,
+                seqlen_q=sq, seqlen_k=sk, head_dim=64, causal=causal)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("emu", [2, 8])
+def test_a_forward_with_the_split_passes_the_accuracy_rule(dtype, emu):
+    gen = torch.Generator().manual_seed(emu)
+    sq, sk = 200, 300
+    q, k, v = (torch.randn(1, 2, n, 64, generator=gen).to(dtype) for n in (sq, sk, sk))
+    for causal in (False, True):
+        o = _flash_forward(q, k, v, causal, emu)
+        report = check_accuracy(_case(dtype, sq, sk, causal), q, k, v, o)
+        assert report["passed"], report
+
+
+def test_the_rule_catches_a_worse_exp2():
+    # the same forward with a 2 % error in every exponential fails: the check can fail
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 256, 64, generator=gen).to(torch.float16) for _ in range(3))
+
+    def coarse(x):
+        rng = np.random.default_rng(1)
+        return (np.exp2(x) * (1 + 0.02 * rng.choice([-1.0, 1.0], size=x.shape))).astype(np.float32)
+
+    o = _flash_forward(q, k, v, False, 0, exp2=coarse)
+    assert not check_accuracy(_case(torch.float16, 256, 256, False), q, k, v, o)["passed"]
+
+
+# --- the config field ---------------------------------------------------------------------
+
+
+def test_exp2_emu_field_values_and_labels():
+    assert EXP2_EMU == gluon_exp2.EMU_CHOICES
+    assert GluonConfig().exp2_emu == 0
+    for bad in (1, 3, 16, -2, True, 2.0, "4"):
+        with pytest.raises(ValueError, match=rf"GluonConfig.exp2_emu={bad!r}: expected one of"):
+            GluonConfig(exp2_emu=bad)
+    with pytest.raises(ValueError, match=r"emu=0: expected one of \(2, 4, 8\)"):
+        gluon_exp2.split_asm(0)
+    # 0 keeps every existing label; the split is a suffix on every kind of launch
+    assert gluon_config(64).label() == "ws-m64-n128-s4"
+    assert dataclasses.replace(gluon_config(64), exp2_emu=8).label() == "ws-m64-n128-s4-e8"
+    pq2 = dataclasses.replace(gluon_config(128), exp2_emu=4)
+    assert pq2.label() == "ws-m64-n128-s2-q2-persist-e4"
+    pipe = dataclasses.replace(gluon_config(64, causal=True), exp2_emu=2)
+    assert pipe.label() == "pipelined-m128-n128-s2-w8-e2"
+
+
+# --- tools/gpu/gluon_d64.py ---------------------------------------------------------------
+
+
+def _tool(name: str):
+    path = ROOT / "tools" / "gpu" / f"{name}.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_study_launches_are_valid_and_distinct():
+    tool = _tool("gluon_d64")
+    cands = tool.candidates()
+    assert set(cands) == {(64, False), (64, True), (128, False), (128, True)}
+    for (head_dim, causal), roles in cands.items():
+        assert roles["heuristic"] == gluon_config(head_dim, causal)
+        labels = [c.label() for c in roles.values()]
+        assert len(set(labels)) == len(labels)
+        assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in roles.values())
+        assert {c.exp2_emu for c in roles.values()} >= {0, 4, 8}
+    assert "pq2-e8" in cands[(64, False)] and "e2" in cands[(64, False)]
+    # the order starts with the shapes the heuristic decision needs
+    assert tool.ORDER[:2] == (("bf16", 64, False), ("fp16", 64, False))
+
+
+def test_the_report_names_launches_past_the_target_only_where_both_lengths_clear_it():
+    report = _tool("gluon_d64_report")
+    rows = [{"kind": "env", "device": "dev", "torch": "t", "triton": "3.6.0"}]
+    key = dict(dtype="bf16", head_dim=64, causal=False)
+    for role, label, t4, t16 in (
+        ("cudnn", "sdpa-cudnn", 100.0, 100.0),
+        ("heuristic", "ws", 99.0, 101.0),
+        ("e8", "ws-e8", 103.0, 102.5),
+        ("e4", "ws-e4", 103.0, 101.0),
+        ("e2", "ws-e2", 110.0, 110.0),
+    ):
+        if role != "cudnn":
+            passed = role != "e2"  # a launch that failed its check is never a winner
+            rows.append(dict(kind="check", role=role, label=label, passed=passed, **key))
+        for n, t in ((4096, t4), (16384, t16)):
+            rows.append(dict(kind="bench", role=role, label=label, n=n, tflops=t, **key))
+    text = report.markdown(rows, 1.02)
+    assert "| e8 | ws-e8 | pass | 103.0 | 102.5 | 1.030 | 1.025 | 1.040 | 1.015 |" in text
+    winners = report.winners(report.shape_tables(rows), 1.02)
+    assert winners == ["bf16 d64 non-causal: e8 (ws-e8) 1.030 / 1.025"]
+
+
+# --- compiled for sm_90 (triton 3.6 aside), and on the H200 -------------------------------
+
+
+@pytest.mark.slow
+def test_the_split_launches_compile_for_sm90_without_spills():
+    import triton
+
+    path = (
+        ""
+        if version_reason(triton.__version__) is None
+        else os.environ.get("GLUON_TRITON_PATH", "/tmp/tri36")
+    )
+    if path and not Path(path, "triton", "__init__.py").exists():
+        pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT)) if p))
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu" / "gluon_d64_compile.py"), "--dtypes", "bf16"],
+        capture_output=True, text=True, env=env, timeout=1200,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    # every split launch emits its emulated lanes: 1 shl by 23 per EMU elements
+    for line in out.stdout.splitlines():
+        if re.search(r"-e\d ", line):
+            assert int(re.search(r"shl23 (\d+)", line).group(1)) > 0, line
+
+
+needs_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or os.environ.get("TRITON_INTERPRET") == "1"
+    or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU",
+)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("emu", [2, 4, 8])
+def test_split_launches_pass_the_rule_on_the_h200(head_dim, emu):
+    check = _tool("gluon_check")
+    for causal in (False, True):
+        for persistent in (False, True):
+            base = gluon_config(head_dim, causal)
+            if persistent and base.variant == "ws" and not base.persistent:
+                base = dataclasses.replace(base, persistent=True)
+            elif persistent:
+                continue
+            cfg = dataclasses.replace(base, exp2_emu=emu)
+            for dtype in ("bf16", "fp16"):
+                for shape in ((2, 4, 1, 1000, 1000, False), (1, 4, 2, 1100, 600, False),
+                              (2, 4, 2, 128, 384, True)):  # fmt: skip
+                    row = check.check_one(cfg, shape, dtype, head_dim, causal, False)
+                    assert row["passed"], (cfg.label(), row)
