@@ -122,6 +122,7 @@ def test_fused_two_row_blocks_and_speculative_pages():
 
 
 @cpu_only
+@pytest.mark.slow
 def test_fused_and_two_kernel_agree_in_the_interpreter():
     # the same per-row arithmetic (_combine_row): the same bits in the interpreter
     q, k, v, seqlens, table = make_inputs([77, 300, 16], 2, 8, 2, 32, page_size=16, seed=3)
