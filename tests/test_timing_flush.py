@@ -118,3 +118,25 @@ def test_records_with_and_without_the_field_load() -> None:
     back = CaseRecord.from_json(new)
     assert back.timing["l2_flush_op"] == "read"
     assert back.to_json()["timing"]["l2_flush_op"] == "read"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_the_read_flush_evicts_the_l2() -> None:
+    # 24 MB fits the H200's 50 MB L2: back to back it is read from the L2, behind either
+    # flush from HBM (the zeroing one also pays its write-back). The read flush evicts.
+    x = torch.ones(6 << 20, dtype=torch.float32, device="cuda")
+    out = torch.empty((), device="cuda")
+    cfg = dict(target_noise=0.02, min_samples=50, min_time_s=0.0, max_time_s=0.5, warmup_ms=50)
+    median = {}
+    for name, kw in (
+        ("none", {"flush_l2": False}),
+        ("read", {}),
+        ("zero", {"l2_flush_op": "zero"}),
+    ):
+        t = timing.measure(lambda: torch.sum(x, out=out), device=torch.device("cuda"),
+                           config=TimingConfig(**cfg, **kw))  # fmt: skip
+        assert t.l2_flush_op == (None if name == "none" else name)
+        median[name] = t.stats()["median"]
+    assert median["read"] > 1.2 * median["none"], median
+    assert median["zero"] > 1.2 * median["none"], median
