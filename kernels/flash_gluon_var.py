@@ -40,6 +40,9 @@ WINDOW = gl.constexpr(1)
 SOFTCAP = gl.constexpr(2)
 ALIBI = gl.constexpr(4)
 VARLEN = gl.constexpr(8)
+# with SOFTCAP: tanh.approx.f16x2 (two per MUFU op) instead of tanh.approx.f32; a
+# development switch (flash_gluon_varhost.TANH_F16X2), not the default
+TANH_F16X2 = gl.constexpr(16)
 
 
 @gluon.jit
@@ -64,12 +67,21 @@ def _window_bounds(row0, rows: gl.constexpr, seq_q, seq_k, win_left, win_right,
 
 
 @gluon.jit
-def _tanh(x):
+def _tanh(x, F16X2: gl.constexpr):
     """tanh.approx.f32: one MUFU op, relative error about 2^-11 (fp16/bf16 inputs only,
-    as the `tl` kernel's flash_validate.FAST_TANH)."""
-    return gl.inline_asm_elementwise(
-        "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1
-    )
+    as the `tl` kernel's flash_validate.FAST_TANH); F16X2: tanh.approx.f16x2 on the
+    values rounded to fp16, two per MUFU op (the softcap's second MUFU op per score
+    competes with exp2's: this halves it)."""
+    if F16X2:
+        t = gl.inline_asm_elementwise(
+            "tanh.approx.f16x2 $0, $1;", "=r,r", [x.to(gl.float16)], dtype=gl.float16,
+            is_pure=True, pack=2,
+        )  # fmt: skip
+        return t.to(gl.float32)
+    else:
+        return gl.inline_asm_elementwise(
+            "tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=gl.float32, is_pure=True, pack=1
+        )
 
 
 @gluon.jit
@@ -78,7 +90,7 @@ def _var_scores(s, rows, j, diag, cap_mul, alibi_k, BLOCK_N: gl.constexpr,
     """The softcap, then ALiBi, on the raw scores of key block j (see the module
     docstring for the units)."""
     if VAR & SOFTCAP:
-        s = _tanh(s * cap_mul)
+        s = _tanh(s * cap_mul, VAR & TANH_F16X2)
     if VAR & ALIBI:
         # distances as exact small integers in fp32: no large intermediate to round
         cols = (j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))).to(

@@ -28,14 +28,20 @@ if TYPE_CHECKING:
     from fa_bench.kernels.flash_validate import Variant
 
 _LOG2E = 1.4426950408889634
-# The VAR constexpr's bits (flash_gluon_var.WINDOW, SOFTCAP, ALIBI, VARLEN; a test checks).
-_WINDOW, _SOFTCAP, _ALIBI, _VARLEN = 1, 2, 4, 8
+# The VAR constexpr's bits (flash_gluon_var.WINDOW, SOFTCAP, ALIBI, VARLEN, TANH_F16X2; a
+# test checks).
+_WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2 = 1, 2, 4, 8, 16
+# A development switch (tools/gpu/variants_gluon.py times it): the softcap's tanh as
+# tanh.approx.f16x2, two per MUFU op, instead of tanh.approx.f32. Not the default until
+# measured faster and within the accuracy rule on the H200.
+TANH_F16X2 = False
 
 
 def variant_bits(variant: Variant) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one)."""
     bits = _WINDOW if variant.window is not None else 0
     bits |= _SOFTCAP if variant.softcap > 0 else 0
+    bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
     bits |= _ALIBI if variant.slopes is not None else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 

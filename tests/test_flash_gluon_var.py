@@ -66,8 +66,15 @@ def test_variant_bits_name_each_variant_and_match_the_kernel_constants():
     both = _variant(causal=True, window=(4, -1), softcap=5.0, alibi_slopes=torch.ones(2, 4))
     assert vh.variant_bits(both) == 7
     kernel = pytest.importorskip("fa_bench.kernels.flash_gluon_var")  # needs triton's Gluon
-    got = [int(getattr(kernel, n).value) for n in ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN")]
-    assert got == [vh._WINDOW, vh._SOFTCAP, vh._ALIBI, vh._VARLEN]
+    names = ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "TANH_F16X2")
+    got = [int(getattr(kernel, n).value) for n in names]
+    assert got == [vh._WINDOW, vh._SOFTCAP, vh._ALIBI, vh._VARLEN, vh._TANH_F16X2]
+
+
+def test_the_f16x2_tanh_switch_marks_softcap_launches_only(monkeypatch):
+    monkeypatch.setattr(vh, "TANH_F16X2", True)
+    assert vh.variant_bits(_variant(softcap=50.0)) == 2 | 16
+    assert vh.variant_bits(_variant(window=(4, -1))) == 1  # no softcap: no tanh at all
 
 
 def test_only_a_softcap_without_the_fast_tanh_is_refused(monkeypatch):
@@ -214,7 +221,7 @@ def test_every_variant_combination_compiles_for_sm90():
         timeout=1800,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "90 combinations, 0 failed" in out.stdout
+    assert "102 combinations, 0 failed" in out.stdout
 
 
 # --- the GPU script's checks ------------------------------------------------------------
@@ -257,6 +264,24 @@ def test_the_gpu_checks_pass_a_right_forward_and_catch_a_wrong_one(kind, args, k
     tool.flash_attention_varlen = dropping(tool.flash_attention_varlen)
     res = check(torch.float32, 16, *args, **kw)
     assert not all(r["passed"] for r in res.values())
+
+
+def test_the_gpu_report_counts_the_development_checks_apart():
+    tool = _tool()
+    checks = [
+        {"check": "bf16 d128 softcap 50", "passed": True, "detail": {}},
+        {"check": "bf16 d128 softcap 50 [tanh f16x2]", "passed": False, "error": "E: x"},
+    ]
+    rows = [{"variant": "softcap 50 causal", "shape": "8 x 8192", "gluon": 500.0,
+             "tl": 400.0, "dense gluon": 550.0, "flex": "error X"}]  # fmt: skip
+    text = tool.report(checks, rows)
+    assert "## Correctness: 1 / 1 passed" in text
+    assert "tanh f16x2 (not the default): 0 / 1 passed" in text
+    assert "- FAIL bf16 d128 softcap 50 [tanh f16x2]: E: x" in text
+    assert (
+        "| softcap 50 causal | 8 x 8192 | 500.0 | 400.0 | 550.0 | error X | 0.909 | 1.250 |  |"
+        in text
+    )
 
 
 needs_gluon_gpu = pytest.mark.skipif(

@@ -112,8 +112,9 @@ _VAR_ARGS = (
     ("cu_q", "*i32", 8), ("cu_k", "*i32", 8), ("o_ptr", "*{dtype}", 8),
     ("stride_os", "i32", 8), ("stride_oh", "i32", 8),
 )  # fmt: skip
-# Every combination of window (1), softcap (2), ALiBi (4), packed (8).
-VAR_BITS = tuple(range(1, 16))
+# Every combination of window (1), softcap (2), ALiBi (4), packed (8), and the softcap
+# with the development f16x2 tanh (16) alone and with everything.
+VAR_BITS = (*range(1, 16), 18, 31)
 
 
 def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:
