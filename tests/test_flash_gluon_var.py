@@ -241,6 +241,7 @@ def _tool():
     [
         ("dense", (1, 3, 1, 40, 70), dict(causal=True, window=(8, -1), alibi="bh")),
         ("dense", (2, 2, 2, 50, 30), dict(causal=True, window=(6, -1), softcap=5.0)),
+        ("dense", (1, 2, 1, 32, 128), dict(causal=True, window=(8, -1), nan_keys=64)),
         ("packed", ([1, 37, 1, 20], [1, 37, 1, 20], 2, 1), dict(causal=True, alibi="bh")),
         ("packed", ([3, 1, 20], [9, 1, 12], 2, 2), dict(causal=True, window=(4, 2))),
     ],

@@ -57,9 +57,10 @@ def _slopes(heads, batch=None):
     )
 
 
-def _dense_check(dtype, d, b, hq, hk, sq, sk, grads=False, alibi="", **kw) -> dict:
+def _dense_check(dtype, d, b, hq, hk, sq, sk, grads=False, alibi="", nan_keys=0, **kw) -> dict:
     """One dense-layout variant call against the float64 reference; alibi "h" for
-    (H,) slopes, "bh" for (B, H)."""
+    (H,) slopes, "bh" for (B, H); nan_keys: ours runs with the first keys (and values)
+    NaN, which no row's window reaches: any load of them would show in the output."""
     kw.setdefault("causal", False)
     if alibi:
         kw["alibi_slopes"] = _slopes(hq, b if alibi == "bh" else None)
@@ -71,7 +72,12 @@ def _dense_check(dtype, d, b, hq, hk, sq, sk, grads=False, alibi="", **kw) -> di
     )
     if grads:
         q, k, v = (t.requires_grad_() for t in (q, k, v))
-    o, lse = flash_attention(q, k, v, config=CHECKED, return_lse=True, **kw)
+    k_in, v_in = k, v
+    if nan_keys:
+        k_in, v_in = k.detach().clone(), v.detach().clone()
+        k_in[:, :, :nan_keys] = float("nan")
+        v_in[:, :, :nan_keys] = float("nan")
+    o, lse = flash_attention(q, k_in, v_in, config=CHECKED, return_lse=True, **kw)
     do = torch.randn(o.shape, generator=g, device=DEVICE).to(dtype) if grads else None
     ref = _reference([t.detach().double() for t in (q, k, v)], do, torch.float64, kw)
     base = _reference([t.detach() for t in (q, k, v)], do, dtype, kw)
@@ -203,6 +209,12 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
                     dict(causal=True, window=(64, -1)),
                 ),
                 (f"{p} window (0,0) 513", dc, (dt, d, 1, 2, 2, 513, 513), dict(window=(0, 0))),
+                (
+                    f"{p} window (64,0) causal 256x1024, keys < 640 NaN (never loaded)",
+                    dc,
+                    (dt, d, 1, 2, 1, 256, 1024),
+                    dict(causal=True, window=(64, -1), nan_keys=640),
+                ),
                 (
                     f"{p} softcap 50 causal 1000",
                     dc,
