@@ -349,3 +349,25 @@ def test_the_backend_label_names_the_kernel_a_variant_case_runs(monkeypatch):
     assert triton_impl._forward_named(tl_label, case, cfg, q, k, k) == tl_label
     bwd = dataclasses.replace(case, mode="bwd")
     assert triton_impl._forward_named(tl_label, bwd, cfg, q, k, k) == tl_label
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+def test_gpu_auto_runs_a_variant_in_the_gluon_kernel():
+    """On the H200 a variant call at d128 from 1k keys takes the Gluon kernel under
+    "auto": the same bits as the forced launch, not the `tl` kernel's."""
+    from fa_bench.kernels import flash_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn((1, 4, 2048, 128), generator=g, device="cuda").bfloat16() for _ in range(3)
+    )
+    kw = dict(causal=True, window=(256, -1), softcap=30.0)
+    variant = make_variant(q, causal=True, window=(256, -1), alibi_slopes=None, softcap=30.0,
+                           batch=1, seq_q=2048, seq_k=2048)  # fmt: skip
+    assert flash_dispatch.gluon_choice(q, k, v, True, FlashConfig(), variant) is not None
+    auto = flash_attention(q, k, v, **kw)
+    forced = flash_attention(q, k, v, config=FlashConfig(forward="gluon"), **kw)
+    tl = flash_attention(q, k, v, config=FlashConfig(forward="tl"), **kw)
+    assert torch.equal(auto, forced)
+    assert not torch.equal(auto, tl)  # two kernels: not the same rounding everywhere
