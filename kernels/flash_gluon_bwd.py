@@ -40,7 +40,8 @@ DQ_CHUNK = 64
 class GluonBwdConfig:
     """Launch parameters of the Gluon backward.
 
-    block_m: query rows per step (64: one wgmma row tile of a warpgroup);
+    block_m: query rows per step, 64 or 128 (the N of Sᵀ's wgmma; FA3 takes 128 at
+      head_dim 64, where 64-row steps leave little matmul per barrier);
     keys: keys per consumer warpgroup (64; a CTA holds 2 · keys);
     stages: depth of the Q/dO ring in shared memory;
     producer_regs / consumer_regs: per-thread registers of the producer's warpgroup and
@@ -60,7 +61,7 @@ class GluonBwdConfig:
     shared_dq: bool = False
 
     def __post_init__(self) -> None:
-        for name, valid in (("block_m", (64,)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
+        for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
@@ -118,13 +119,16 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
     "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
-    shared dQ (head_dim 128) with the deepest ring that fits."""
+    shared dQ (head_dim 128) with the deepest ring that fits, "ws-m128" query blocks of
+    128 rows (head_dim 64, FA3's there)."""
     base = gluon_bwd_config(head_dim)
     out = {"ws": base}
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:
         out["ws-sdq"] = _deepest(dataclasses.replace(base, shared_dq=True), head_dim)
+    else:
+        out["ws-m128"] = _deepest(dataclasses.replace(base, block_m=128), head_dim)
     return out
 
 
@@ -278,7 +282,10 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
     q, k, v, do, dk, dv, dq_ws = tensors
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
-    descs = [_descriptor(t, cfg.block_m) for t in (q, k, v, do, dk, dv)]
+    descs = [_descriptor(t, cfg.block_m) for t in (q,)]
+    descs += [_descriptor(t, cfg.keys) for t in (k, v)]
+    descs += [_descriptor(do, cfg.block_m)]
+    descs += [_descriptor(t, cfg.keys) for t in (dk, dv)]
     descs.append(_descriptor(dq_ws, cfg.block_m, DQ_CHUNK))
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv

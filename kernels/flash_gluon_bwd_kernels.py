@@ -331,7 +331,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     key block on the slow axis: every head's first, heaviest, key blocks go first).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
-    gl.static_assert(BLOCK_M == 64 and KEYS == 64, "wgmma: 4 warps × 16 rows, 64-row tiles")
+    gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
+    gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "query blocks of 64 or 128 rows")
     gl.static_assert(not SHARED_DQ or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "SHARED_DQ: each consumer adds half of dQ's columns")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
@@ -350,8 +351,9 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
         m_start = gl.maximum(key0 - (seq_k - seq_q), 0) // BLOCK_M
     n_m = gl.cdiv(seq_q, BLOCK_M) - m_start
     tile: gl.constexpr = q_desc.block_type.shape
-    k_tiles = gl.allocate_shared_memory(dtype, [2] + tile, k_desc.layout)  # noqa: RUF005
-    v_tiles = gl.allocate_shared_memory(dtype, [2] + tile, v_desc.layout)  # noqa: RUF005
+    kv_tile: gl.constexpr = k_desc.block_type.shape
+    k_tiles = gl.allocate_shared_memory(dtype, [2] + kv_tile, k_desc.layout)  # noqa: RUF005
+    v_tiles = gl.allocate_shared_memory(dtype, [2] + kv_tile, v_desc.layout)  # noqa: RUF005
     q_bufs = gl.allocate_shared_memory(dtype, [STAGES] + tile, q_desc.layout)  # noqa: RUF005
     do_bufs = gl.allocate_shared_memory(dtype, [STAGES] + tile, do_desc.layout)  # noqa: RUF005
     row: gl.constexpr = lse_desc.block_type.shape

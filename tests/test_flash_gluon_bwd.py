@@ -59,7 +59,7 @@ def runnable(monkeypatch):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("block_m", 128), ("keys", 32), ("stages", 0), ("stages", True), ("consumer_regs", 250),
+    [("block_m", 32), ("keys", 32), ("stages", 0), ("stages", True), ("consumer_regs", 250),
      ("producer_regs", 16), ("consumer_regs", 264)],
 )  # fmt: skip
 def test_config_rejects_bad_fields_naming_them(field, value):
@@ -86,6 +86,8 @@ def test_heuristic_stages_and_labels():
     sdq = candidate_bwd_configs(128)["ws-sdq"]
     assert sdq.shared_dq and sdq.stages == 3 and sdq.label() == "gluon-bwd-m64-n128-s3-sdq"
     assert "ws-sdq" not in candidate_bwd_configs(64)
+    m128 = candidate_bwd_configs(64)["ws-m128"]  # FA3's 128-row query blocks at head_dim 64
+    assert (m128.block_m, m128.stages, m128.label()) == (128, 2, "gluon-bwd-m128-n128-s2")
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
 

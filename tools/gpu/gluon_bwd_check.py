@@ -1,8 +1,8 @@
-"""Check and time the Gluon backward (issue 18) on an sm_90 GPU: one command, ≤ ~100 s.
+"""Check and time the Gluon backward (issue 18) on an sm_90 GPU: one command, ~2 minutes.
 
     python tools/gpu/gluon_bwd_check.py      # writes $OUT/gluon_bwd.md and gluon_bwd.json
 
-Three children, each killed when it stops making progress for STALL_S seconds (a
+Four children, each killed when it stops making progress for STALL_S seconds (a
 deadlock on an mbarrier), so a hang costs one child, not the call:
 
 1. "check": the Gluon backward (`gluon_backward` on our forward's o and lse2) against the
@@ -15,7 +15,7 @@ deadlock on an mbarrier), so a hang costs one child, not the call:
 2. "bench-gluon": `triton.testing.do_bench` backward TFLOP/s (FLOPs 2.5 × the forward's,
    fa_bench.models.case_flops) of the Gluon backward at bf16, head_dim 128 and 64, 4k and
    16k (16k tokens, hidden 2048), causal and not: the whole backward (delta, kernel,
-   dQ cast) and the kernel alone;
+   dQ cast) and the kernel alone; "bench-variant" (last) the same for VARIANT's roles;
 3. "bench-base": the same shapes for our two-kernel backward (`deterministic=True`, the
    default), our `tl` one-pass backward and SDPA's cuDNN backward. Each timed call is
    `torch.autograd.grad` with a retained graph (the forward runs once per shape).
@@ -40,6 +40,9 @@ STALL_S = 30.0
 BUDGET_S = 110.0
 # the check child starts no new check after this many seconds (the timings must run)
 CHECK_S = 45.0
+# the candidate role checked and timed beside the heuristic's ("ws"), per head_dim:
+# FA3's shared dQ at 128, 128-row query blocks at 64
+VARIANT = {128: "ws-sdq", 64: "ws-m128"}
 TOKENS, HIDDEN = 16384, 2048
 BENCH = [(d, n, c) for d in (128, 64) for n in (4096, 16384) for c in (False, True)]
 # (batch, heads_q, heads_kv, seq_q, seq_k, bshd)
@@ -166,11 +169,11 @@ def check_api() -> dict:
 
 def child_check(out: str) -> None:
     """Every check in order of importance until CHECK_S seconds have passed: the
-    heuristic's kernel in bf16 (head_dim 128, then 64), the dispatch's call, the "ws-sdq"
-    variant (bf16, head_dim 128), then the heuristic's in fp16."""
+    heuristic's kernel in bf16 (head_dim 128, then 64), the dispatch's call, the VARIANT
+    roles (bf16), then the heuristic's in fp16."""
     start = time.time()
-    plan = [("ws", "bf16", 128), ("ws", "bf16", 64), ("api", "", 0), ("ws-sdq", "bf16", 128),
-            ("ws", "fp16", 128), ("ws", "fp16", 64)]  # fmt: skip
+    plan = [("ws", "bf16", 128), ("ws", "bf16", 64), ("api", "", 0), (VARIANT[128], "bf16", 128),
+            (VARIANT[64], "bf16", 64), ("ws", "fp16", 128), ("ws", "fp16", 64)]  # fmt: skip
     for role, dtype_name, head_dim in plan:
         if role == "api":
             try:
@@ -223,9 +226,9 @@ def child_bench(out: str, which: str) -> None:
 
 
 def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
-    """Timings of one shape: "gluon" the Gluon backward whole and its kernel alone ("sdq":
-    the same for its "ws-sdq" variant, head_dim 128), "base" our two-kernel and `tl`
-    one-pass backwards and cuDNN's."""
+    """Timings of one shape: "gluon" the Gluon backward whole and its kernel alone
+    ("variant": the same for VARIANT's role at this head_dim), "base" our two-kernel and
+    `tl` one-pass backwards and cuDNN's."""
     import torch
 
     from fa_bench.kernels import flash_gluon_bwd as gb
@@ -236,16 +239,15 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
     scale = 1.0 / math.sqrt(head_dim)
     base = heuristic_config(head_dim, q.dtype, causal, q.device, n)
     runs = {}
-    if which in ("gluon", "sdq"):
+    if which in ("gluon", "variant"):
         roles = gb.candidate_bwd_configs(head_dim)
-        if which == "sdq" and "ws-sdq" not in roles:
-            return []
+        role = "ws" if which == "gluon" else VARIANT[head_dim]
         o, lse2 = fa._forward(q, k, v, causal, scale, base)
-        cfg = roles["ws-sdq" if which == "sdq" else "ws"]
+        cfg = roles[role]
         delta = fa._preprocess(do, o, lse2)
         ws = torch.zeros(q.shape, device="cuda", dtype=torch.float32)
         grads = (q, k, v, do, torch.empty_like(k), torch.empty_like(v), ws)
-        name = "gluon-sdq" if which == "sdq" else "gluon"
+        name = "gluon" if which == "gluon" else "variant"
         runs[name] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cfg)
         runs[f"{name}-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
     else:
@@ -310,8 +312,8 @@ def markdown(doc: dict) -> str:
     for r in rows:
         if r["kind"] == "bench":
             bench.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    impls = ["gluon", "gluon-kernel", "gluon-sdq", "gluon-sdq-kernel", "two-kernel",
-             "tl-onepass", "cudnn"]  # fmt: skip
+    impls = ["gluon", "gluon-kernel", "variant", "variant-kernel", "two-kernel", "tl-onepass",
+             "cudnn"]  # fmt: skip
     head = "| D | N | causal | " + " | ".join(impls) + " | gluon ÷ cuDNN | gluon ÷ two-kernel |"
     lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets):",
               "", head, "|---|---|---|" + "---|" * (len(impls) + 2)]  # fmt: skip
@@ -352,7 +354,7 @@ def parent() -> int:
     children = []
     for label, args in (("check", ["--child", "check"]), ("bench-gluon", ["--child", "gluon"]),
                         ("bench-base", ["--child", "base"]),
-                        ("bench-sdq", ["--child", "sdq"])):  # fmt: skip
+                        ("bench-variant", ["--child", "variant"])):  # fmt: skip
         if time.time() - started > BUDGET_S:
             children.append(dict(child=label, status="skipped: time budget", seconds=0))
             continue

@@ -59,13 +59,14 @@ def _row_desc(rows: int) -> str:
 def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool) -> object:
     """The compiled kernel (triton's CompiledKernel) for one combination."""
     tile = [1, 1, cfg.block_m, head_dim]
+    kv_tile = [1, 1, cfg.keys, head_dim]
     sig: dict[str, str] = dict(
         q_desc=_desc(dtype, tile),
-        k_desc=_desc(dtype, tile),
-        v_desc=_desc(dtype, tile),
+        k_desc=_desc(dtype, kv_tile),
+        v_desc=_desc(dtype, kv_tile),
         do_desc=_desc(dtype, tile),
-        dk_desc=_desc(dtype, tile),
-        dv_desc=_desc(dtype, tile),
+        dk_desc=_desc(dtype, kv_tile),
+        dv_desc=_desc(dtype, kv_tile),
         dq_desc=_desc("fp32", [1, 1, cfg.block_m, DQ_CHUNK]),
         lse_desc=_row_desc(cfg.block_m),
         delta_desc=_row_desc(cfg.block_m),
