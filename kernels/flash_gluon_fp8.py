@@ -40,6 +40,9 @@ class Fp8GluonConfig:
       a polynomial on the FMA pipes instead of the MUFU unit.
     producer_regs / consumer_regs: setmaxnreg of the producer's warpgroup and of consumer
       1 (consumer 0 gets the rest of the 64K: 240 for 24 / 240).
+    p_smem: P reaches PV's wgmma through shared memory (two 64 × block_n buffers per
+      consumer) instead of registers, whose conversion to the 8-bit A-operand layout costs
+      warp shuffles and byte permutes.
     """
 
     block_n: int = 128
@@ -49,6 +52,7 @@ class Fp8GluonConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     block_m: int = 64
+    p_smem: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -60,8 +64,9 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        if not isinstance(self.pingpong, bool):
-            raise ValueError(f"Fp8GluonConfig.pingpong={self.pingpong!r}: expected a bool")
+        for name in ("pingpong", "p_smem"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -75,14 +80,18 @@ class Fp8GluonConfig:
                 )
 
     def smem_bytes(self, head_dim: int) -> int:
-        """Two fp8 Q tiles, the fp8 K/Vᵀ ring and two bf16 O tiles."""
+        """Two fp8 Q tiles, the fp8 K/Vᵀ ring, two bf16 O tiles (and two P buffers per
+        consumer)."""
         rows = 2 * self.block_m
-        return rows * head_dim + 2 * self.stages * self.block_n * head_dim + rows * head_dim * 2
+        p_bufs = 2 * rows * self.block_n if self.p_smem else 0
+        ring = 2 * self.stages * self.block_n * head_dim
+        return rows * head_dim + ring + rows * head_dim * 2 + p_bufs
 
     def label(self) -> str:
         """A short name for tables and the backend label."""
         text = f"fp8-ws-m{self.block_m}-n{self.block_n}-s{self.stages}"
         text = text if self.pingpong else f"{text}-nopp"
+        text = f"{text}-psmem" if self.p_smem else text
         return f"{text}-emu{self.emu}" if self.emu else text
 
 
@@ -104,16 +113,21 @@ def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
-    """What the GPU check times, by role: the heuristic's, half or a quarter of the
-    exponentials emulated, no ping-pong, a 2-stage ring, 64-key steps. (256-key steps
-    are not a candidate: S alone is then 128 fp32 registers per thread, and ptxas spilled
+    """What the GPU check times, by role: the heuristic's; P through shared memory (alone
+    and with a quarter or half of the exponentials emulated); half or a quarter emulated
+    with P in registers; no ping-pong; a 2-stage ring; 64-key steps. (256-key steps are
+    not a candidate: S alone is then 128 fp32 registers per thread, and ptxas spilled
     1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
     base = fp8_gluon_config(head_dim)
+    psmem = deepest(dataclasses.replace(base, p_smem=True), head_dim)
     return {
         "ws": base,
+        "ws-psmem": psmem,
+        "ws-psmem-emu4": dataclasses.replace(psmem, emu=4),
         "ws-emu2": dataclasses.replace(base, emu=2),
-        "ws-emu4": dataclasses.replace(base, emu=4),
         "ws-nopp": dataclasses.replace(base, pingpong=False),
+        "ws-psmem-emu2": dataclasses.replace(psmem, emu=2),
+        "ws-emu4": dataclasses.replace(base, emu=4),
         "ws-s2": dataclasses.replace(base, stages=2),
         "ws-n64": deepest(Fp8GluonConfig(block_n=64), head_dim),
     }
@@ -285,6 +299,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
         heads_q, heads_q // heads_kv, seq_q, seq_k, float(scale) * 1.4426950408889634,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=bool(causal), PINGPONG=cfg.pingpong, EMU=cfg.emu,
-        PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, num_warps=4,
+        PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
+        num_warps=4,
     )  # fmt: skip
     return o, lse2

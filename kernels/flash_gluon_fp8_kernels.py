@@ -44,6 +44,7 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _kv_bounds,
     _mask,
     _p_layout,
+    _p_smem_layout,
     _program,
     _softmax_fp8,
 )
@@ -99,11 +100,30 @@ def _pv(p, vt_bufs, v_ready, g, acc):
 
 
 @gluon.jit
+def _stash_p(p, p_bufs, j, ME: gl.constexpr):
+    """P_SMEM: P_j (e4m3, S's layout) into consumer ME's shared-memory buffer j % 2
+    (PV_{j−1} may still read the other), visible to the wgmma of every warp of the
+    warpgroup."""
+    p_bufs.index(2 * ME + j % 2).store(p)
+    fence_async_shared()
+    gl.thread_barrier()
+
+
+@gluon.jit
+def _a_operand(p, p_bufs, j, ME: gl.constexpr, P_SMEM: gl.constexpr):
+    """PV_j's A operand: P_j in registers, or (P_SMEM) its shared-memory buffer."""
+    if P_SMEM:
+        return p_bufs.index(2 * ME + j % 2)
+    else:
+        return p
+
+
+@gluon.jit
 def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
           ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-          EMU: gl.constexpr):  # fmt: skip
+          EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
     """Key block j ≥ 1 (ring index g, turn j − 1): returns the new (acc, m_i, l_i, p)."""
-    k_bufs, vt_bufs = smem[1], smem[2]
+    k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
     k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
     seq_q, seq_k, qk_scale = scalars
     BLOCK_M: gl.constexpr = q2.shape[0]
@@ -117,14 +137,17 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
         # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier
         mbarrier.wait(turn.index(ME), (j + ME) & 1)
     s = _qk(q2, k_bufs, g, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
-    acc = _pv(p, vt_bufs, v_ready, g - 1, acc)
+    acc = _pv(_a_operand(p, p_bufs, j - 1, ME, P_SMEM), vt_bufs, v_ready, g - 1, acc)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - ME), count=1)
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if j >= n_full:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU)
+    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
+                                           P_SMEM)  # fmt: skip
+    if P_SMEM:
+        _stash_p(p_next, p_bufs, j, ME)
     # P (8-bit) cannot be a dependency of the wait in triton 3.6 ("Unexpected bitwidth in
     # WGMMAWaitGroupOp: 8"); ptxas keeps a wgmma's register operands until its wait
     acc = warpgroup_mma_wait(0, deps=[acc])
@@ -135,9 +158,9 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
 
 @gluon.jit
 def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.constexpr,
-          PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+          PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
     """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i)."""
-    k_bufs, vt_bufs = smem[1], smem[2]
+    k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
     k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
     seq_q, seq_k, qk_scale = scalars
     BLOCK_M: gl.constexpr = q2.shape[0]
@@ -159,12 +182,15 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
         mbarrier.arrive(k_empty.index(0), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU)
+        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
+                                           P_SMEM)  # fmt: skip
+        if P_SMEM:
+            _stash_p(p, p_bufs, 0, ME)
         for j in range(1, n_end):
             acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full,
-                                     scalars, ME, CAUSAL, PINGPONG, EMU)  # fmt: skip
+                                     scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM)  # fmt: skip
         last = n_end - 1
-        acc = _pv(p, vt_bufs, v_ready, last, acc)
+        acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, last, acc)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index(last % STAGES), count=1)
     return acc, m_i, l_i
@@ -197,7 +223,8 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
 
 @gluon.jit
 def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+              P_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
     q_smem, o_smem = smem[0], smem[3]
     b, h, bh, row0, n_end = coords
@@ -209,22 +236,23 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
     my_row0 = row0 + ME * BLOCK_M
     mbarrier.wait(bars[0].index(ME), 0)
     q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _tile(q2, smem, bars, my_row0, n_end, (seq_q, seq_k, qk_scale), ME, CAUSAL,
-                          PINGPONG, EMU)  # fmt: skip
+    acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0,
+                          n_end, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
+                          P_SMEM)  # fmt: skip
     _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
               gl.load(v_descale_ptr))  # fmt: skip
 
 
 @gluon.jit
 def _consumer0(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
-    _consumer(0, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU)
+               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU, P_SMEM)
 
 
 @gluon.jit
 def _consumer1(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr):  # fmt: skip
-    _consumer(1, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU)
+               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU, P_SMEM)
 
 
 @gluon.jit
@@ -254,10 +282,12 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
                 v_descale_ptr, heads_q, group, seq_q, seq_k, sm_scale_log2,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                EMU: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr):  # fmt: skip
+                EMU: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                P_SMEM: gl.constexpr):  # fmt: skip
     """A CTA: 2·BLOCK_M query rows of one (batch, q head); 12 warps (the default
-    partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e, before the descales."""
+    partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e, before the descales.
+    P_SMEM: P reaches PV's wgmma through shared memory (two buffers per consumer)
+    instead of registers (whose layout conversion costs shuffles and byte permutes)."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
     b, h, hk, bh = _program(heads_q, group)
     pid = gl.program_id(0)
@@ -272,18 +302,24 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
     k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
     o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
+        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+    else:  # not read: the registers carry P
+        p_smem = o_smem
     bars = _alloc_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
     gl.warp_specialize(
         [
-            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU)),
-            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          P_SMEM)),
+            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU)),
-            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem), bars,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          P_SMEM)),
+            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                          (b, h, hk, row0, n_end))),
         ],
         [4, 1],

@@ -35,6 +35,13 @@ def _p_layout(head_dim):
     return gl.DotOperandLayout(operand_index=0, parent=_acc_layout(head_dim), k_width=4)
 
 
+@gluon.constexpr_function
+def _p_smem_layout(block_n):
+    """P's shared-memory layout as wgmma's A operand (K-major: the keys contiguous), for
+    P_SMEM: one 128-byte (or 64-byte) swizzled row per query."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(block_n, 128), element_bitwidth=8, rank=2)
+
+
 @gluon.jit
 def _program(heads_q, group):
     """(batch, q head, kv head, flat row offset of this head in lse2) of this program."""
@@ -119,14 +126,19 @@ def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
-def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr):
-    """One online-softmax step with P shifted by P_EXP and rounded to e4m3 as PV's register
-    A operand: (m_new, alpha, l_new, p)."""
+def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr,
+                 P_SMEM: gl.constexpr = False):  # fmt: skip
+    """One online-softmax step with P shifted by P_EXP and rounded to e4m3: (m_new, alpha,
+    l_new, p), p in PV's register A-operand layout, or (P_SMEM) left in S's layout for a
+    store to shared memory."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
     # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
     m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
     p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), EMU)
     alpha = gl.exp2(m_i * qk_scale - m_scaled)
     l_new = l_i * alpha + gl.sum(p, axis=1)
-    p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
+    if P_SMEM:
+        p_op = p.to(gl.float8e4nv)
+    else:
+        p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     return m_new, alpha, l_new, p_op

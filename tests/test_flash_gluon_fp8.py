@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(emu=3), "emu=3"),
         (dict(block_m=128), "block_m=128"),
         (dict(pingpong=1), "pingpong=1"),
+        (dict(p_smem="yes"), "p_smem='yes'"),
         (dict(consumer_regs=250), "consumer_regs=250"),
         (dict(producer_regs=16), "producer_regs=16"),
     ],
@@ -71,6 +72,9 @@ def test_heuristic_is_the_deepest_ring_that_fits():
     assert dataclasses.replace(cfg, stages=4, block_n=256).smem_bytes(128) > SMEM_BYTES
     assert cfg.label() == "fp8-ws-m64-n128-s4"
     assert Fp8GluonConfig(pingpong=False, emu=2).label() == "fp8-ws-m64-n128-s4-nopp-emu2"
+    # P through shared memory: two 64 × 128 e4m3 buffers per consumer, 32 KB more
+    psmem = dataclasses.replace(cfg, p_smem=True)
+    assert psmem.smem_bytes(128) == 208 * 1024 and psmem.label() == "fp8-ws-m64-n128-s4-psmem"
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -41,6 +41,11 @@ SHAPES = [
     (1, 4, 2, 1000, 1000, 64, True),
 ]
 ROLES = sorted(flash_gluon_fp8.candidate_configs(128))
+# every shape for the heuristic's launch and P through shared memory; for the other roles
+# causal GQA with Sq < Sk, MQA with rows that see no key, head_dim 64 with a one-key tail
+FULL = ("ws", "ws-psmem")
+CASES = [(role, shape) for role in ROLES for shape in SHAPES
+         if role in FULL or shape in (SHAPES[2], SHAPES[3], SHAPES[5])]  # fmt: skip
 
 
 def _run(shape, cfg, seed=0):
@@ -68,8 +73,7 @@ def _check(shape, quantised, o, lse2):
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("role", ROLES)
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize(("role", "shape"), CASES, ids=lambda c: str(c).replace(" ", ""))
 def test_gpu_every_candidate_meets_the_fp8_rule(role, shape):
     cfg = flash_gluon_fp8.candidate_configs(shape[5])[role]
     quantised, o, lse2 = _run(shape, cfg, seed=sum(shape[:5]))

@@ -6,10 +6,11 @@ For each role of `flash_gluon_fp8.candidate_configs` (in ROLES' order), in its o
 process (a deadlock on an mbarrier is killed after STALL_S seconds without output and
 the next role runs):
 
-1. correctness (the variants: 3 of the shapes), the launch forced through `fp8_gluon_forward`: fa_bench.run.accuracy's
-   fp8 rule (check_fp8_accuracy) on every (batch, kv head) slice, causal and not, odd
-   lengths (V's K-major rows padded for TMA), GQA 4:1, MQA, Sq ≠ Sk both ways (rows with
-   no key: o = 0, lse2 = +inf), length 1, 4k; the lse's largest error against float64
+1. correctness (the other roles: 3 of the shapes), the launch forced through
+   `fp8_gluon_forward`: fa_bench.run.accuracy's fp8 rule (check_fp8_accuracy) on every
+   (batch, kv head) slice, causal and not, odd lengths (V's K-major rows padded for
+   TMA), GQA 4:1, MQA, Sq ≠ Sk both ways (rows with no key: o = 0, lse2 = +inf),
+   length 1, 4k; the lse's largest error against float64
    beside the `tl` fp8 kernel's on the same inputs; head_dim 128 (the heuristic's role
    also 64);
 2. `triton.testing.do_bench` TFLOP/s (FLOPs of fa_bench.models.case_flops, the same
@@ -36,7 +37,9 @@ from pathlib import Path
 
 STALL_S = 25.0
 BUDGET_S = 95.0
-ROLES = ("ws", "ws-emu2", "ws-nopp", "ws-emu4", "ws-s2", "ws-n64")
+# in order of importance: roles past the budget are skipped
+ROLES = ("ws", "ws-psmem", "ws-psmem-emu4", "ws-emu2", "ws-nopp", "ws-psmem-emu2", "ws-emu4",
+         "ws-s2", "ws-n64")  # fmt: skip
 TOKENS, HIDDEN = 16384, 2048
 BENCH_NS = (4096, 16384)
 # (batch, heads_q, heads_kv, seq_q, seq_k, causal)
