@@ -15,13 +15,15 @@ sys.path.insert(0, str(ROOT / "tools" / "gpu"))
 
 import decode_summary  # noqa: E402
 
+from fa_bench.case import Case  # noqa: E402
 
-def _rec(impl, batch, ctx, page, gbps, status="ok", nvml=1.0, error=None):
-    case = f"b{batch}-hq32-hkv8-sq1-sk{ctx}-d128/" + (f"page{page}" if page else "contig")
+
+def _rec(impl, batch, ctx, page, gbps, status="ok", nvml=1.0, error=None, spread=1.0):
+    case = Case(impl=impl, mode="decode", dtype="bf16", batch=batch, heads_q=32, heads_kv=8,
+                seqlen_q=1, seqlen_k=ctx, head_dim=128, causal=True, page_size=page,
+                ctx_spread=spread)  # fmt: skip
     return {
-        "id": f"{impl}/decode/bf16/{case}", "impl": impl, "mode": "decode", "batch": batch,
-        "heads_kv": 8, "seqlen_k": ctx, "page_size": page, "status": status,
-        "gbps_model": gbps, "error": error,
+        "id": case.id, **case.to_dict(), "status": status, "gbps_model": gbps, "error": error,
         "telemetry": {"bytes_ratio_measured_to_model": nvml}, "backend": f"{impl} launch",
     }  # fmt: skip
 
@@ -41,6 +43,7 @@ def test_the_summary_gives_each_target_its_verdict_and_numbers():
         _rec("flex", 1, 32768, 0, None, status="unsupported", error="no kernel"),
         _rec("fa4", 1, 32768, 0, None, status="unsupported", error="not installed"),
         _rec("triton", 1, 131072, 16, 3900.0, nvml=0.99),
+        _rec("triton", 8, 8192, 0, 3000.0, spread=0.25),  # 8k down to 2k: out of scope
     ])  # fmt: skip
     s = decode_summary.summarize(doc)
     t1, t2 = s["bandwidth"]["0.9"], s["bandwidth"]["0.7"]
