@@ -35,11 +35,20 @@ _WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2 = 1, 2, 4, 8, 16
 # tanh.approx.f16x2, two per MUFU op, instead of tanh.approx.f32. Not the default until
 # measured faster and within the accuracy rule on the H200.
 TANH_F16X2 = False
+# A development switch: a softcap launch's exp2 split (GluonConfig.exp2_emu: every N-th
+# exponential of P on the FMA pipes, kernels/gluon_exp2.py), for the MUFU unit the
+# softcap's tanh also needs; 0 = the config's own.
+SOFTCAP_EMU = 0
 
 
-def variant_bits(variant: Variant) -> int:
-    """The variant kernel's VAR constexpr for this variant (0 never: a variant has one)."""
-    bits = _WINDOW if variant.window is not None else 0
+def variant_bits(variant: Variant, exp2_emu: int = 0) -> int:
+    """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
+    the variant bits, and above them the exp2 split (GluonConfig.exp2_emu, or
+    SOFTCAP_EMU for a softcap launch when it is set)."""
+    if variant.softcap > 0 and SOFTCAP_EMU:
+        exp2_emu = SOFTCAP_EMU
+    bits = exp2_emu << 5
+    bits |= _WINDOW if variant.window is not None else 0
     bits |= _SOFTCAP if variant.softcap > 0 else 0
     bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
     bits |= _ALIBI if variant.slopes is not None else 0
@@ -151,7 +160,7 @@ def variant_forward(
         o_desc, lse2, heads_q, heads_q // k.shape[1], seq_q, k.shape[2], sc, **extra,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
-        CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers, VAR=variant_bits(variant),
-        num_warps=4,
+        CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
+        VAR=variant_bits(variant, cfg.exp2_emu), num_warps=4,
     )  # fmt: skip
     return o, lse2

@@ -71,10 +71,28 @@ def test_variant_bits_name_each_variant_and_match_the_kernel_constants():
     assert got == [vh._WINDOW, vh._SOFTCAP, vh._ALIBI, vh._VARLEN, vh._TANH_F16X2]
 
 
-def test_the_f16x2_tanh_switch_marks_softcap_launches_only(monkeypatch):
+def test_the_development_switches_mark_softcap_launches_only(monkeypatch):
     monkeypatch.setattr(vh, "TANH_F16X2", True)
     assert vh.variant_bits(_variant(softcap=50.0)) == 2 | 16
     assert vh.variant_bits(_variant(window=(4, -1))) == 1  # no softcap: no tanh at all
+    # the exp2 split above the variant bits: the config's, or SOFTCAP_EMU for a softcap
+    assert vh.variant_bits(_variant(window=(4, -1)), exp2_emu=4) == 1 | 4 << 5
+    monkeypatch.setattr(vh, "SOFTCAP_EMU", 2)
+    assert vh.variant_bits(_variant(softcap=50.0), exp2_emu=4) == 2 | 16 | 2 << 5
+    assert vh.variant_bits(_variant(window=(4, -1))) == 1
+
+
+def test_the_gpu_script_runs_each_development_mode_with_its_switches(monkeypatch):
+    tool = _tool()
+    seen = []
+    cases = [("a", None, (), dict(softcap=5.0)), ("b", None, (), dict(window=(1, 1)))]
+    monkeypatch.setattr(tool, "_cases", lambda d: cases)
+    cases = tool._dev_cases(("bf16",), ["tanh f16x2", "emu 2"])
+    assert [c[0] for c in cases] == ["a [tanh f16x2]", "a [emu 2]"]
+    for _name, _fn, args, kw in cases:
+        tool._run_check(lambda **k: seen.append((vh.TANH_F16X2, vh.SOFTCAP_EMU)), args, kw)
+    assert seen == [(True, 0), (False, 2)]
+    assert (vh.TANH_F16X2, vh.SOFTCAP_EMU) == (False, 0)  # switched back off
 
 
 def test_only_a_softcap_without_the_fast_tanh_is_refused(monkeypatch):
@@ -272,12 +290,13 @@ def test_the_gpu_report_counts_the_development_checks_apart():
     checks = [
         {"check": "bf16 d128 softcap 50", "passed": True, "detail": {}},
         {"check": "bf16 d128 softcap 50 [tanh f16x2]", "passed": False, "error": "E: x"},
+        {"check": "bf16 d128 softcap 50 [emu 2]", "passed": True, "detail": {}},
     ]
     rows = [{"variant": "softcap 50 causal", "shape": "8 x 8192", "gluon": 500.0,
              "tl": 400.0, "dense gluon": 550.0, "flex": "error X"}]  # fmt: skip
     text = tool.report(checks, rows)
     assert "## Correctness: 1 / 1 passed" in text
-    assert "tanh f16x2 (not the default): 0 / 1 passed" in text
+    assert "Development modes (not the default): 1 / 2 passed" in text
     assert "- FAIL bf16 d128 softcap 50 [tanh f16x2]: E: x" in text
     assert (
         "| softcap 50 causal | 8 x 8192 | 500.0 | 400.0 | 550.0 | error X | 0.909 | 1.250 |  |"

@@ -283,31 +283,37 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
     return cases
 
 
-def _f16x2_cases(dtypes: tuple[str, ...]) -> list[tuple]:
-    """The softcap checks again with the development tanh (flash_gluon_varhost.TANH_F16X2)."""
+# Development modes of the softcap (flash_gluon_varhost's switches): the check's name
+# tag -> (TANH_F16X2, SOFTCAP_EMU).
+DEV_MODES = {"tanh f16x2": (True, 0), "emu 2": (False, 2)}
+
+
+def _dev_cases(dtypes: tuple[str, ...], modes: list[str]) -> list[tuple]:
+    """The softcap checks again in each development mode, tagged [mode]."""
     return [
-        (f"{name} [tanh f16x2]", fn, args, dict(kw, f16x2=True))
+        (f"{name} [{mode}]", fn, args, dict(kw, dev=mode))
+        for mode in modes
         for name, fn, args, kw in _cases(dtypes)
         if "softcap" in kw
     ]
 
 
 def _run_check(fn, args, kw) -> dict:
-    """One check, with the development tanh switched on for it when it asks."""
+    """One check, with its development mode's switches on for it."""
     from fa_bench.kernels import flash_gluon_varhost as vh
 
     kw = dict(kw)
-    vh.TANH_F16X2 = kw.pop("f16x2", False)
+    vh.TANH_F16X2, vh.SOFTCAP_EMU = DEV_MODES.get(kw.pop("dev", ""), (False, 0))
     try:
         return fn(*args, **kw)
     finally:
-        vh.TANH_F16X2 = False
+        vh.TANH_F16X2, vh.SOFTCAP_EMU = False, 0
 
 
-def correctness(dtypes: tuple[str, ...], f16x2: bool = False) -> list[dict]:
+def correctness(dtypes: tuple[str, ...], dev: list[str] | None = None) -> list[dict]:
     """Every check's row; a failure to run is a failed row with the error."""
     rows = []
-    for name, fn, args, kw in _cases(dtypes) + (_f16x2_cases(dtypes) if f16x2 else []):
+    for name, fn, args, kw in _cases(dtypes) + _dev_cases(dtypes, dev or []):
         try:
             res = _run_check(fn, args, kw)
             rows.append(
@@ -335,7 +341,7 @@ def report(checks: list[dict], rows: list[dict]) -> str:
     import triton
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    dev = [c for c in checks if c["check"].endswith("[tanh f16x2]")]
+    dev = [c for c in checks if c["check"].endswith("]")]
     main = [c for c in checks if c not in dev]
     out = [
         f"# Gluon forward variants ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
@@ -347,7 +353,7 @@ def report(checks: list[dict], rows: list[dict]) -> str:
     ]
     if dev:
         passed = sum(c["passed"] for c in dev)
-        out += [f"Development tanh f16x2 (not the default): {passed} / {len(dev)} passed", ""]
+        out += [f"Development modes (not the default): {passed} / {len(dev)} passed", ""]
     for c in checks:
         if not c["passed"]:
             why = c.get("error") or json.dumps(c["detail"])[:600]
@@ -380,7 +386,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=100.0, help="seconds before flex is skipped")
     ap.add_argument("--checks-only", action="store_true")
     ap.add_argument(
-        "--f16x2", action="store_true", help="also the softcap checks with the f16x2 tanh"
+        "--dev",
+        default="",
+        help=f"also the softcap checks in these development modes ({', '.join(DEV_MODES)})",
     )
     ap.add_argument(
         "--dtypes", default="bf16,fp16", help="the checks' dtypes (each compiles its kernels)"
@@ -389,7 +397,11 @@ def main() -> int:
     start = time.time()
     out_dir = os.environ.get("OUT", "fa-bench-out/out")
     os.makedirs(out_dir, exist_ok=True)
-    checks = correctness(tuple(args.dtypes.split(",")), args.f16x2)
+    dev = [m for m in args.dev.split(",") if m]
+    unknown = [m for m in dev if m not in DEV_MODES]
+    if unknown:
+        ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
+    checks = correctness(tuple(args.dtypes.split(",")), dev)
     print(f"checks: {time.time() - start:.0f} s", flush=True)
     _write(out_dir, checks, [])  # the checks survive a later crash or timeout
     rows: list[dict] = []
@@ -402,7 +414,7 @@ def main() -> int:
             _write(out_dir, checks, rows)
     print(report(checks, rows))
     print(f"total {time.time() - start:.0f} s")
-    return 0 if all(c["passed"] for c in checks if not c["check"].endswith("f16x2]")) else 1
+    return 0 if all(c["passed"] for c in checks if not c["check"].endswith("]")) else 1
 
 
 if __name__ == "__main__":

@@ -91,8 +91,11 @@ def speed(flex: bool, deadline: float) -> Iterator[dict]:
         ("softcap 50 causal", 8, 8192, dict(softcap=50.0), dict(softcap=50.0)),
         ("alibi causal", 8, 8192, dict(alibi_slopes=slopes), dict(slopes=slopes)),
         ("packed", 0, 0, {}, {}),
-        # development: the softcap's tanh as tanh.approx.f16x2 (flash_gluon_varhost)
-        ("softcap 50 causal, tanh f16x2", 8, 8192, dict(softcap=50.0), {}),
+        # development modes of the softcap (flash_gluon_varhost's switches)
+        ("softcap 50 causal [tanh f16x2]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [emu 2]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [emu 4]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [tanh f16x2, emu 4]", 8, 8192, dict(softcap=50.0), {}),
     ]
     for name, b, n, kw, fkw in specs:
         try:
@@ -120,15 +123,16 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     dense_flops = 4.0 * window_pairs(n, n, True) * D * b * HQ
     row: dict = {"variant": name, "shape": f"{b} x {n}"}
     row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
-    f16x2 = name.endswith("tanh f16x2")
-    vh.TANH_F16X2 = f16x2
+    dev = name.endswith("]")  # a development mode: "[tanh f16x2, emu N]"
+    vh.TANH_F16X2 = dev and "tanh f16x2" in name
+    vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
         row["gluon"] = _tflops(
             flops, lambda: flash_attention(q, k, v, causal=True, config=GLUON, **kw)
         )
     finally:
-        vh.TANH_F16X2 = False
-    if f16x2:  # the other columns are the softcap row's
+        vh.TANH_F16X2, vh.SOFTCAP_EMU = False, 0
+    if dev:  # the other columns are the softcap row's
         return row
     row["tl"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=TL, **kw))
     if flex:
