@@ -274,9 +274,10 @@ def gluon_backward(
 
 
 def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-            scale: float) -> None:  # fmt: skip
+            scale: float, probe: int = 0) -> None:  # fmt: skip
     """One launch of the Gluon kernel: descriptors, grid (the key block on the slow axis
-    when causal: heaviest first), constexprs."""
+    when causal: heaviest first), constexprs. `probe` (tools/gpu/gluon_bwd_check.py's
+    account of the time, dQ left wrong): 2 skips the dQ reduce-adds."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
 
     q, k, v, do, dk, dv, dq_ws = tensors
@@ -294,5 +295,5 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        SHARED_DQ=cfg.shared_dq, num_warps=4,
+        DQ_MODE=probe or int(cfg.shared_dq), num_warps=4,
     )  # fmt: skip

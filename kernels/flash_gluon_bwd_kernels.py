@@ -131,10 +131,10 @@ def _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0):
+def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0, REDUCE: gl.constexpr):
     """dQ_share = dS K, 64 head_dim columns at a time (a 64 × 64 fp32 accumulator: the
     whole 64 × 128 one next to dK and dV spilled), each chunk reduce-added into the
-    workspace from its own staging tile."""
+    workspace from its own staging tile (REDUCE False: a timing probe, no add)."""
     BLOCK_M: gl.constexpr = ds_me.shape[1]
     HEAD_DIM: gl.constexpr = k_me.shape[1]
     CHUNK: gl.constexpr = dq_bufs.shape[4]
@@ -151,7 +151,8 @@ def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0):
         tile = dq_bufs.index(ME * CHUNKS + c)
         tile.reshape([BLOCK_M, CHUNK]).store(dq)
         fence_async_shared()
-        _tma_reduce_add(dq_desc, [b, hq, m0, c * CHUNK], tile)
+        if REDUCE:
+            _tma_reduce_add(dq_desc, [b, hq, m0, c * CHUNK], tile)
 
 
 @gluon.jit
@@ -192,7 +193,7 @@ def _row_vector(bufs, slot, layout: gl.constexpr):
 
 @gluon.jit
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
-              coords, scalars, CAUSAL: gl.constexpr, SHARED_DQ: gl.constexpr):  # fmt: skip
+              coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv)."""
     k_tiles, k_me, v_me = kv
     ds_me = ds_bufs.index(ME)
@@ -233,27 +234,27 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     ds_op = gl.convert_layout(ds_t, a_layout)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
     # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
-    if SHARED_DQ:  # the other consumer has read this tile's previous dSᵀ
+    if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
         mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
     ds_me.store(ds_t)
     fence_async_shared()
-    if SHARED_DQ:
+    if DQ_MODE == 1:
         mbarrier.arrive(bars[5].index(ME), count=1)
     # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
     # first), and the ring slot goes back to the producer
     dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
-    if SHARED_DQ:
+    if DQ_MODE == 1:
         _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
     else:
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2)
     return dk, dv
 
 
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                  SHARED_DQ: gl.constexpr):  # fmt: skip
+                  DQ_MODE: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -273,7 +274,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, SHARED_DQ)  # fmt: skip
+                           CAUSAL, DQ_MODE)  # fmt: skip
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -286,21 +287,21 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   SHARED_DQ: gl.constexpr):  # fmt: skip
-    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, SHARED_DQ)
+                   DQ_MODE: gl.constexpr):  # fmt: skip
+    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE)
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   SHARED_DQ: gl.constexpr):  # fmt: skip
-    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, SHARED_DQ)
+                   DQ_MODE: gl.constexpr):  # fmt: skip
+    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE)
 
 
 @gluon.jit
 def _bwd_bars(STAGES: gl.constexpr):
     """K/V (one transaction barrier), Q and dO ready (the producer's expect) and empty
     (one arrival per consumer) per ring slot; per consumer, its dSᵀ tile ready for and
-    freed by the other consumer (SHARED_DQ)."""
+    freed by the other consumer (DQ_MODE 1)."""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
@@ -326,15 +327,17 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-            CONSUMER_REGS: gl.constexpr, SHARED_DQ: gl.constexpr):  # fmt: skip
+            CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv), or the two swapped when causal (the
     key block on the slow axis: every head's first, heaviest, key blocks go first).
+    DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
+    (`_dq_shared`); 2 a timing probe (dQ left out: no reduce-add).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "query blocks of 64 or 128 rows")
-    gl.static_assert(not SHARED_DQ or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
-                     "SHARED_DQ: each consumer adds half of dQ's columns")  # fmt: skip
+    gl.static_assert(DQ_MODE != 1 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
+                     "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     if CAUSAL:
         kb = gl.program_id(1)
@@ -363,8 +366,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     ds_bufs = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], ds_layout)
     # per consumer, one fp32 staging tile per 64 head_dim columns of its dQ share
     dq_tile: gl.constexpr = dq_desc.block_type.shape
-    # SHARED_DQ: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
-    chunks: gl.constexpr = 1 if SHARED_DQ else HEAD_DIM // dq_tile[3]
+    # DQ_MODE 1: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
+    chunks: gl.constexpr = 1 if DQ_MODE == 1 else HEAD_DIM // dq_tile[3]
     dq_bufs = gl.allocate_shared_memory(gl.float32, [2 * chunks] + dq_tile, dq_desc.layout)  # noqa: RUF005
     bars = _bwd_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in
@@ -375,12 +378,12 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, SHARED_DQ)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, SHARED_DQ)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, group, heads_q))),

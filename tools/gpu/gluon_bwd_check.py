@@ -250,6 +250,10 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
         name = "gluon" if which == "gluon" else "variant"
         runs[name] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cfg)
         runs[f"{name}-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
+        if which == "variant":  # where the heuristic's kernel spends its time (dQ wrong)
+            ws_cfg = roles["ws"]
+            runs["no-reduce"] = lambda: gb._launch(ws_cfg, grads, lse2, delta, causal, scale,
+                                                   probe=2)  # fmt: skip
     else:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -312,10 +316,13 @@ def markdown(doc: dict) -> str:
     for r in rows:
         if r["kind"] == "bench":
             bench.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    impls = ["gluon", "gluon-kernel", "variant", "variant-kernel", "two-kernel", "tl-onepass",
-             "cudnn"]  # fmt: skip
+    impls = ["gluon", "gluon-kernel", "no-reduce", "variant", "variant-kernel", "two-kernel",
+             "tl-onepass", "cudnn"]  # fmt: skip
     head = "| D | N | causal | " + " | ".join(impls) + " | gluon ÷ cuDNN | gluon ÷ two-kernel |"
-    lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets):",
+    lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets; "
+              "no-reduce: the heuristic's kernel without the dQ reduce-adds, a timing probe, "
+              "the FLOPs still those of the whole backward; variant: "
+              + ", ".join(f"d{d} {r}" for d, r in VARIANT.items()) + "):",
               "", head, "|---|---|---|" + "---|" * (len(impls) + 2)]  # fmt: skip
     for (d, n, c), cells in sorted(bench.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):
 

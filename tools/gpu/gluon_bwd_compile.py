@@ -56,8 +56,10 @@ def _row_desc(rows: int) -> str:
     return f"tensordesc<fp32[1, {rows}],{layout!r}>"
 
 
-def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool) -> object:
-    """The compiled kernel (triton's CompiledKernel) for one combination."""
+def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, probe: int = 0
+                ) -> object:  # fmt: skip
+    """The compiled kernel (triton's CompiledKernel) for one combination (`probe`: the
+    check's timing probes, flash_gluon_bwd._launch)."""
     tile = [1, 1, cfg.block_m, head_dim]
     kv_tile = [1, 1, cfg.keys, head_dim]
     sig: dict[str, str] = dict(
@@ -85,19 +87,22 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool) ->
         CAUSAL=causal,
         PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs,
-        SHARED_DQ=cfg.shared_dq,
+        DQ_MODE=probe or int(cfg.shared_dq),
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
     return triton.compile(source, target=TARGET, options={"num_warps": 4})
 
 
-def grid(quick: bool) -> list[tuple[GluonBwdConfig, str, int, bool]]:
+def grid(quick: bool) -> list[tuple[GluonBwdConfig, str, int, bool, int]]:
+    """`candidate_bwd_configs` for each dtype, head_dim and causal; the heuristic's bf16
+    kernel also as the GPU check's timing probe."""
     dtypes = ("bf16",) if quick else ("bf16", "fp16")
     combos = []
     for dtype, head_dim, causal in itertools.product(dtypes, BWD_HEAD_DIMS, (False, True)):
-        for cfg in candidate_bwd_configs(head_dim).values():
-            combos.append((cfg, dtype, head_dim, causal))
+        for role, cfg in candidate_bwd_configs(head_dim).items():
+            probes = (0, 2) if role == "ws" and dtype == "bf16" else (0,)
+            combos += [(cfg, dtype, head_dim, causal, probe) for probe in probes]
     return combos
 
 
@@ -113,12 +118,12 @@ def main() -> int:
         print(f"{reason}: install it aside and run with PYTHONPATH set to it (see the docstring)")
         return 2
     rows, failed = [], 0
-    for cfg, dtype, head_dim, causal in grid(args.quick):
+    for cfg, dtype, head_dim, causal, probe in grid(args.quick):
         row: dict[str, object] = dict(config=cfg.label(), dtype=dtype, head_dim=head_dim,
-                                      causal=causal)  # fmt: skip
+                                      causal=causal, probe=probe)  # fmt: skip
         start = time.time()
         try:
-            kernel = compile_one(cfg, dtype, head_dim, causal)
+            kernel = compile_one(cfg, dtype, head_dim, causal, probe)
             row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
             row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
             if not row["ok"]:
@@ -140,7 +145,8 @@ def main() -> int:
             if row["ok"]
             else row["error"]
         )
-        print(f"{'ok  ' if row['ok'] else 'FAIL'} {cfg.label():24s} {dtype} d{head_dim} "
+        name = cfg.label() + (f" probe {probe}" if probe else "")
+        print(f"{'ok  ' if row['ok'] else 'FAIL'} {name:32s} {dtype} d{head_dim} "
               f"causal={int(causal)}: {detail}", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
