@@ -220,6 +220,59 @@ def test_flash_attention_dispatch_in_the_interpreter():
         o.sum().backward()
 
 
+# --- the GPU check's plumbing (tools/gpu/gluon_bwd_check.py), on a CPU ---------------------
+
+
+def _check_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gluon_bwd_check", ROOT / "tools" / "gpu" / "gluon_bwd_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_slices_passes_exact_grads_and_catches_a_wrong_slice():
+    from fa_bench.run.accuracy import reference_attention
+
+    tool = _check_tool()
+    shape = (2, 4, 2, 40, 56, False)
+    g = torch.Generator().manual_seed(0)
+    q, do = (torch.randn(2, 4, 40, 64, generator=g) for _ in range(2))
+    k, v = (torch.randn(2, 2, 56, 64, generator=g) for _ in range(2))
+    ref = reference_attention(*(t.double() for t in (q, k, v)), causal=True, do=do.double())
+    grads = tuple(t.float() for t in (ref.dq, ref.dk, ref.dv))
+    tensors = (q, k, v, ref.o.float(), do, grads)
+    res = tool.check_slices(shape, "bf16", 64, True, tensors, grads)
+    assert res["passed"] and res["det_match"]
+    wrong = (grads[0], grads[1].clone(), grads[2])
+    wrong[1][1, 1, 3, 0] += 1.0  # batch 1, kv head 1: not the accuracy rule's own slice
+    res = tool.check_slices(shape, "bf16", 64, True, (*tensors[:5], wrong), grads)
+    assert not res["passed"] and not res["det_match"] and res["dk_vs_det"] == pytest.approx(1.0)
+
+
+def test_check_report_names_failures_hangs_and_ratios():
+    tool = _check_tool()
+    rows = [
+        dict(kind="start", role="ws", dtype="bf16"),
+        dict(kind="check", ok=False, error="boom"),
+        dict(kind="check", skipped=True),
+        dict(kind="start", which="gluon", head_dim=128, n=4096, causal=True),
+        dict(kind="bench", impl="gluon", head_dim=128, n=4096, causal=True, ms=2.0, tflops=550.0),
+        dict(kind="bench", impl="cudnn", head_dim=128, n=4096, causal=True, ms=2.2, tflops=500.0),
+        dict(kind="bench", impl="two-kernel", head_dim=128, n=4096, causal=True, error="OOM"),
+    ]
+    killed = dict(child="bench-gluon", status="killed: no progress for 30 s", seconds=31)
+    children = [dict(child="check", status="ok", seconds=50), killed]
+    text = tool.markdown(dict(env={}, children=children, rows=rows))
+    assert "Checks: 0 of 1 passed (1 not run: time budget)" in text
+    assert "FAILED" in text and "boom" in text
+    assert 'bench-gluon hung in: {"kind": "start", "which": "gluon"' in text
+    assert "| 128 | 4k | yes | 550.0 (2.0) |" in text and "| 1.100 | – |" in text and "OOM" in text
+
+
 # --- compiled for sm_90 -------------------------------------------------------------------
 
 

@@ -189,6 +189,7 @@ def child_check(out: str) -> None:
                 if time.time() - start > CHECK_S:
                     _emit(out, {**row, "skipped": True})
                     continue
+                _emit(out, {**row, "kind": "start"})  # progress, and names a hang's check
                 try:
                     # against the deterministic backward in bf16 (its kernels compile per
                     # shape: fp16 would double the time)
@@ -221,6 +222,7 @@ def _time(fn, case) -> dict:
 
 def child_bench(out: str, which: str) -> None:
     for head_dim, n, causal in BENCH:
+        _emit(out, dict(kind="start", which=which, head_dim=head_dim, n=n, causal=causal))
         for row in bench_shape(which, head_dim, n, causal):
             _emit(out, row)
 
@@ -309,6 +311,11 @@ def markdown(doc: dict) -> str:
     lines = ["# Gluon backward (issue 18)", "", "```", json.dumps(doc["env"]), "```", ""]
     lines += [f"- child {c['child']}: {c['status'][:300]} ({c['seconds']} s)"
               for c in doc["children"]]  # fmt: skip
+    for child in doc["children"]:
+        if child["status"].startswith("killed"):  # the check or shape it hung in
+            which = child["child"].removeprefix("bench-")
+            mine = [r for r in rows if r["kind"] == "start" and r.get("which", "check") == which]
+            lines.append(f"- {child['child']} hung in: {json.dumps(mine[-1]) if mine else '?'}")
     lines += ["", f"Checks: {len(checks) - len(bad)} of {len(checks)} passed "
               f"({len(skipped)} not run: time budget)."]  # fmt: skip
     lines += [f"- FAILED {json.dumps(r)[:400]}" for r in bad[:30]]
