@@ -234,6 +234,7 @@ def _check_tool():
     return module
 
 
+@pytest.mark.slow  # ~3 s: the accuracy module's imports and float64 references
 def test_check_slices_passes_exact_grads_and_catches_a_wrong_slice():
     from fa_bench.run.accuracy import reference_attention
 
