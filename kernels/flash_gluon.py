@@ -30,6 +30,8 @@ HEAD_DIMS = (64, 128, 256)
 # GluonConfig.exp2_emu's values: kernels/gluon_exp2.EMU_CHOICES (not imported: that module
 # imports triton, this one must not).
 EXP2_EMU = (0, 2, 4, 8)
+# The SOFTMAX code's bit for tree reductions (gluon_exp2.TREE_BIT, mirrored likewise).
+_TREE_BIT = 16
 # sm_90's shared memory per block (227 KB) less what the kernels keep for mbarriers.
 SMEM_BYTES = 227 * 1024 - 1024
 _TMA_ALIGN = 16
@@ -59,6 +61,8 @@ class GluonConfig:
       warpgroup and of consumer 1 (consumer 0 gets what is left of the 64K).
     exp2_emu: every exp2_emu-th exponential of P computed on the FMA pipes instead of the
       MUFU unit (kernels/gluon_exp2.py: 2, 4 or 8; 0 = none, the measured default).
+    tree_reduce: the softmax's row max and sum folded in halves inside each thread (a
+      short dependency chain) instead of triton's sequential per-thread reduction.
     """
 
     variant: str = "ws"
@@ -73,6 +77,7 @@ class GluonConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     exp2_emu: int = 0
+    tree_reduce: bool = False
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -97,7 +102,7 @@ class GluonConfig:
                 f"GluonConfig(variant='ws', block_m={self.block_m}, num_warps={self.num_warps}): "
                 "each ws consumer is one warpgroup of 4 warps owning 64 rows"
             )
-        for name in ("pingpong", "persistent"):
+        for name in ("pingpong", "persistent", "tree_reduce"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         if type(self.exp2_emu) is not int or self.exp2_emu not in EXP2_EMU:
@@ -152,6 +157,11 @@ class GluonConfig:
         rest += start - self.producer_regs
         return min(rest // 8 * 8, 256), self.consumer_regs, self.producer_regs
 
+    def softmax_code(self) -> int:
+        """The kernels' SOFTMAX constexpr: exp2_emu, plus 16 for tree reductions (0: the
+        plain softmax, whose generated code is the one before these fields existed)."""
+        return self.exp2_emu + (_TREE_BIT if self.tree_reduce else 0)
+
     def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
         """Shared memory of the Q tile(s) and the K/V ring (the O tile reuses Q's)."""
         q_rows = self.rows_per_cta * self.q_buffers
@@ -161,6 +171,7 @@ class GluonConfig:
         """A short name for tables: the variant and its tiles."""
         text = f"{self.variant}-m{self.block_m}-n{self.block_n}-s{self.stages}"
         emu = f"-e{self.exp2_emu}" if self.exp2_emu else ""
+        emu += "-t" if self.tree_reduce else ""
         if self.variant == "pipelined":
             return f"{text}-w{self.num_warps}{emu}"
         text = text if self.consumers == 2 else f"{text}-c{self.consumers}"
@@ -403,11 +414,15 @@ def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if cfg.variant == "pipelined":
         kernel = flash_gluon_kernels._fwd_pipelined
         kernel[(tiles, batch * heads_q)](
-            *args, **common, NUM_WARPS=cfg.num_warps, num_warps=cfg.num_warps, EMU=cfg.exp2_emu
+            *args,
+            **common,
+            NUM_WARPS=cfg.num_warps,
+            num_warps=cfg.num_warps,
+            SOFTMAX=cfg.softmax_code(),
         )
         return
     ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
-              CONSUMER_REGS=cfg.consumer_regs, num_warps=4, EMU=cfg.exp2_emu)  # fmt: skip
+              CONSUMER_REGS=cfg.consumer_regs, num_warps=4, SOFTMAX=cfg.softmax_code())  # fmt: skip
     if cfg.persistent:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         flash_gluon_persist._fwd_ws_persistent[(min(sms, tiles * batch * heads_q),)](

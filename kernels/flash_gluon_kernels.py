@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from fa_bench.kernels.gluon_exp2 import exp2_split
+from fa_bench.kernels.gluon_exp2 import exp2_split, row_max, row_sum, softmax_emu, softmax_tree
 
 
 @gluon.constexpr_function
@@ -94,16 +94,18 @@ def _mask(
 
 @gluon.jit
 def _softmax(s, m_i, l_i, qk_scale, dtype: gl.constexpr, p_layout: gl.constexpr,
-             EMU: gl.constexpr = 0):  # fmt: skip
+             SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """One online-softmax step: the new max, the rescale factor of the old sums, the new
-    row sums and P (in the input dtype, as wgmma's register A operand). EMU > 0: every
-    EMU-th exponential of P on the FMA pipes (kernels/gluon_exp2.py; 0 = gl.exp2)."""
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    row sums and P (in the input dtype, as wgmma's register A operand). SOFTMAX, the
+    variant code (GluonConfig.softmax_code, kernels/gluon_exp2.py; 0 = this plain step):
+    every softmax_emu-th exponential of P on the FMA pipes, tree-shaped row reductions."""
+    TREE: gl.constexpr = softmax_tree(SOFTMAX)
+    m_new = gl.maximum(m_i, row_max(s, m_i, TREE))
     # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
     m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
-    p = exp2_split(s * qk_scale - gl.expand_dims(m_scaled, 1), EMU)
+    p = exp2_split(s * qk_scale - gl.expand_dims(m_scaled, 1), softmax_emu(SOFTMAX))
     alpha = gl.exp2(m_i * qk_scale - m_scaled)
-    l_new = l_i * alpha + gl.sum(p, axis=1)
+    l_new = l_i * alpha + row_sum(p, l_i, TREE)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     return m_new, alpha, l_new, p_op
 
@@ -175,7 +177,7 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, ready, slot, coords, j, live):
 @gluon.jit
 def _pipelined_loop(q2, k_bufs, v_bufs, ready, descs, coords, rows, n_full, n_end, scalars,
                     CAUSAL: gl.constexpr, NUM_WARPS: gl.constexpr,
-                    EMU: gl.constexpr = 0):  # fmt: skip
+                    SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """Key blocks [0, n_end): S, softmax, PV, each waited for; the slot just read is
     refilled with block j + STAGES. Returns (acc, m_i, l_i)."""
     k_desc, v_desc = descs
@@ -200,7 +202,7 @@ def _pipelined_loop(q2, k_bufs, v_bufs, ready, descs, coords, rows, n_full, n_en
         s = warpgroup_mma_wait(0, deps=[s])
         if j >= n_full:
             s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-        m_i, alpha, l_i, p = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, EMU)
+        m_i, alpha, l_i, p = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, SOFTMAX)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         v = v_bufs.index(slot).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v, acc, is_async=True)
@@ -215,7 +217,7 @@ def _pipelined_loop(q2, k_bufs, v_bufs, ready, descs, coords, rows, n_full, n_en
 def _fwd_pipelined(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_k,
                    qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                   NUM_WARPS: gl.constexpr, EMU: gl.constexpr = 0):  # fmt: skip
+                   NUM_WARPS: gl.constexpr, SOFTMAX: gl.constexpr = 0):  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, NUM_WARPS, dtype.primitive_bitwidth)
     o_layout: gl.constexpr = _acc_layout(HEAD_DIM, NUM_WARPS, dtype.primitive_bitwidth)
@@ -240,7 +242,8 @@ def _fwd_pipelined(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_
     mbarrier.wait(q_bar, 0)
     acc, m_i, l_i = _pipelined_loop(q_smem.reshape([BLOCK_M, HEAD_DIM]), k_bufs, v_bufs, ready,
                                     (k_desc, v_desc), (b, hk), rows, n_full, n_end,
-                                    (seq_q, seq_k, qk_scale), CAUSAL, NUM_WARPS, EMU)  # fmt: skip
+                                    (seq_q, seq_k, qk_scale), CAUSAL, NUM_WARPS,
+                                    SOFTMAX)  # fmt: skip
     mbarrier.invalidate(q_bar)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))

@@ -93,7 +93,7 @@ def _persist_producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
 @gluon.jit
 def _persist_consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, qk_scale,
                       CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                      EMU: gl.constexpr = 0):  # fmt: skip
+                      SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """Consumer warpgroup ME over its tiles: ring index g and turn count tc run on."""
     o_desc, lse_ptr = out
     q_smem, k_bufs = smem[0], smem[1]
@@ -114,7 +114,7 @@ def _persist_consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, qk_scal
         mbarrier.wait(bars[0].index(qs), (it // Q_BUFFERS) & 1)
         acc, m_i, l_i = _ws_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, n_end,
                                  g, tc, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG,
-                                 EMU)  # fmt: skip
+                                 SOFTMAX)  # fmt: skip
         _epilogue(acc, m_i, l_i, qk_scale, q_tile, o_desc, lse_ptr, bh * seq_q, b, h, my_row0,
                   seq_q, BLOCK_M, HEAD_DIM, o_layout)  # fmt: skip
         # O has left the Q buffer (the epilogue waited for its store): free it
@@ -127,15 +127,15 @@ def _persist_consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, qk_scal
 @gluon.jit
 def _persist_consumer0(out, smem, bars, q_empty, sched, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                       EMU: gl.constexpr = 0):  # fmt: skip
-    _persist_consumer(0, out, smem, bars, q_empty, sched, qk_scale, CAUSAL, PINGPONG, EMU)
+                       SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    _persist_consumer(0, out, smem, bars, q_empty, sched, qk_scale, CAUSAL, PINGPONG, SOFTMAX)
 
 
 @gluon.jit
 def _persist_consumer1(out, smem, bars, q_empty, sched, qk_scale,
                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                       EMU: gl.constexpr = 0):  # fmt: skip
-    _persist_consumer(1, out, smem, bars, q_empty, sched, qk_scale, CAUSAL, PINGPONG, EMU)
+                       SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    _persist_consumer(1, out, smem, bars, q_empty, sched, qk_scale, CAUSAL, PINGPONG, SOFTMAX)
 
 
 @gluon.jit
@@ -144,8 +144,8 @@ def _fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, 
                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        NUM_WARPS: gl.constexpr, PINGPONG: gl.constexpr,
                        PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                       Q_BUFFERS: gl.constexpr, EMU: gl.constexpr = 0):  # fmt: skip
-    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q. Registers and EMU as _fwd_ws.
+                       Q_BUFFERS: gl.constexpr, SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q. Registers, SOFTMAX as _fwd_ws.
     Q_BUFFERS (1 or 2) Q tiles per consumer: buffer (it % Q_BUFFERS) · 2 + consumer."""
     gl.static_assert(NUM_WARPS == 4, "each consumer is one warpgroup")
     gl.static_assert(BLOCK_M == 64, "wgmma: 4 warps × 16 rows")
@@ -168,10 +168,10 @@ def _fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, 
         [
             (_persist_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars, q_empty,
                                   (heads_q, group, seq_q, seq_k, n_bh), qk_scale, CAUSAL,
-                                  PINGPONG, EMU)),
+                                  PINGPONG, SOFTMAX)),
             (_persist_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars, q_empty,
                                   (heads_q, group, seq_q, seq_k, n_bh), qk_scale, CAUSAL,
-                                  PINGPONG, EMU)),
+                                  PINGPONG, SOFTMAX)),
             (_persist_producer, ((q_desc, k_desc, v_desc), (q_smem, k_bufs, v_bufs), bars,
                                  q_empty, (heads_q, group, seq_q, seq_k, n_bh), CAUSAL)),
         ],

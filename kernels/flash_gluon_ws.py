@@ -96,9 +96,9 @@ def _pv(p, v_bufs, v_ready, g, acc):
 @gluon.jit
 def _ws_step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
              ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-             EMU: gl.constexpr = 0):  # fmt: skip
+             SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """Key block j ≥ 1 of one consumer's tile (ring index g, tc-th turn of the ping-pong):
-    returns the new (acc, m_i, l_i, p). EMU: the softmax's exp2 split (gluon_exp2.py)."""
+    returns the new (acc, m_i, l_i, p). SOFTMAX: the softmax's variant code (_softmax)."""
     q_smem, k_bufs, v_bufs = smem
     k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
     seq_q, seq_k, qk_scale = scalars
@@ -122,7 +122,7 @@ def _ws_step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if j >= n_full:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-    m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, EMU)
+    m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, SOFTMAX)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(v_empty.index((g - 1) % STAGES), count=1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -132,7 +132,7 @@ def _ws_step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
 @gluon.jit
 def _ws_tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars,
              ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-             EMU: gl.constexpr = 0):  # fmt: skip
+             SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """One consumer's BLOCK_M rows against key blocks [0, n_end), the first at ring index
     g0, its ping-pong turns counted from tc0: returns (acc, m_i, l_i). Uses ring indices
     g0 .. g0 + n_end − 1 and n_end − 1 turns."""
@@ -160,11 +160,11 @@ def _ws_tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars,
         mbarrier.arrive(k_empty.index(g0 % STAGES), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, EMU)
+        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, qk_scale, dtype, p_layout, SOFTMAX)
         for j in range(1, n_end):
             acc, m_i, l_i, p = _ws_step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
                                         rows, n_full, scalars, ME, CAUSAL, PINGPONG,
-                                        EMU)  # fmt: skip
+                                        SOFTMAX)  # fmt: skip
         last = g0 + n_end - 1
         acc = _pv(p, v_bufs, v_ready, last, acc)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -174,7 +174,8 @@ def _ws_tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars,
 
 @gluon.jit
 def _ws_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars,
-                 CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr = 0):  # fmt: skip
+                 CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                 SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
     o_desc, lse_ptr = out
     q_smem = smem[0]
@@ -187,27 +188,27 @@ def _ws_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars,
     q_tile = q_smem.index(ME)
     mbarrier.wait(bars[0].index(ME), 0)
     acc, m_i, l_i = _ws_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, n_end,
-                             0, 0, scalars, ME, CAUSAL, PINGPONG, EMU)  # fmt: skip
+                             0, 0, scalars, ME, CAUSAL, PINGPONG, SOFTMAX)  # fmt: skip
     _epilogue(acc, m_i, l_i, qk_scale, q_tile, o_desc, lse_ptr, bh * seq_q, b, h, my_row0, seq_q,
               BLOCK_M, HEAD_DIM, o_layout)  # fmt: skip
 
 
 @gluon.jit
 def _ws_consumer0(out, smem, bars, coords, scalars, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                  EMU: gl.constexpr = 0):  # fmt: skip
-    _ws_consumer(0, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, EMU)
+                  SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    _ws_consumer(0, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, SOFTMAX)
 
 
 @gluon.jit
 def _ws_consumer1(out, smem, bars, coords, scalars, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                  EMU: gl.constexpr = 0):  # fmt: skip
-    _ws_consumer(1, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, EMU)
+                  SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    _ws_consumer(1, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, SOFTMAX)
 
 
 @gluon.jit
 def _ws_consumer2(out, smem, bars, coords, scalars, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                  EMU: gl.constexpr = 0):  # fmt: skip
-    _ws_consumer(2, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, EMU)
+                  SOFTMAX: gl.constexpr = 0):  # fmt: skip
+    _ws_consumer(2, out, smem, bars, coords, scalars, CAUSAL, PINGPONG, SOFTMAX)
 
 
 @gluon.jit
@@ -239,13 +240,13 @@ def _fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, NUM_WARPS: gl.constexpr,
             PINGPONG: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr,
-            EMU: gl.constexpr = 0):  # fmt: skip
+            SOFTMAX: gl.constexpr = 0):  # fmt: skip
     """CONSUMERS (2, or 3 without ping-pong: FA3's head_dim 64 shape) warpgroups of
     BLOCK_M rows each. Registers: the producer's warpgroup gets PRODUCER_REGS per thread,
     the worker consumers CONSUMER_REGS, consumer 0 (the default partition, the kernel's 4
     warps) what is left of the 64K (triton's AllocateWarpGroups: 240 for 24 / 240 with 2
-    consumers, 168 for 24 / 160 with 3). EMU: every EMU-th exp2 of P on the FMA pipes
-    (kernels/gluon_exp2.py; 0 = all on the MUFU)."""
+    consumers, 168 for 24 / 160 with 3). SOFTMAX: the softmax's variant code
+    (GluonConfig.softmax_code: the exp2 split, tree reductions; 0 = the plain softmax)."""
     gl.static_assert(NUM_WARPS == 4, "each consumer is one warpgroup")
     gl.static_assert(BLOCK_M == 64, "wgmma: 4 warps × 16 rows")
     gl.static_assert(CONSUMERS == 2 or not PINGPONG, "ping-pong takes two consumers")
@@ -277,7 +278,7 @@ def _fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_
                         (seq_q, seq_k, qk_scale),
                         CAUSAL,
                         PINGPONG,
-                        EMU,
+                        SOFTMAX,
                     ),
                 ),
                 (
@@ -290,7 +291,7 @@ def _fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_
                         (seq_q, seq_k, qk_scale),
                         CAUSAL,
                         PINGPONG,
-                        EMU,
+                        SOFTMAX,
                     ),
                 ),
                 (
@@ -311,13 +312,13 @@ def _fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, seq_
             [
                 (_ws_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
                                  (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
-                                 PINGPONG, EMU)),
+                                 PINGPONG, SOFTMAX)),
                 (_ws_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
                                  (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
-                                 PINGPONG, EMU)),
+                                 PINGPONG, SOFTMAX)),
                 (_ws_consumer2, ((o_desc, lse_ptr), (q_smem, k_bufs, v_bufs), bars,
                                  (b, h, bh, row0, n_end), (seq_q, seq_k, qk_scale), CAUSAL,
-                                 PINGPONG, EMU)),
+                                 PINGPONG, SOFTMAX)),
                 (_ws_producer, ((q_desc, k_desc, v_desc), (q_smem, k_bufs, v_bufs), bars,
                                 (b, h, hk, row0, n_end))),
             ],

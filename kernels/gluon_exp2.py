@@ -1,4 +1,5 @@
-"""exp2 for the Gluon softmax with part of the elements on the FMA pipes (issue 21).
+"""exp2 for the Gluon softmax with part of the elements on the FMA pipes (issue 21), and
+the softmax's row reductions as trees (the same head_dim 64 study).
 
 Why: at head_dim 64 a consumer's two matmuls per 64 × 128 tile take about as long on the
 tensor cores as its 8192 exponentials take on the MUFU unit (16 per clock per SM), so the
@@ -26,6 +27,11 @@ gl.exp2 emits for fp32), through one inline-asm block over EMU consecutive regis
 elements of the thread (register-local in any layout, the wgmma accumulator's included).
 Which fraction pays depends on how busy the issue slots already are (tools/gpu/
 gluon_d64.py measures 1/8, 1/4 and 1/2).
+
+`row_max` / `row_sum` with TREE fold a row in halves inside each thread (reshape to a
+trailing pair, split, combine), so the max that every exponential waits for is a depth-6
+tree rather than a 32-long dependent chain per row (triton reduces a thread's elements in
+sequence); the same instructions, shorter latency.
 
 The PTX text is built here from the same constants the CPU tests read
 (tests/test_gluon_exp2.py evaluates it instruction by instruction in numpy); the FP8
@@ -129,3 +135,73 @@ def exp2_split(x, EMU: gl.constexpr = 0):
         # 0, or None where a kernel's EMU was left out of an AST-source compile (defaults
         # apply only to launches): everything on the MUFU
         return gl.exp2(x)
+
+
+# --- the softmax's variant code, and its row reductions as trees ------------------------
+#
+# The kernels take one constexpr SOFTMAX (GluonConfig.softmax_code): the exp2 split's EMU
+# in the low bits, TREE_BIT for tree-shaped row reductions. An AST-source compile that
+# leaves it out (tools/gluon_compile.py) passes None: the plain softmax.
+TREE_BIT = 16
+
+
+@gluon.constexpr_function
+def softmax_emu(code):
+    """The exp2 split's EMU of a SOFTMAX code (None: 0)."""
+    return 0 if code is None else code % TREE_BIT
+
+
+@gluon.constexpr_function
+def softmax_tree(code):
+    """Whether a SOFTMAX code asks for tree-shaped row max and sum."""
+    return code is not None and (code & TREE_BIT) != 0
+
+
+@gluon.constexpr_function
+def tree_levels(n):
+    """Halvings of a row of n scores that stay inside a thread in the wgmma accumulator
+    layout, after the first (adjacent column pairs): a thread holds the pairs of n / 8
+    groups of 8 columns, so log2(n / 8); the last 4 columns' pairs are across a quad."""
+    return max(int(n).bit_length() - 4, 0)
+
+
+@gluon.jit
+def _combine(a, b, IS_MAX: gl.constexpr):
+    if IS_MAX:
+        return gl.maximum(a, b)
+    else:
+        return a + b
+
+
+@gluon.jit
+def _tree(x, IS_MAX: gl.constexpr):
+    """x [M, N] folded in halves to [M, 4] inside each thread: a dependency depth of
+    log2(N) − 2 instead of the N / 4-long chain of a thread's sequential reduction (the
+    exponentials wait for the max; the next step's l waits for the sum)."""
+    M: gl.constexpr = x.shape[0]
+    N: gl.constexpr = x.shape[1]
+    a, b = x.reshape([M, N // 2, 2]).split()  # adjacent columns: a register pair
+    y = _combine(a, b, IS_MAX)
+    for i in gl.static_range(tree_levels(N)):
+        # the top column bit of what is left: register-local, a permute makes it last
+        hi, lo = y.reshape([M, 2, N // (4 << i)]).permute((0, 2, 1)).split()
+        y = _combine(hi, lo, IS_MAX)
+    return y
+
+
+@gluon.jit
+def row_max(s, like, TREE: gl.constexpr = False):
+    """max over axis 1 in the layout of `like` (a row statistic); TREE: by halves."""
+    if TREE:
+        return gl.convert_layout(gl.max(_tree(s, True), axis=1), like.type.layout)
+    else:
+        return gl.max(s, axis=1)
+
+
+@gluon.jit
+def row_sum(p, like, TREE: gl.constexpr = False):
+    """sum over axis 1 in the layout of `like`; TREE: by halves (another fp32 order)."""
+    if TREE:
+        return gl.convert_layout(gl.sum(_tree(p, False), axis=1), like.type.layout)
+    else:
+        return gl.sum(p, axis=1)

@@ -10,6 +10,7 @@ field and labels, and tools/gpu/gluon_d64.py's launches and report. Compiled for
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import math
 import os
@@ -204,7 +205,7 @@ def _case(dtype, sq, sk, causal):
 @pytest.mark.parametrize("emu", [2, 8])
 def test_a_forward_with_the_split_passes_the_accuracy_rule(dtype, emu):
     gen = torch.Generator().manual_seed(emu)
-    sq, sk = 200, 300
+    sq, sk = 130, 260  # three key blocks, the last one partial
     q, k, v = (torch.randn(1, 2, n, 64, generator=gen).to(dtype) for n in (sq, sk, sk))
     for causal in (False, True):
         o = _flash_forward(q, k, v, causal, emu)
@@ -245,6 +246,32 @@ def test_exp2_emu_field_values_and_labels():
     assert pipe.label() == "pipelined-m128-n128-s2-w8-e2"
 
 
+def test_the_softmax_code_carries_both_knobs():
+    for emu in EXP2_EMU:
+        for tree in (False, True):
+            cfg = GluonConfig(exp2_emu=emu, tree_reduce=tree)
+            code = cfg.softmax_code()
+            # the kernels decode it with gluon_exp2's constexpr functions
+            assert gluon_exp2.softmax_emu(code) == emu
+            assert gluon_exp2.softmax_tree(code) is tree
+            assert cfg.label().endswith("-t") is tree
+            assert (f"-e{emu}" in cfg.label()) is bool(emu)
+    assert GluonConfig().softmax_code() == 0  # the plain softmax, as before the fields
+    # a compile that leaves SOFTMAX out passes None: the plain softmax
+    assert gluon_exp2.softmax_emu(None) == 0 and gluon_exp2.softmax_tree(None) is False
+    assert GluonConfig(exp2_emu=8, tree_reduce=True).label() == "ws-m64-n128-s2-e8-t"
+    with pytest.raises(ValueError, match=r"GluonConfig.tree_reduce=1: expected a bool"):
+        GluonConfig(tree_reduce=1)
+
+
+def test_tree_levels_fold_a_row_to_the_quad():
+    # a thread holds column pairs of n / 8 groups of 8: after the pair, log2(n / 8) halvings
+    # leave [M, 4] (the 4 threads of a quad), reduced across threads by two shuffles
+    for n, levels in ((32, 2), (64, 3), (128, 4), (256, 5)):
+        assert gluon_exp2.tree_levels(n) == levels
+        assert n // 2 // 2**levels == 4
+
+
 # --- tools/gpu/gluon_d64.py ---------------------------------------------------------------
 
 
@@ -266,8 +293,9 @@ def test_the_study_launches_are_valid_and_distinct():
         labels = [c.label() for c in roles.values()]
         assert len(set(labels)) == len(labels)
         assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in roles.values())
-        assert {c.exp2_emu for c in roles.values()} >= {0, 4, 8}
-    assert "pq2-e8" in cands[(64, False)] and "e2" in cands[(64, False)]
+        assert {c.exp2_emu for c in roles.values()} >= {0, 8}
+        assert {c.tree_reduce for c in roles.values()} == {False, True}
+    assert {"pq2", "pq2-e8-t", "e2", "e4"} <= set(cands[(64, False)])
     # the order starts with the shapes the heuristic decision needs
     assert tool.ORDER[:2] == (("bf16", 64, False), ("fp16", 64, False))
 
@@ -292,6 +320,64 @@ def test_the_report_names_launches_past_the_target_only_where_both_lengths_clear
     assert "| e8 | ws-e8 | pass | 103.0 | 102.5 | 1.030 | 1.025 | 1.040 | 1.015 |" in text
     winners = report.winners(report.shape_tables(rows), 1.02)
     assert winners == ["bf16 d64 non-causal: e8 (ws-e8) 1.030 / 1.025"]
+
+
+def _stand_in_forward(q, k, v, causal, scale, cfg=None, factor=1.0):
+    """The float64 reference in the Gluon forward's place (o, lse2): the script's plumbing
+    runs on a CPU; `factor` spoils o for the negative case."""
+    from fa_bench.run.accuracy import reference_attention
+
+    group = q.shape[1] // k.shape[1]
+    kk, vv = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    ref = reference_attention(q.double(), kk.double(), vv.double(), causal=causal, scale=scale)
+    o = (ref.o * factor).to(q.dtype)
+    lse2 = torch.zeros(q.shape[:3])
+    if causal and q.shape[2] > k.shape[2]:  # rows that see no key: +inf, as the kernels
+        lse2[:, :, : q.shape[2] - k.shape[2]] = math.inf
+    return o, lse2
+
+
+@pytest.mark.parametrize("spoil", [False, True])
+def test_the_script_checks_then_times_only_passing_launches(monkeypatch, spoil):
+    import fa_bench.kernels.flash_gluon as fg
+
+    tool = _tool("gluon_d64")
+    check = importlib.import_module("gluon_check")  # as the script imports it
+
+    def cpu_inputs(shape, dtype, head_dim, seed=0):
+        b, hq, hk, sq, sk, _ = shape
+        gen = torch.Generator().manual_seed(seed)
+        return tuple(torch.randn(b, h, n, head_dim, generator=gen).to(dtype)
+                     for h, n in ((hq, sq), (hk, sk), (hk, sk)))  # fmt: skip
+
+    def forward(q, k, v, causal, scale, cfg):
+        # the split launches stand for a wrong kernel in the spoiled run
+        return _stand_in_forward(
+            q, k, v, causal, scale, factor=1.05 if spoil and cfg.exp2_emu else 1
+        )
+
+    timed = []
+
+    def fake_bench(fn, n, head_dim, dtype_name, causal):
+        fn()  # the cuDNN call raises on a CPU: its row records the error
+        timed.append(n)
+        return dict(ms=1.0)
+
+    monkeypatch.setattr(tool, "DEVICE", "cpu")
+    monkeypatch.setattr(tool, "CHECK_SHAPES", ((1, 4, 2, 40, 24, False),))
+    monkeypatch.setattr(tool, "BENCH_NS", (32,))
+    monkeypatch.setattr(tool, "TOKENS", 64)
+    monkeypatch.setattr(tool, "bench", fake_bench)
+    monkeypatch.setattr(check, "_inputs", cpu_inputs)
+    monkeypatch.setattr(fg, "gluon_forward", forward)
+    rows = []
+    roles = tool.candidates()[(64, True)]
+    tool.run_shape(rows.append, roles, "fp16", 64, True)
+    checks = {r["role"]: r["passed"] for r in rows if r["kind"] == "check"}
+    assert checks == {role: not (spoil and cfg.exp2_emu) for role, cfg in roles.items()}
+    benched = [r["role"] for r in rows if r["kind"] == "bench"]
+    assert benched == ["cudnn"] + [role for role, ok in checks.items() if ok]
+    assert "error" in rows[len(checks)] and rows[len(checks)]["role"] == "cudnn"
 
 
 # --- compiled for sm_90 (triton 3.6 aside), and on the H200 -------------------------------
@@ -331,20 +417,16 @@ needs_sm90 = pytest.mark.skipif(
 
 @pytest.mark.gpu
 @needs_sm90
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("emu", [2, 4, 8])
-def test_split_launches_pass_the_rule_on_the_h200(head_dim, emu):
+@pytest.mark.parametrize(
+    ("head_dim", "emu", "tree"), [(64, 2, False), (64, 8, True), (64, 0, True), (128, 8, True)]
+)
+def test_split_launches_pass_the_rule_on_the_h200(head_dim, emu, tree):
+    # the heuristic's launch with the split, both dtypes and masks; GQA, odd lengths and
+    # causal rows without keys (tools/gpu/gluon_d64.py checks every launch it times too)
     check = _tool("gluon_check")
     for causal in (False, True):
-        for persistent in (False, True):
-            base = gluon_config(head_dim, causal)
-            if persistent and base.variant == "ws" and not base.persistent:
-                base = dataclasses.replace(base, persistent=True)
-            elif persistent:
-                continue
-            cfg = dataclasses.replace(base, exp2_emu=emu)
-            for dtype in ("bf16", "fp16"):
-                for shape in ((2, 4, 1, 1000, 1000, False), (1, 4, 2, 1100, 600, False),
-                              (2, 4, 2, 128, 384, True)):  # fmt: skip
-                    row = check.check_one(cfg, shape, dtype, head_dim, causal, False)
-                    assert row["passed"], (cfg.label(), row)
+        cfg = dataclasses.replace(gluon_config(head_dim, causal), exp2_emu=emu, tree_reduce=tree)
+        for dtype in ("bf16", "fp16"):
+            for shape in ((2, 4, 1, 1000, 1000, False), (1, 4, 2, 1100, 600, False)):
+                row = check.check_one(cfg, shape, dtype, head_dim, causal, False)
+                assert row["passed"], (cfg.label(), row)

@@ -3,9 +3,9 @@
     python tools/gpu/gluon_d64.py [--budget 90]   # writes $OUT/gluon_d64.md, .json, .jsonl
 
 Launches (`candidates()`): at each (head_dim, causal) the heuristic's (`gluon_config`),
-the same with every 8th / 4th / 2nd exponential of P on the FMA pipes
-(`GluonConfig.exp2_emu`, kernels/gluon_exp2.py), and at d64 non-causal the persistent
-two-Q-buffer kernel with and without the split; head_dim 128 gets the split too.
+the same with tree-shaped row reductions (`tree_reduce`), with every 8th exponential of P
+on the FMA pipes (`exp2_emu`, kernels/gluon_exp2.py) and with both; at d64 non-causal
+also every 4th / 2nd, and the persistent two-Q-buffer kernel with and without them.
 
 1. compiles every launch first, in parallel worker processes (triton's on-disk cache then
    serves the timed process), at the shapes' specialisations;
@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gluon_check beside this file
 
 TOKENS, HIDDEN = 16384, 2048
+DEVICE = "cuda"
 BENCH_NS = (4096, 16384)
 TARGET_RATIO = 1.02
 # (batch, heads_q, heads_kv, seq_q, seq_k, transposed) for gluon_check.check_slices
@@ -55,22 +56,27 @@ ORDER = (
 
 
 def candidates() -> dict[tuple[int, bool], dict[str, object]]:
-    """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config`."""
+    """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config`, "t"
+    adds tree reductions, "eN" the exp2 split (every N-th exponential emulated), "pq2" the
+    persistent two-Q-buffer kernel (d64 non-causal)."""
     from fa_bench.kernels.flash_gluon import candidate_configs, gluon_config
+
+    def vary(cfg, tag: str, **fields) -> tuple[str, object]:
+        return tag, dataclasses.replace(cfg, **fields)
 
     out: dict[tuple[int, bool], dict[str, object]] = {}
     for head_dim in (64, 128):
         for causal in (False, True):
             base = gluon_config(head_dim, causal)
-            roles: dict[str, object] = {"heuristic": base}
-            # 1/2 emulated only where the softmax bounds the most (d64 non-causal)
-            for emu in (8, 4, 2) if head_dim == 64 and not causal else (8, 4):
-                roles[f"e{emu}"] = dataclasses.replace(base, exp2_emu=emu)
-            if head_dim == 64 and not causal:
+            roles = dict([("heuristic", base), vary(base, "t", tree_reduce=True),
+                          vary(base, "e8", exp2_emu=8),
+                          vary(base, "e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+            if head_dim == 64 and not causal:  # where the softmax bounds the most
                 pq2 = candidate_configs(head_dim)["ws-persist-q2"]
-                roles["pq2"] = pq2
-                for emu in (8, 4):
-                    roles[f"pq2-e{emu}"] = dataclasses.replace(pq2, exp2_emu=emu)
+                roles.update([vary(base, "e4", exp2_emu=4), vary(base, "e2", exp2_emu=2),
+                              vary(base, "e4-t", exp2_emu=4, tree_reduce=True), ("pq2", pq2),
+                              vary(pq2, "pq2-t", tree_reduce=True),
+                              vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
             out[(head_dim, causal)] = roles
     return out
 
@@ -122,7 +128,8 @@ def check(cfg, dtype_name: str, head_dim: int, causal: bool) -> dict:
     for shape in CHECK_SHAPES:
         q, k, v = _inputs(shape, _torch_dtype(dtype_name), head_dim)
         o, lse2 = gluon_forward(q, k, v, causal, 1.0 / math.sqrt(head_dim), cfg)
-        torch.cuda.synchronize()
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
         rep = check_slices(shape, dtype_name, head_dim, causal, q, k, v, o)
         worst = max(worst, rep["max_abs_err"])
         ok = ok and rep["passed"] and _no_key_rows_ok(lse2, o, shape[3], shape[4], causal)
@@ -164,7 +171,7 @@ def run_shape(emit, roles: dict, dtype_name: str, head_dim: int, causal: bool) -
             passing[role] = cfg
     for n in BENCH_NS:
         heads = HIDDEN // head_dim
-        q, k, v = (torch.randn(TOKENS // n, heads, n, head_dim, device="cuda",
+        q, k, v = (torch.randn(TOKENS // n, heads, n, head_dim, device=DEVICE,
                                dtype=_torch_dtype(dtype_name)) for _ in range(3))  # fmt: skip
         scale = 1.0 / math.sqrt(head_dim)
 

@@ -34,7 +34,7 @@ from fa_bench.kernels.flash_gluon import GluonConfig, version_reason
 
 
 def compile_cfg(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> object:
-    """The compiled kernel of one launch, EMU (cfg.exp2_emu) included."""
+    """The compiled kernel of one launch, its SOFTMAX code included."""
     sig = dict(
         q_desc=_desc(dtype, [1, 1, cfg.block_m, head_dim]),
         k_desc=_desc(dtype, [1, 1, cfg.block_n, head_dim]),
@@ -44,7 +44,7 @@ def compile_cfg(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> ob
     )  # fmt: skip
     consts: dict[str, object] = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
-        CAUSAL=causal, EMU=cfg.exp2_emu,
+        CAUSAL=causal, SOFTMAX=cfg.softmax_code(),
     )  # fmt: skip
     warps = 4
     if cfg.variant == "pipelined":
