@@ -108,6 +108,9 @@ def check_slices(shape, dtype_name, head_dim, causal, tensors, other=None) -> di
                                     dk=kvs[2], dv=kvs[3])  # fmt: skip
             worst = max(worst, report["max_abs_err"])
             passed = passed and report["passed"]
+            for name, t in report["tensors"].items():  # which gradient is off, if one is
+                out[f"{name}_err"] = max(out.get(f"{name}_err", 0.0), t["max_abs_err"])
+                out[f"{name}_tol"] = min(out.get(f"{name}_tol", math.inf), t["tolerance"])
             if other is not None and b == 0 and g == 0:
                 for name, ours, theirs in zip(("dq", "dk", "dv"), grads, other, strict=True):
                     diff = (ours.double() - theirs.double()).abs().max().item()
