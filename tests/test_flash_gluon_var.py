@@ -83,7 +83,7 @@ def test_the_development_switches_mark_softcap_launches_only(monkeypatch):
 
 
 def test_the_gpu_script_runs_each_development_mode_with_its_switches(monkeypatch):
-    tool = _tool()
+    tool = _tool("variants_gluon_checks")
     seen = []
     cases = [("a", None, (), dict(softcap=5.0)), ("b", None, (), dict(window=(1, 1)))]
     monkeypatch.setattr(tool, "_cases", lambda d: cases)
@@ -245,9 +245,10 @@ def test_every_variant_combination_compiles_for_sm90():
 # --- the GPU script's checks ------------------------------------------------------------
 
 
-def _tool():
-    path = ROOT / "tools" / "gpu" / "variants_gluon.py"
-    spec = importlib.util.spec_from_file_location("variants_gluon", path)
+def _tool(name: str = "variants_gluon"):
+    """A fresh instance of tools/gpu/<name>.py (its globals are this test's to set)."""
+    path = ROOT / "tools" / "gpu" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -267,7 +268,7 @@ def _tool():
 def test_the_gpu_checks_pass_a_right_forward_and_catch_a_wrong_one(kind, args, kw):
     """The script's checks through our `tl` kernel in the interpreter (fp32): they pass
     it, including the empty rows' lse; and a forward that drops the ALiBi / window fails."""
-    tool = _tool()
+    tool = _tool("variants_gluon_checks")
     tool.DEVICE, tool.CHECKED = "cpu", FlashConfig(forward="tl", block_m=16, block_n=16)
     check = tool._dense_check if kind == "dense" else tool._varlen_check
     res = check(torch.float32, 16, *args, **kw)
@@ -313,14 +314,14 @@ needs_gluon_gpu = pytest.mark.skipif(
 
 
 def _case_names() -> list[str]:
-    return [name for name, *_ in _tool()._cases()]
+    return [name for name, *_ in _tool("variants_gluon_checks")._cases()]
 
 
 @pytest.mark.gpu
 @needs_gluon_gpu
 @pytest.mark.parametrize("name", _case_names())
 def test_gpu_variant_against_the_float64_reference(name):
-    tool = _tool()
+    tool = _tool("variants_gluon_checks")
     _, fn, args, kw = next(c for c in tool._cases() if c[0] == name)
     res = fn(*args, **kw)
     assert all(r["passed"] for r in res.values()), res
