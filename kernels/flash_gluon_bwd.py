@@ -148,6 +148,9 @@ def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool) -> s
             return reason
         if t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             return f"{name} {tuple(t.shape)} {t.dtype} does not match q {tuple(q.shape)} {q.dtype}"
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
+        if 0 in t.stride():  # an expanded (broadcast) tensor: no TMA descriptor over it
+            return f"{name}.stride()={tuple(t.stride())}: a zero stride (broadcast tensor)"
     return None
 
 

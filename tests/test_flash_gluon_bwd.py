@@ -111,6 +111,8 @@ def test_reason_head_dim_and_o_do(runnable):
     assert "do (1, 2, 32, 128)" in gluon_bwd_reason(q, q, q, q, _t((1, 2, 32, 128)), False)
     assert "o.dtype=torch.float32" in gluon_bwd_reason(q, q, q, q.float(), q, False)
     assert "last stride" in gluon_bwd_reason(q, q, q, q, _t((1, 2, 128, 64)).transpose(2, 3), False)
+    ones = _t((1, 1, 1, 128)).expand(1, 2, 64, 128)
+    assert "zero stride (broadcast" in gluon_bwd_reason(q, q, q, q, ones, False)
 
 
 def test_reason_interpreter(monkeypatch):
