@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -378,6 +379,35 @@ def test_the_script_checks_then_times_only_passing_launches(monkeypatch, spoil):
     benched = [r["role"] for r in rows if r["kind"] == "bench"]
     assert benched == ["cudnn"] + [role for role, ok in checks.items() if ok]
     assert "error" in rows[len(checks)] and rows[len(checks)]["role"] == "cudnn"
+
+
+def test_the_script_writes_its_tables_and_stops_at_its_budget(monkeypatch, tmp_path):
+    import fa_bench.kernels.flash_gluon as fg
+
+    tool = _tool("gluon_d64")
+    check = importlib.import_module("gluon_check")
+    shapes = []
+
+    def fake_run_shape(emit, roles, dtype, head_dim, causal):
+        shapes.append((dtype, head_dim, causal))
+        for role, cfg in roles.items():
+            emit(dict(kind="check", role=role, label=cfg.label(), passed=True, dtype=dtype,
+                      head_dim=head_dim, causal=causal))  # fmt: skip
+        tool.time.sleep(0.05)
+
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(tool, "run_shape", fake_run_shape)
+    monkeypatch.setattr(check, "_inputs", None)  # never reached
+    monkeypatch.setattr(fg, "gluon_forward", None)
+    assert tool.main(["--workers", "0", "--budget", "0.01", "--only", "0,1,2"]) == 0
+    assert shapes == [("bf16", 64, False)]  # the budget stops the next shapes
+    text = (tmp_path / "gluon_d64.md").read_text()
+    assert (
+        "## bf16 d64 non-causal" in text and "| pq2-e8-t | ws-m64-n128-s4-q2-persist-e8-t" in text
+    )
+    assert "skipped (budget): fp16 d64 causal=False" in text
+    rows = [json.loads(line) for line in (tmp_path / "gluon_d64.jsonl").read_text().splitlines()]
+    assert rows[0]["kind"] == "env" and rows[-1]["kind"] == "skipped"
 
 
 # --- compiled for sm_90 (triton 3.6 aside), and on the H200 -------------------------------

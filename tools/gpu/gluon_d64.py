@@ -194,12 +194,26 @@ def run_shape(emit, roles: dict, dtype_name: str, head_dim: int, causal: bool) -
         del q, k, v
 
 
-def main() -> int:
+def write_outputs(out_dir: Path, lines: Path) -> str:
+    """gluon_d64.json and .md from the rows so far (after every shape: a run stopped by its
+    caller's time limit still leaves its tables)."""
+    from gluon_d64_report import markdown  # beside this file
+
+    rows = [json.loads(line) for line in open(lines)]
+    (out_dir / "gluon_d64.json").write_text(json.dumps(rows, indent=1))
+    text = markdown(rows, TARGET_RATIO)
+    (out_dir / "gluon_d64.md").write_text(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=90.0, help="no new shape after this (s)")
-    ap.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)))
+    workers = max(1, min(14, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--workers", type=int, default=workers,
+                    help="compile processes (0: each compiles when first run)")  # fmt: skip
     ap.add_argument("--only", help="comma list of ORDER indices to run (default all)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
     import triton
 
@@ -216,23 +230,21 @@ def main() -> int:
         print(json.dumps(row), flush=True)
 
     order = [ORDER[int(i)] for i in args.only.split(",")] if args.only else list(ORDER)
-    emit(dict(kind="env", device=torch.cuda.get_device_name(0), torch=torch.__version__,
-              triton=triton.__version__, order=order))  # fmt: skip
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else DEVICE
+    emit(dict(kind="env", device=device, torch=torch.__version__, triton=triton.__version__,
+              order=order))  # fmt: skip
     cands = candidates()
-    jobs = [(cfg, d, hd, c) for d, hd, c in order for cfg in cands[(hd, c)].values()]
-    for row in warm(jobs, args.workers):
-        emit(row)
+    if args.workers > 0:
+        jobs = [(cfg, d, hd, c) for d, hd, c in order for cfg in cands[(hd, c)].values()]
+        for row in warm(jobs, args.workers):
+            emit(row)
     for dtype_name, head_dim, causal in order:
         if time.time() - started > args.budget:
             emit(dict(kind="skipped", dtype=dtype_name, head_dim=head_dim, causal=causal))
             continue
         run_shape(emit, cands[(head_dim, causal)], dtype_name, head_dim, causal)
-    rows = [json.loads(line) for line in open(lines)]
-    (out_dir / "gluon_d64.json").write_text(json.dumps(rows, indent=1))
-    from gluon_d64_report import markdown  # beside this file
-
-    (out_dir / "gluon_d64.md").write_text(markdown(rows, TARGET_RATIO))
-    print((out_dir / "gluon_d64.md").read_text())
+        write_outputs(out_dir, lines)
+    print(write_outputs(out_dir, lines))
     return 0
 
 
