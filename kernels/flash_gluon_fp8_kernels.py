@@ -119,10 +119,12 @@ def _a_operand(p, p_bufs, j, ME: gl.constexpr, P_SMEM: gl.constexpr):
 
 
 @gluon.jit
-def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
+def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
           ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-          EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    """Key block j ≥ 1 (ring index g, turn j − 1): returns the new (acc, m_i, l_i, p)."""
+          EMU: gl.constexpr, P_SMEM: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
+    """Key block j ≥ 1 (ring index g, turn j − 1): returns the new (acc, m_i, l_i, p).
+    MASKED: the block needs the causal / key-tail mask (a constexpr: a runtime test was
+    if-converted, the mask's ~130 instructions then ran in every step)."""
     k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
     k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
     seq_q, seq_k, qk_scale = scalars
@@ -142,7 +144,7 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, n_full, scalars,
         mbarrier.arrive(turn.index(1 - ME), count=1)
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
-    if j >= n_full:
+    if MASKED:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
     m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
                                            P_SMEM)  # fmt: skip
@@ -186,9 +188,13 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
                                            P_SMEM)  # fmt: skip
         if P_SMEM:
             _stash_p(p, p_bufs, 0, ME)
-        for j in range(1, n_end):
-            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, n_full,
-                                     scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM)  # fmt: skip
+        # the blocks every row sees whole, then the masked diagonal / key tail
+        for j in range(1, n_full):
+            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
+                                     ME, CAUSAL, PINGPONG, EMU, P_SMEM, False)  # fmt: skip
+        for j in range(gl.maximum(n_full, 1), n_end):
+            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
+                                     ME, CAUSAL, PINGPONG, EMU, P_SMEM, True)  # fmt: skip
         last = n_end - 1
         acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, last, acc)
         acc = warpgroup_mma_wait(0, deps=[acc])
