@@ -5,7 +5,8 @@
 Launches (`candidates()`): at each (head_dim, causal) the heuristic's (`gluon_config`),
 the same with tree-shaped row reductions (`tree_reduce`), with every 8th exponential of P
 on the FMA pipes (`exp2_emu`, kernels/gluon_exp2.py) and with both; at d64 non-causal
-also every 4th / 2nd, and the persistent two-Q-buffer kernel with and without them.
+also every 4th / 2nd, the persistent two-Q-buffer kernel and three consumers over
+128-key steps (FA3's d64 shape), with and without them.
 
 1. compiles every launch first, in parallel worker processes (triton's on-disk cache then
    serves the timed process), at the shapes' specialisations;
@@ -58,8 +59,10 @@ ORDER = (
 def candidates() -> dict[tuple[int, bool], dict[str, object]]:
     """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config`, "t"
     adds tree reductions, "eN" the exp2 split (every N-th exponential emulated), "pq2" the
-    persistent two-Q-buffer kernel (d64 non-causal)."""
-    from fa_bench.kernels.flash_gluon import candidate_configs, gluon_config
+    persistent two-Q-buffer kernel, "c3" three consumers over 128-key steps (d64
+    non-causal; its ptxas spills are the mask's column offsets, reloaded only in the
+    masked last key block)."""
+    from fa_bench.kernels.flash_gluon import GluonConfig, candidate_configs, gluon_config
 
     def vary(cfg, tag: str, **fields) -> tuple[str, object]:
         return tag, dataclasses.replace(cfg, **fields)
@@ -77,6 +80,11 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
                               vary(base, "e4-t", exp2_emu=4, tree_reduce=True), ("pq2", pq2),
                               vary(pq2, "pq2-t", tree_reduce=True),
                               vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+                # FA3's d64 shape: three consumers (192 rows) over 128-key steps
+                c3 = GluonConfig(block_n=128, stages=4, consumers=3, pingpong=False,
+                                 consumer_regs=160)  # fmt: skip
+                roles.update([("c3", c3), vary(c3, "c3-t", tree_reduce=True),
+                              vary(c3, "c3-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
             out[(head_dim, causal)] = roles
     return out
 

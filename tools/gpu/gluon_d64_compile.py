@@ -7,7 +7,7 @@ heuristic's kernels and the variants) is compiled by triton 3.6.0 for sm_90 in b
 fp16, causal and not; ptxas reports registers and spills, and the PTX is scanned for the
 split's instructions (ex2.approx count, the emulation's shl.b32). `--ptx DIR` keeps each
 PTX file (to compare an exp2_emu=0 launch with the kernel before the change). Exits 1 if
-a launch failed, spilled or asked for too much shared memory. A developer tool.
+a launch failed, spilled (but SPILL_OK's) or asked for too much shared memory.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 from fa_bench.kernels import flash_gluon_kernels, flash_gluon_persist, flash_gluon_ws
 from fa_bench.kernels.flash_gluon import GluonConfig, version_reason
+
+# Launches whose spills are known and off the hot path: three consumers over 128-key steps
+# (160 registers) spill the mask's per-column offsets (148 bytes at d64), stored once and
+# reloaded only in masked key blocks (the last one, non-causal).
+SPILL_OK = ("ws-m64-n128-s4-c3",)
 
 
 def compile_cfg(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool) -> object:
@@ -78,7 +83,8 @@ def compile_row(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool,
         info = ptxas_info(ptx)
         row.update(shared=kernel.metadata.shared, **info)
         row.update(ex2=len(re.findall(r"ex2\.approx", ptx)), shl23=ptx.count(", 23;"))
-        row["ok"] = kernel.metadata.shared <= SMEM_LIMIT and info["spill_stores"] == 0
+        spills_ok = info["spill_stores"] == 0 or cfg.label().startswith(SPILL_OK)
+        row["ok"] = kernel.metadata.shared <= SMEM_LIMIT and spills_ok
         if not row["ok"]:
             row["error"] = f"shared {kernel.metadata.shared} / spills {info['spill_stores']}"
         if ptx_dir:
