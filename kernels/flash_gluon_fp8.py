@@ -105,31 +105,32 @@ def deepest(cfg: Fp8GluonConfig, head_dim: int) -> Fp8GluonConfig:
 
 
 def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
-    """The heuristic: 128-key steps, the deepest ring that fits (4 stages: 160 KB at
-    head_dim 128), ping-pong, every exponential on the MUFU. (Not measured yet: the
-    candidates below are what tools/gpu/fp8_gluon_check.py times.)"""
+    """The heuristic: 128-key steps, P through shared memory, the deepest ring that fits
+    (4 stages: 208 KB at head_dim 128), ping-pong, every exponential on the MUFU. Chosen
+    from the generated code (P through shared memory: 498 instructions per consumer
+    thread and key step at d128 against 699 with P's register conversion, ptxas 3.6.0),
+    not measured yet: tools/gpu/fp8_gluon_check.py times the candidates below."""
     del causal
-    return deepest(Fp8GluonConfig(block_n=128), head_dim)
+    return deepest(Fp8GluonConfig(block_n=128, p_smem=True), head_dim)
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
-    """What the GPU check times, by role: the heuristic's; P through shared memory (alone
-    and with a quarter or half of the exponentials emulated); half or a quarter emulated
-    with P in registers; no ping-pong; a 2-stage ring; 64-key steps. (256-key steps are
+    """What the GPU check times, by role, in order of interest: the heuristic's; a
+    quarter or half of the exponentials emulated; P in registers (alone and with a
+    quarter emulated); no ping-pong; a 2-stage ring; 64-key steps. (256-key steps are
     not a candidate: S alone is then 128 fp32 registers per thread, and ptxas spilled
     1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
     base = fp8_gluon_config(head_dim)
-    psmem = deepest(dataclasses.replace(base, p_smem=True), head_dim)
+    preg = deepest(dataclasses.replace(base, p_smem=False), head_dim)
     return {
         "ws": base,
-        "ws-psmem": psmem,
-        "ws-psmem-emu4": dataclasses.replace(psmem, emu=4),
+        "ws-emu4": dataclasses.replace(base, emu=4),
+        "ws-preg": preg,
         "ws-emu2": dataclasses.replace(base, emu=2),
         "ws-nopp": dataclasses.replace(base, pingpong=False),
-        "ws-psmem-emu2": dataclasses.replace(psmem, emu=2),
-        "ws-emu4": dataclasses.replace(base, emu=4),
+        "ws-preg-emu4": dataclasses.replace(preg, emu=4),
         "ws-s2": dataclasses.replace(base, stages=2),
-        "ws-n64": deepest(Fp8GluonConfig(block_n=64), head_dim),
+        "ws-n64": deepest(dataclasses.replace(base, block_n=64), head_dim),
     }
 
 

@@ -65,16 +65,16 @@ def test_config_names_a_bad_field_and_value(fields, match):
 
 
 def test_heuristic_is_the_deepest_ring_that_fits():
-    # d128: Q 16 KB + 4 × (K 16 KB + Vᵀ 16 KB) + O (bf16) 32 KB = 176 KB
+    # d128: Q 16 KB + 4 × (K 16 KB + Vᵀ 16 KB) + O (bf16) 32 KB + P 2 × 2 × 8 KB = 208 KB
     cfg = fp8_gluon_config(128)
-    assert (cfg.block_n, cfg.stages, cfg.pingpong, cfg.emu) == (128, 4, True, 0)
-    assert cfg.smem_bytes(128) == 176 * 1024 <= SMEM_BYTES
-    assert dataclasses.replace(cfg, stages=4, block_n=256).smem_bytes(128) > SMEM_BYTES
-    assert cfg.label() == "fp8-ws-m64-n128-s4"
-    assert Fp8GluonConfig(pingpong=False, emu=2).label() == "fp8-ws-m64-n128-s4-nopp-emu2"
-    # P through shared memory: two 64 × 128 e4m3 buffers per consumer, 32 KB more
-    psmem = dataclasses.replace(cfg, p_smem=True)
-    assert psmem.smem_bytes(128) == 208 * 1024 and psmem.label() == "fp8-ws-m64-n128-s4-psmem"
+    assert (cfg.block_n, cfg.stages, cfg.pingpong, cfg.emu, cfg.p_smem) == (128, 4, True, 0, True)
+    assert cfg.smem_bytes(128) == 208 * 1024 <= SMEM_BYTES
+    assert dataclasses.replace(cfg, block_n=256).smem_bytes(128) > SMEM_BYTES
+    assert cfg.label() == "fp8-ws-m64-n128-s4-psmem"
+    # P in registers: 32 KB less
+    preg = dataclasses.replace(cfg, p_smem=False, pingpong=False, emu=2)
+    assert preg.smem_bytes(128) == 176 * 1024
+    assert preg.label() == "fp8-ws-m64-n128-s4-nopp-emu2"
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -163,7 +163,8 @@ def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of():
     cfg = from_fields(FlashConfig(gluon_block_n=64, gluon_pingpong=False), 128, False)
     assert (cfg.block_n, cfg.stages, cfg.pingpong) == (64, 4, False)
     assert from_fields(FlashConfig(gluon_stages=2), 128, True).stages == 2
-    assert from_fields(FlashConfig(gluon_block_n=256), 128, False).stages == 2  # deepest fit
+    # 256-key steps: with P buffers of 256 keys one stage is the deepest ring that fits
+    assert from_fields(FlashConfig(gluon_block_n=256), 128, False).stages == 1
     with pytest.raises(ValueError, match="gluon_persistent=True"):
         from_fields(FlashConfig(gluon_persistent=True), 128, False)
     with pytest.raises(ValueError, match=r"gluon_stages=4.*shared memory"):

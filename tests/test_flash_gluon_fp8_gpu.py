@@ -41,9 +41,9 @@ SHAPES = [
     (1, 4, 2, 1000, 1000, 64, True),
 ]
 ROLES = sorted(flash_gluon_fp8.candidate_configs(128))
-# every shape for the heuristic's launch and P through shared memory; for the other roles
+# every shape for the heuristic's launch and P in registers; for the other roles
 # causal GQA with Sq < Sk, MQA with rows that see no key, head_dim 64 with a one-key tail
-FULL = ("ws", "ws-psmem")
+FULL = ("ws", "ws-preg")
 CASES = [(role, shape) for role in ROLES for shape in SHAPES
          if role in FULL or shape in (SHAPES[2], SHAPES[3], SHAPES[5])]  # fmt: skip
 

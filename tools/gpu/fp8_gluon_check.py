@@ -38,8 +38,8 @@ from pathlib import Path
 STALL_S = 25.0
 BUDGET_S = 95.0
 # in order of importance: roles past the budget are skipped
-ROLES = ("ws", "ws-psmem", "ws-psmem-emu4", "ws-emu2", "ws-nopp", "ws-psmem-emu2", "ws-emu4",
-         "ws-s2", "ws-n64")  # fmt: skip
+ROLES = ("ws", "ws-emu4", "ws-preg", "ws-emu2", "ws-nopp", "ws-preg-emu4", "ws-s2",
+         "ws-n64")  # fmt: skip
 TOKENS, HIDDEN = 16384, 2048
 BENCH_NS = (4096, 16384)
 # (batch, heads_q, heads_kv, seq_q, seq_k, causal)
