@@ -50,7 +50,10 @@ class GluonBwdConfig:
       and each consumer computes and reduce-adds half of dQ's columns over all 128 keys,
       instead of each adding its own 64 keys' share of every column (half the reduce-add
       traffic, half the staging memory: a third ring stage fits; the consumers sync per
-      step).
+      step);
+    rotate: non-causal, each key block of a head starts its loop at another query block
+      (block kb at kb mod the count), so the CTAs' dQ reduce-adds do not all land on the
+      same workspace rows at once (causal CTAs start at their diagonal anyway).
     """
 
     block_m: int = 64
@@ -59,14 +62,16 @@ class GluonBwdConfig:
     producer_regs: int = 24
     consumer_regs: int = 240
     shared_dq: bool = False
+    rotate: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        if not isinstance(self.shared_dq, bool):
-            raise ValueError(f"GluonBwdConfig.shared_dq={self.shared_dq!r}: expected a bool")
+        for name in ("shared_dq", "rotate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -96,7 +101,8 @@ class GluonBwdConfig:
 
     def label(self) -> str:
         text = f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
-        return f"{text}-sdq" if self.shared_dq else text
+        text = f"{text}-sdq" if self.shared_dq else text
+        return f"{text}-rot" if self.rotate else text
 
 
 def _deepest(cfg: GluonBwdConfig, head_dim: int) -> GluonBwdConfig:
@@ -120,9 +126,9 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
     "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
     shared dQ (head_dim 128) with the deepest ring that fits, "ws-m128" query blocks of
-    128 rows (head_dim 64, FA3's there)."""
+    128 rows (head_dim 64, FA3's there), "ws-rot" the rotated query-block order."""
     base = gluon_bwd_config(head_dim)
-    out = {"ws": base}
+    out = {"ws": base, "ws-rot": dataclasses.replace(base, rotate=True)}
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:
@@ -298,5 +304,5 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        DQ_MODE=probe or int(cfg.shared_dq), num_warps=4,
+        DQ_MODE=probe or int(cfg.shared_dq), ROTATE=cfg.rotate, num_warps=4,
     )  # fmt: skip

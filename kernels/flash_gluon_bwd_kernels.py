@@ -3,29 +3,27 @@
 FlashAttention-3's shape, written against triton 3.6.0's Gluon API (the H200's). One CTA
 per (2·KEYS keys, batch, kv head), three partitions:
 
-- a producer of one warp (its warpgroup at PRODUCER_REGS registers per thread): K and V
-  of the CTA once (one KEYS-row tile per consumer), then Q_i and dO_i of every visited
-  query block of every q head of the GQA group into a STAGES-deep ring, each with its own
-  ready mbarrier (the transaction count) and empty mbarrier (one arrival per consumer);
-- two consumer warpgroups, each owning KEYS (64) of the CTA's keys: per query block of
-  BLOCK_M (64) rows, in the log2 domain of the forward (its lse2),
+- a producer warp (PRODUCER_REGS registers): K and V once (one KEYS-row tile per
+  consumer), then Q_i with its lse2 row and dO_i with its delta row for every visited
+  query block of every q head of the GQA group into a STAGES-deep ring (ready mbarriers
+  with the transaction count, empty ones with one arrival per consumer);
+- two consumer warpgroups of KEYS (64) keys each; per query block of BLOCK_M rows, in the
+  log2 domain of the forward,
 
       Sᵀ = K Qᵀ,  Pᵀ = exp2(Sᵀ · qk_scale − lse2),  dPᵀ = V dOᵀ     (issued back to back)
       dV += Pᵀ dO,  dSᵀ = Pᵀ ∘ (dPᵀ − delta),  dK += dSᵀ Q        (Pᵀ, dSᵀ from registers)
       dQ_share = dS K                                           (dSᵀ through shared memory)
 
-  dK and dV stay in registers (fp32) for the CTA's life; each consumer's dQ share goes
-  into an fp32 staging tile and from there into the fp32 workspace (B, Hq, Sq, D) with a
-  TMA reduce-add (`cp.reduce.async.bulk.tensor`, triton 3.6's `ttng.async_tma_reduce`,
-  which Gluon 3.6 builds but does not wrap: `_tma_reduce_add` below). The sum over key
-  blocks lands in any order: dQ is not bitwise reproducible, dK and dV are.
+  dK and dV stay in fp32 registers; dQ's shares go through fp32 staging tiles into the
+  workspace (B, Hq, Sq, D) with TMA reduce-adds (`ttng.async_tma_reduce`, which Gluon 3.6
+  builds but does not wrap: `_tma_reduce_add`). dQ is not bitwise reproducible (the adds
+  land in any order); dK and dV are.
 
-Bounds come from the 4-D descriptors (B, H, S, D): Q/dO rows past seq_q load as zeros
-(lse2 = +inf there, so P = 0), the reduce-add and the dK/dV stores are clipped at
-seq_q/seq_k. Keys past seq_k load as zeros and their P is masked to 0 (an overflowing
-exp2 there would reach dQ as inf · 0). Causal (bottom-right) CTAs start at the first
-query block that sees any of their keys and mask only the blocks across the diagonal;
-the grid puts the key block on the slow axis so every head's heaviest CTAs go first.
+Bounds come from the descriptors: Q/dO rows past seq_q load as zeros (their lse2 and
+delta as 0), the adds and the dK/dV stores are clipped; keys past seq_k load as zeros
+and their P is masked to 0 (an overflowing exp2 would reach dQ as inf · 0). Causal CTAs
+start at the first query block that sees their keys, mask only the diagonal blocks, and
+run heaviest first (the key block on the grid's slow axis).
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -59,11 +57,12 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.jit
-def _step_coords(t, hk, group, m_start, n_m, BLOCK_M: gl.constexpr):
+def _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M: gl.constexpr):
     """Step t of a CTA's loop: (q head, first row of the query block). The loop runs the
-    q heads of the group one after another, each over query blocks [m_start, m_start + n_m)."""
+    q heads of the group one after another, each over query blocks [m_start, m_start + n_m)
+    starting at block m_start + rot (wrapping around)."""
     hq = hk * group + t // n_m
-    m0 = (m_start + t % n_m) * BLOCK_M
+    m0 = (m_start + (t % n_m + rot) % n_m) * BLOCK_M
     return hq, m0
 
 
@@ -74,7 +73,7 @@ def _bwd_producer(descs, smem, bars, coords):
     q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc = descs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs = smem
     kv_bar, q_ready, q_empty, do_ready, do_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
-    b, hk, key0, m_start, n_m, group, heads_q = coords
+    b, hk, key0, m_start, n_m, rot, group, heads_q = coords
     KEYS: gl.constexpr = k_tiles.shape[3]
     BLOCK_M: gl.constexpr = q_bufs.shape[3]
     STAGES: gl.constexpr = q_bufs.shape[0]
@@ -87,7 +86,7 @@ def _bwd_producer(descs, smem, bars, coords):
             v_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, v_tiles.index(c)
         )
     for t in range(group * n_m):
-        hq, m0 = _step_coords(t, hk, group, m_start, n_m, BLOCK_M)
+        hq, m0 = _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M)
         slot = t % STAGES
         # a fresh mbarrier counts as having completed the phase before 0: the first
         # STAGES waits on "empty" pass at once
@@ -199,7 +198,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     ds_me = ds_bufs.index(ME)
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
     q_ready, q_empty, do_ready, do_empty = bars[1], bars[2], bars[3], bars[4]
-    b, hk, my_key0, m_start, n_m, group = coords
+    b, hk, my_key0, m_start, n_m, rot, group = coords
     seq_q, seq_k, qk_scale = scalars
     KEYS: gl.constexpr = k_me.shape[0]
     HEAD_DIM: gl.constexpr = k_me.shape[1]
@@ -210,7 +209,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     s_layout: gl.constexpr = _acc_layout(BLOCK_M, 4, bits)
     a_layout: gl.constexpr = _p_layout(HEAD_DIM, 4, bits)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    hq, m0 = _step_coords(t, hk, group, m_start, n_m, BLOCK_M)
+    hq, m0 = _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M)
     slot = t % STAGES
     phase = (t // STAGES) & 1
     q_t = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
@@ -258,7 +257,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
-    b, hk, key0, m_start, n_m, group = coords
+    b, hk, key0, m_start, n_m, rot, group = coords
     seq_q, seq_k, qk_scale, scale = scalars
     KEYS: gl.constexpr = k_tiles.shape[3]
     HEAD_DIM: gl.constexpr = k_tiles.shape[4]
@@ -273,7 +272,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
     for t in range(group * n_m):
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
-                           (b, hk, my_key0, m_start, n_m, group), (seq_q, seq_k, qk_scale),
+                           (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
                            CAUSAL, DQ_MODE)  # fmt: skip
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
@@ -327,7 +326,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-            CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr):  # fmt: skip
+            CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
+            ROTATE: gl.constexpr):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv), or the two swapped when causal (the
     key block on the slow axis: every head's first, heaviest, key blocks go first).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
@@ -353,6 +353,12 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     if CAUSAL:  # the first query block that sees any of the CTA's keys
         m_start = gl.maximum(key0 - (seq_k - seq_q), 0) // BLOCK_M
     n_m = gl.cdiv(seq_q, BLOCK_M) - m_start
+    rot = 0
+    if ROTATE and not CAUSAL:
+        # every key block of a head starts at another query block: their dQ reduce-adds
+        # land on different rows of the workspace at any moment, not all on the same ones
+        # (causal CTAs start at their diagonal anyway)
+        rot = kb % n_m
     tile: gl.constexpr = q_desc.block_type.shape
     kv_tile: gl.constexpr = k_desc.block_type.shape
     k_tiles = gl.allocate_shared_memory(dtype, [2] + kv_tile, k_desc.layout)  # noqa: RUF005
@@ -377,16 +383,16 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             (_bwd_consumer0, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
-                              (b, hk, key0, m_start, n_m, group),
+                              (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
-                              (b, hk, key0, m_start, n_m, group),
+                              (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
-                             (b, hk, key0, m_start, n_m, group, heads_q))),
+                             (b, hk, key0, m_start, n_m, rot, group, heads_q))),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],

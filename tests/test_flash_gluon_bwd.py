@@ -90,6 +90,9 @@ def test_heuristic_stages_and_labels():
     assert (m128.block_m, m128.stages, m128.label()) == (128, 2, "gluon-bwd-m128-n128-s2")
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
+    with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):
+        GluonBwdConfig(rotate=None)
+    assert candidate_bwd_configs(128)["ws-rot"].label() == "gluon-bwd-m64-n128-s2-rot"
 
 
 # --- why it cannot run --------------------------------------------------------------------

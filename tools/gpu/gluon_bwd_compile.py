@@ -88,6 +88,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs,
         DQ_MODE=probe or int(cfg.shared_dq),
+        ROTATE=cfg.rotate,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
