@@ -408,6 +408,12 @@ def test_the_script_writes_its_tables_and_stops_at_its_budget(monkeypatch, tmp_p
     assert "skipped (budget): fp16 d64 causal=False" in text
     rows = [json.loads(line) for line in (tmp_path / "gluon_d64.jsonl").read_text().splitlines()]
     assert rows[0]["kind"] == "env" and rows[-1]["kind"] == "skipped"
+    # --roles keeps those and the heuristic's (the baseline)
+    shapes.clear()
+    assert tool.main(["--workers", "0", "--only", "3", "--roles", "e8,c3"]) == 0
+    text = (tmp_path / "gluon_d64.md").read_text()
+    assert shapes == [("fp16", 64, True)] and "| e8 | pipelined-m128-n128-s2-w8-e8 |" in text
+    assert "| heuristic |" in text and "| t |" not in text
 
 
 # --- compiled for sm_90 (triton 3.6 aside), and on the H200 -------------------------------

@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=workers,
                     help="compile processes (0: each compiles when first run)")  # fmt: skip
     ap.add_argument("--only", help="comma list of ORDER indices to run (default all)")
+    ap.add_argument("--roles", help="comma list of roles to keep (default all; the "
+                    "heuristic's always runs, as the baseline)")  # fmt: skip
     args = ap.parse_args(argv)
     import torch
     import triton
@@ -242,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     emit(dict(kind="env", device=device, torch=torch.__version__, triton=triton.__version__,
               order=order))  # fmt: skip
     cands = candidates()
+    if args.roles:
+        keep = {"heuristic", *args.roles.split(",")}
+        cands = {key: {r: c for r, c in roles.items() if r in keep} for key, roles in cands.items()}
     if args.workers > 0:
         jobs = [(cfg, d, hd, c) for d, hd, c in order for cfg in cands[(hd, c)].values()]
         for row in warm(jobs, args.workers):
