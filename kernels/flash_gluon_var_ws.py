@@ -123,8 +123,8 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-    EMU: gl.constexpr = VAR >> 5  # exp2 partly on the FMA pipes (kernels/gluon_exp2.py)
-    m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, EMU)
+    SOFTMAX: gl.constexpr = VAR >> 5  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
+    m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -163,8 +163,8 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(0), count=1)
         s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-        EMU: gl.constexpr = VAR >> 5
-        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, EMU)
+        SOFTMAX: gl.constexpr = VAR >> 5
+        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):
             acc, m_i, l_i, p = _var_step(j, j - lo, q2, acc, m_i, l_i, p, smem, bars, rows,
                                          lo_full, n_full, scalars, vr, ME, CAUSAL, PINGPONG,
@@ -221,8 +221,8 @@ def _fwd_ws_var(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, 
                 PINGPONG: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                 CONSUMER_REGS: gl.constexpr, CONSUMERS: gl.constexpr,
                 VAR: gl.constexpr):  # fmt: skip
-    """_fwd_ws with the variants of VAR (its bits from the sixth on: GluonConfig.exp2_emu,
-    every EMU-th exponential of P on the FMA pipes). sc is the softmax's log2 factor
+    """_fwd_ws with the variants of VAR (its bits from the sixth on: the softmax's code,
+    GluonConfig.softmax_code(): the exp2 split, tree reductions). sc is the softmax's log2 factor
     (scale · log2(e), or c · log2(e) with a softcap), cap_mul = scale / c, alibi_mul =
     log2(e) / sc; the arguments of a variant that is off are None. VARLEN: seq_q / seq_k
     are the packed totals, the grid is (sequences · heads_q, query tiles of the longest

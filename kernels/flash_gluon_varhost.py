@@ -41,13 +41,14 @@ TANH_F16X2 = False
 SOFTCAP_EMU = 0
 
 
-def variant_bits(variant: Variant, exp2_emu: int = 0) -> int:
+def variant_bits(variant: Variant, softmax: int = 0) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
-    the variant bits, and above them the exp2 split (GluonConfig.exp2_emu, or
-    SOFTCAP_EMU for a softcap launch when it is set)."""
+    the variant bits, and from the sixth bit on the softmax's code (the launch's
+    GluonConfig.softmax_code(): its exp2 split, + 16 for tree reductions; a softcap
+    launch takes SOFTCAP_EMU's split when that is set)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
-        exp2_emu = SOFTCAP_EMU
-    bits = exp2_emu << 5
+        softmax = softmax - softmax % 16 + SOFTCAP_EMU
+    bits = softmax << 5
     bits |= _WINDOW if variant.window is not None else 0
     bits |= _SOFTCAP if variant.softcap > 0 else 0
     bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
@@ -161,6 +162,6 @@ def variant_forward(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
-        VAR=variant_bits(variant, cfg.exp2_emu), num_warps=4,
+        VAR=variant_bits(variant, cfg.softmax_code()), num_warps=4,
     )  # fmt: skip
     return o, lse2

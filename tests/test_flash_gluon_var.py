@@ -75,10 +75,14 @@ def test_the_development_switches_mark_softcap_launches_only(monkeypatch):
     monkeypatch.setattr(vh, "TANH_F16X2", True)
     assert vh.variant_bits(_variant(softcap=50.0)) == 2 | 16
     assert vh.variant_bits(_variant(window=(4, -1))) == 1  # no softcap: no tanh at all
-    # the exp2 split above the variant bits: the config's, or SOFTCAP_EMU for a softcap
-    assert vh.variant_bits(_variant(window=(4, -1)), exp2_emu=4) == 1 | 4 << 5
+    # the softmax code above the variant bits: the config's (exp2 split + 16 for tree
+    # reductions), or SOFTCAP_EMU's split for a softcap (the tree kept)
+    assert vh.variant_bits(_variant(window=(4, -1)), softmax=4) == 1 | 4 << 5
+    cfg = dataclasses.replace(gluon_config(128, causal=True), exp2_emu=8, tree_reduce=True)
+    assert vh.variant_bits(_variant(window=(4, -1)), cfg.softmax_code()) == 1 | 24 << 5
     monkeypatch.setattr(vh, "SOFTCAP_EMU", 2)
-    assert vh.variant_bits(_variant(softcap=50.0), exp2_emu=4) == 2 | 16 | 2 << 5
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=4) == 2 | 16 | 2 << 5
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=24) == 2 | 16 | 18 << 5
     assert vh.variant_bits(_variant(window=(4, -1))) == 1
 
 
