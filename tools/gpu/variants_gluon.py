@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -49,20 +50,26 @@ def _job(job: tuple) -> dict | None:
         import variants_gluon_speed as sp
 
         sp.WARM = True
-        for _row in sp.speed(False, 0.0, only=job[1]):
-            pass
+        try:  # a failure here shows again, as a row, when the main process times it
+            for _row in sp.speed(job[2], math.inf, only=job[1]):  # job[2]: flex too
+                pass
+        except Exception as e:
+            print(f"warm-up of speed row {job[1]}: {type(e).__name__}: {e}", flush=True)
         return None
     _kind, dtypes, dev, i = job
     return _check_row(*(_cases(dtypes) + _dev_cases(dtypes, dev))[i])
 
 
-def parallel(dtypes: tuple[str, ...], dev: list[str], warm: bool, workers: int) -> list[dict]:
-    """The checks (and the speed rows' compiles) in `workers` spawned processes, each with
-    its own CUDA context: compiling dominates, and triton compiles one kernel per core."""
+def parallel(
+    dtypes: tuple[str, ...], dev: list[str], warm: bool, workers: int, flex: bool = False
+) -> list[dict]:
+    """The checks (and the speed rows' compiles, flex's too with `flex`: torch.compile's
+    caches then serve the timing process) in `workers` spawned processes, each with its
+    own CUDA context: compiling dominates, and triton compiles one kernel per core."""
     import multiprocessing as mp
 
     n = len(_cases(dtypes) + _dev_cases(dtypes, dev))
-    jobs: list[tuple] = [("warm", i) for i in range(N_SPECS)] if warm else []
+    jobs: list[tuple] = [("warm", i, flex) for i in range(N_SPECS)] if warm else []
     jobs += [("check", dtypes, dev, i) for i in range(n)]
     with mp.get_context("spawn").Pool(workers) as pool:
         done = pool.map(_job, jobs, chunksize=1)
@@ -150,7 +157,7 @@ def main() -> int:
         ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
     dtypes = tuple(args.dtypes.split(","))
     if args.workers > 1:
-        checks = parallel(dtypes, dev, not args.checks_only, args.workers)
+        checks = parallel(dtypes, dev, not args.checks_only, args.workers, not args.no_flex)
     else:
         checks = correctness(dtypes, dev)
     print(f"checks: {time.time() - start:.0f} s", flush=True)
