@@ -7,7 +7,8 @@
 #     2. tools/gpu/decode_fused_ab.py: two-kernel vs fused combine, zeroing vs reading L2
 #        flush, SDPA beside them, over issue 20's target shapes, and the fused launch at
 #        other split counts where a target is missed;
-#   MODE=suite LIMIT=300 bash tools/gpu/decode_s5.sh   (call D: ~300 s)
+#   [TESTS=1] MODE=suite LIMIT=300 bash tools/gpu/decode_s5.sh   (call D: ~300 s; TESTS=1
+#     runs step 1 first)
 #     3. `fa-bench run -s decode` under the time left, into $OUT/decode-s5-suite/run; a
 #        later call continues it with RUN=<that folder, carried> (copied, then --resume);
 #     4. tools/gpu/decode_summary.py: each issue-20 target met or missed, with the numbers
@@ -37,10 +38,15 @@ source tools/gpu/steps.sh
   git log -1 --format='commit %h %s' 2> /dev/null
 } >> "$STEPS" 2>&1
 
+if [ "$MODE" = ab ] || [ -n "${TESTS:-}" ]; then
+  # -rfE: the failures' one-line reasons before the summary; --maxfail keeps a broken
+  # kernel from eating the step's time
+  step tests 60 python3 -m pytest -q -rfE --maxfail 4 -m gpu -n 4 -p no:cacheprovider \
+    tests/test_decode_fused.py tests/test_decode_kernel_plan.py tests/test_timing_flush.py \
+    > "$W/tests.log" 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests.log" | tail -12 | tee -a "$STEPS"
+fi
 if [ "$MODE" = ab ]; then
-  step tests 40 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider tests/test_decode_fused.py \
-    tests/test_decode_kernel_plan.py tests/test_timing_flush.py > "$W/tests.log" 2>&1
-  tail -3 "$W/tests.log" | tee -a "$STEPS"
   # the tool stops between shapes at DEADLINE_S; the step's timeout is the backstop
   DEADLINE_S=$(($(left) - 25)) step ab 90 python3 tools/gpu/decode_fused_ab.py \
     --json "$W/decode_fused_ab.json" > "$W/decode_fused_ab.md" 2> "$W/decode_fused_ab.err"
