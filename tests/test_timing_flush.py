@@ -123,9 +123,10 @@ def test_records_with_and_without_the_field_load() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_the_read_flush_evicts_the_l2() -> None:
-    # 24 MB fits the H200's 50 MB L2: back to back it is read from the L2, behind either
-    # flush from HBM (the zeroing one also pays its write-back). The read flush evicts.
-    x = torch.ones(6 << 20, dtype=torch.float32, device="cuda")
+    # 16 MB fits the H200's 50 MB L2 (even held in both of its halves): back to back it is
+    # read from the L2, behind either flush from HBM (the zeroing one also pays its
+    # write-back). The read flush evicts.
+    x = torch.ones(4 << 20, dtype=torch.float32, device="cuda")
     out = torch.empty((), device="cuda")
     cfg = dict(target_noise=0.02, min_samples=50, min_time_s=0.0, max_time_s=0.5, warmup_ms=50)
     median = {}
@@ -138,5 +139,5 @@ def test_gpu_the_read_flush_evicts_the_l2() -> None:
                            config=TimingConfig(**cfg, **kw))  # fmt: skip
         assert t.l2_flush_op == (None if name == "none" else name)
         median[name] = t.stats()["median"]
-    assert median["read"] > 1.2 * median["none"], median
-    assert median["zero"] > 1.2 * median["none"], median
+    assert median["read"] > 1.15 * median["none"], median
+    assert median["zero"] > 1.15 * median["none"], median
