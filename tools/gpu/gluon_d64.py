@@ -85,6 +85,12 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
                                  consumer_regs=160)  # fmt: skip
                 roles.update([("c3", c3), vary(c3, "c3-t", tree_reduce=True),
                               vary(c3, "c3-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+            if head_dim == 64 and causal:  # the warp-specialised kernels, beside "pipelined"
+                ws = candidate_configs(head_dim)["ws"]
+                pq2 = candidate_configs(head_dim)["ws-persist-q2"]
+                roles.update([vary(ws, "ws-t", tree_reduce=True),
+                              vary(ws, "ws-e8-t", exp2_emu=8, tree_reduce=True),
+                              vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
             out[(head_dim, causal)] = roles
     return out
 
