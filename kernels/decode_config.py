@@ -41,8 +41,10 @@ _MIN_BLOCK_N, _MAX_BLOCK_N = 16, 256
 # The heuristic (docs/kernel.md "Decoding" says which H200 measurement each rests on).
 _NUM_WARPS = 4
 _INTERLEAVE = False  # interleaved splits measured within 1% of runs everywhere
-# The combine as a second kernel until the fused one is measured on the H200 (the two-kernel
-# call: its combine 3.6 us of a 50 us batch-1 call, launch gap included).
+# The combine as a second kernel: on the H200 (session 5, call B) the fused combine was
+# 3-7 us slower on every shape with splits (batch 1 x 32k: 48.2 against 41.5 us; batch 8 x
+# 8k: 75.7 against 70.4): its last program merges the rows one by one, each waiting on
+# the L2, where the combine kernel (3.6 us with its launch) merges them all at once.
 _FUSED_COMBINE = False
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
