@@ -43,6 +43,8 @@ class Fp8GluonConfig:
     p_smem: P reaches PV's wgmma through shared memory (two 64 × block_n buffers per
       consumer) instead of registers, whose conversion to the 8-bit A-operand layout costs
       warp shuffles and byte permutes.
+    persistent: one CTA per SM looping over a fixed tile order (heaviest causal tiles
+      first; kernels/flash_gluon_fp8_persist.py) instead of one CTA per tile.
     """
 
     block_n: int = 128
@@ -53,6 +55,7 @@ class Fp8GluonConfig:
     consumer_regs: int = 240
     block_m: int = 64
     p_smem: bool = False
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -64,7 +67,7 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("pingpong", "p_smem"):
+        for name in ("pingpong", "p_smem", "persistent"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         for name in ("producer_regs", "consumer_regs"):
@@ -92,7 +95,8 @@ class Fp8GluonConfig:
         text = f"fp8-ws-m{self.block_m}-n{self.block_n}-s{self.stages}"
         text = text if self.pingpong else f"{text}-nopp"
         text = f"{text}-psmem" if self.p_smem else text
-        return f"{text}-emu{self.emu}" if self.emu else text
+        text = f"{text}-emu{self.emu}" if self.emu else text
+        return f"{text}-persist" if self.persistent else text
 
 
 def deepest(cfg: Fp8GluonConfig, head_dim: int) -> Fp8GluonConfig:
@@ -115,15 +119,16 @@ def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
-    """What the GPU check times, by role, in order of interest: the heuristic's; a
-    quarter or half of the exponentials emulated; P in registers (alone and with a
-    quarter emulated); no ping-pong; a 2-stage ring; 64-key steps. (256-key steps are
-    not a candidate: S alone is then 128 fp32 registers per thread, and ptxas spilled
-    1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
+    """What the GPU check times, by role, in order of interest: the heuristic's; its
+    persistent form; a quarter or half of the exponentials emulated; P in registers
+    (alone and with a quarter emulated); no ping-pong; a 2-stage ring; 64-key steps.
+    (256-key steps are not a candidate: S alone is then 128 fp32 registers per thread,
+    and ptxas spilled 1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
     base = fp8_gluon_config(head_dim)
     preg = deepest(dataclasses.replace(base, p_smem=False), head_dim)
     return {
         "ws": base,
+        "ws-persist": dataclasses.replace(base, persistent=True),
         "ws-emu4": dataclasses.replace(base, emu=4),
         "ws-preg": preg,
         "ws-emu2": dataclasses.replace(base, emu=2),
@@ -180,8 +185,7 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
 # kernel and forward="gluon" runs this one.
 _PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {}
 # FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
-_UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_persistent", "gluon_consumers",
-                       "gluon_q_buffers")  # fmt: skip
+_UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_consumers", "gluon_q_buffers")
 
 
 def fp8_gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
@@ -195,15 +199,16 @@ def fp8_gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 def from_fields(cfg: Any, head_dim: int, causal: bool) -> Fp8GluonConfig:
     """The heuristic's launch with a FlashConfig's gluon_block_n / gluon_stages /
-    gluon_pingpong laid over it (0 / None: the heuristic's; an unset ring depth: the
-    deepest that fits). ValueError naming a field the fp8 kernel has no form of, or a
-    launch that does not fit shared memory."""
+    gluon_pingpong / gluon_persistent laid over it (0 / None: the heuristic's; an unset
+    ring depth: the deepest that fits). ValueError naming a field the fp8 kernel has no
+    form of, or a launch that does not fit shared memory."""
     for name in _UNSUPPORTED_FIELDS:
         value = getattr(cfg, name)
         if value not in (0, "", None):
             raise ValueError(
                 f"FlashConfig.{name}={value!r}: the Gluon fp8 kernel has one form (ws, two "
-                "consumers, not persistent); it takes gluon_block_n, gluon_stages, gluon_pingpong"
+                "consumers, one Q buffer); it takes gluon_block_n, gluon_stages, "
+                "gluon_pingpong, gluon_persistent"
             )
     base = fp8_gluon_config(head_dim, causal)
     if cfg.gluon_block_n:
@@ -212,6 +217,8 @@ def from_fields(cfg: Any, head_dim: int, causal: bool) -> Fp8GluonConfig:
         base = dataclasses.replace(base, stages=cfg.gluon_stages)
     if cfg.gluon_pingpong is not None:
         base = dataclasses.replace(base, pingpong=cfg.gluon_pingpong)
+    if cfg.gluon_persistent is not None:
+        base = dataclasses.replace(base, persistent=cfg.gluon_persistent)
     if base.smem_bytes(head_dim) > SMEM_BYTES:
         raise ValueError(
             f"FlashConfig(gluon_block_n={cfg.gluon_block_n}, gluon_stages={cfg.gluon_stages}): "
@@ -292,15 +299,33 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
         _descriptor(vt, [1, 1, head_dim, cfg.block_n]),
         _descriptor(o, [1, 1, cfg.block_m, head_dim]),
     )
-    from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
-
-    grid = (-(-seq_q // (2 * cfg.block_m)), batch * heads_q)
-    _fwd_fp8_ws[grid](
-        *descs, lse2, descales["q_descale"], descales["k_descale"], descales["v_descale"],
-        heads_q, heads_q // heads_kv, seq_q, seq_k, float(scale) * 1.4426950408889634,
+    args = (
+        *descs,
+        lse2,
+        descales["q_descale"],
+        descales["k_descale"],
+        descales["v_descale"],
+        heads_q,
+        heads_q // heads_kv,
+        seq_q,
+        seq_k,
+        float(scale) * 1.4426950408889634,
+    )
+    consts = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=bool(causal), PINGPONG=cfg.pingpong, EMU=cfg.emu,
         PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
         num_warps=4,
     )  # fmt: skip
+    tiles = -(-seq_q // (2 * cfg.block_m))
+    if cfg.persistent:
+        from fa_bench.kernels.flash_gluon_fp8_persist import _fwd_fp8_persistent
+
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        grid: tuple[int, ...] = (min(sms, tiles * batch * heads_q),)
+        _fwd_fp8_persistent[grid](*args, batch * heads_q, **consts)
+    else:
+        from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
+
+        _fwd_fp8_ws[(tiles, batch * heads_q)](*args, **consts)
     return o, lse2

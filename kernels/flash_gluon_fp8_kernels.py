@@ -119,10 +119,10 @@ def _a_operand(p, p_bufs, j, ME: gl.constexpr, P_SMEM: gl.constexpr):
 
 
 @gluon.jit
-def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
+def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
           ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
           EMU: gl.constexpr, P_SMEM: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
-    """Key block j ≥ 1 (ring index g, turn j − 1): returns the new (acc, m_i, l_i, p).
+    """Key block j ≥ 1 (ring index g, ping-pong turn tc): returns the new (acc, m_i, l_i, p).
     MASKED: the block needs the causal / key-tail mask (a constexpr: a runtime test was
     if-converted, the mask's ~130 instructions then ran in every step)."""
     k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
@@ -137,7 +137,7 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
     mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
     if PINGPONG:
         # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier
-        mbarrier.wait(turn.index(ME), (j + ME) & 1)
+        mbarrier.wait(turn.index(ME), (tc + 1 - ME) & 1)
     s = _qk(q2, k_bufs, g, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
     acc = _pv(_a_operand(p, p_bufs, j - 1, ME, P_SMEM), vt_bufs, v_ready, g - 1, acc)
     if PINGPONG:
@@ -159,9 +159,12 @@ def _step(j, g, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
 
 
 @gluon.jit
-def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.constexpr,
-          PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i)."""
+def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
+          CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+          P_SMEM: gl.constexpr):  # fmt: skip
+    """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i). The first block
+    is ring index g0 and the first ping-pong turn tc0 (both 0 but in the persistent
+    kernel); uses n_end ring indices and n_end − 1 turns."""
     k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
     k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
     seq_q, seq_k, qk_scale = scalars
@@ -178,10 +181,10 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
     if n_end > 0:
         # block 0: S_0 and its softmax, nothing to overlap with yet
-        mbarrier.wait(k_ready.index(0), 0)
-        s = _qk(q2, k_bufs, 0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
+        mbarrier.wait(k_ready.index(g0 % STAGES), (g0 // STAGES) & 1)
+        s = _qk(q2, k_bufs, g0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
         s = warpgroup_mma_wait(0, deps=[s])
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(g0 % STAGES), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
         m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
@@ -190,15 +193,17 @@ def _tile(q2, smem, bars, my_row0, n_end, scalars, ME: gl.constexpr, CAUSAL: gl.
             _stash_p(p, p_bufs, 0, ME)
         # the blocks every row sees whole, then the masked diagonal / key tail
         for j in range(1, n_full):
-            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
-                                     ME, CAUSAL, PINGPONG, EMU, P_SMEM, False)  # fmt: skip
+            acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
+                                     rows, scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM,
+                                     False)  # fmt: skip
         for j in range(gl.maximum(n_full, 1), n_end):
-            acc, m_i, l_i, p = _step(j, j, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
-                                     ME, CAUSAL, PINGPONG, EMU, P_SMEM, True)  # fmt: skip
+            acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
+                                     rows, scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM,
+                                     True)  # fmt: skip
         last = n_end - 1
-        acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, last, acc)
+        acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, g0 + last, acc)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+        mbarrier.arrive(v_empty.index((g0 + last) % STAGES), count=1)
     return acc, m_i, l_i
 
 
@@ -242,8 +247,8 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
     my_row0 = row0 + ME * BLOCK_M
     mbarrier.wait(bars[0].index(ME), 0)
     q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0,
-                          n_end, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
+    acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, 0, 0,
+                          (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
                           P_SMEM)  # fmt: skip
     _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
               gl.load(v_descale_ptr))  # fmt: skip

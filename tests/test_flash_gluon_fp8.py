@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(block_m=128), "block_m=128"),
         (dict(pingpong=1), "pingpong=1"),
         (dict(p_smem="yes"), "p_smem='yes'"),
+        (dict(persistent=None), "persistent=None"),
         (dict(consumer_regs=250), "consumer_regs=250"),
         (dict(producer_regs=16), "producer_regs=16"),
     ],
@@ -75,6 +76,9 @@ def test_heuristic_is_the_deepest_ring_that_fits():
     preg = dataclasses.replace(cfg, p_smem=False, pingpong=False, emu=2)
     assert preg.smem_bytes(128) == 176 * 1024
     assert preg.label() == "fp8-ws-m64-n128-s4-nopp-emu2"
+    persist = dataclasses.replace(cfg, persistent=True)
+    assert persist.smem_bytes(128) == cfg.smem_bytes(128)
+    assert persist.label() == "fp8-ws-m64-n128-s4-psmem-persist"
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -165,8 +169,9 @@ def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of():
     assert from_fields(FlashConfig(gluon_stages=2), 128, True).stages == 2
     # 256-key steps: with P buffers of 256 keys one stage is the deepest ring that fits
     assert from_fields(FlashConfig(gluon_block_n=256), 128, False).stages == 1
-    with pytest.raises(ValueError, match="gluon_persistent=True"):
-        from_fields(FlashConfig(gluon_persistent=True), 128, False)
+    assert from_fields(FlashConfig(gluon_persistent=True), 128, True).persistent
+    with pytest.raises(ValueError, match="gluon_consumers=3"):
+        from_fields(FlashConfig(gluon_consumers=3), 128, False)
     with pytest.raises(ValueError, match=r"gluon_stages=4.*shared memory"):
         from_fields(FlashConfig(gluon_block_n=256, gluon_stages=4), 128, False)
 

@@ -46,6 +46,8 @@ ROLES = sorted(flash_gluon_fp8.candidate_configs(128))
 FULL = ("ws", "ws-preg")
 CASES = [(role, shape) for role in ROLES for shape in SHAPES
          if role in FULL or shape in (SHAPES[2], SHAPES[3], SHAPES[5])]  # fmt: skip
+# the persistent kernel with more tiles (256) than SMs: CTAs loop over several tiles
+CASES += [("ws-persist", (4, 8, 2, 1000, 1000, 128, causal)) for causal in (False, True)]
 
 
 def _run(shape, cfg, seed=0):

@@ -38,8 +38,8 @@ from pathlib import Path
 STALL_S = 25.0
 BUDGET_S = 95.0
 # in order of importance: roles past the budget are skipped
-ROLES = ("ws", "ws-emu4", "ws-preg", "ws-emu2", "ws-nopp", "ws-preg-emu4", "ws-s2",
-         "ws-n64")  # fmt: skip
+ROLES = ("ws", "ws-persist", "ws-emu4", "ws-preg", "ws-emu2", "ws-nopp", "ws-preg-emu4",
+         "ws-s2", "ws-n64")  # fmt: skip
 TOKENS, HIDDEN = 16384, 2048
 BENCH_NS = (4096, 16384)
 # (batch, heads_q, heads_kv, seq_q, seq_k, causal)
@@ -55,6 +55,8 @@ SHAPES = (
 
 # the other roles, to stay in the budget: odd lengths, rows with no key (MQA), 4k causal
 VARIANT_SHAPES = (SHAPES[0], SHAPES[3], SHAPES[6])
+# persistent roles also: more tiles (256) than SMs, so CTAs loop over several
+PERSIST_SHAPES = ((4, 8, 2, 1000, 1000, True), (4, 8, 2, 1000, 1000, False))
 
 
 def _emit(path: str, row: dict) -> None:
@@ -172,7 +174,8 @@ def child_role(role: str, out: str) -> None:
     failed = set()
     for head_dim in (128, 64) if role == "ws" else (128,):
         cfg = candidate_configs(head_dim)[role]
-        for shape in SHAPES if role == "ws" else VARIANT_SHAPES:
+        shapes = SHAPES if role == "ws" else VARIANT_SHAPES
+        for shape in shapes + (PERSIST_SHAPES if "persist" in role else ()):
             try:
                 row = check_one(cfg, shape, head_dim, with_tl=role == "ws")
             except Exception as e:

@@ -25,7 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from fa_bench.kernels import flash_gluon_fp8_kernels
+from fa_bench.kernels import flash_gluon_fp8_kernels, flash_gluon_fp8_persist
 from fa_bench.kernels.flash_gluon import version_reason
 from fa_bench.kernels.flash_gluon_fp8 import HEAD_DIMS, Fp8GluonConfig, candidate_configs
 
@@ -64,10 +64,12 @@ def compile_one(cfg: Fp8GluonConfig, head_dim: int, causal: bool) -> object:
         CAUSAL=causal, PINGPONG=cfg.pingpong, EMU=cfg.emu,
         PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
     )  # fmt: skip
+    fn = flash_gluon_fp8_kernels._fwd_fp8_ws
+    if cfg.persistent:
+        fn = flash_gluon_fp8_persist._fwd_fp8_persistent
+        sig["n_bh"] = "i32"
     sig.update({name: "constexpr" for name in consts})
-    source = GluonASTSource(
-        fn=flash_gluon_fp8_kernels._fwd_fp8_ws, signature=sig, constexprs=consts
-    )
+    source = GluonASTSource(fn=fn, signature=sig, constexprs=consts)
     return triton.compile(source, target=TARGET, options={"num_warps": 4})
 
 

@@ -1,0 +1,172 @@
+"""The persistent form of the Gluon fp8 forward (Fp8GluonConfig(persistent=True)).
+
+The partitions of flash_gluon_fp8_kernels.py looping over tiles, as the bf16 persistent
+kernel (kernels/flash_gluon_persist.py) does: one CTA per SM at most, CTA p takes tiles
+p, p + P, ... of a fixed order (causal: by query position from the last, every
+(batch, head) at one position before the next; otherwise (batch, head) major), the ring
+indices and ping-pong turns run on across tiles. What differs from bf16: O has its own
+shared-memory tile (Q's fp8 tile is too small for it), so a consumer frees its Q buffer
+as soon as its last QKᵀ is done, and the producer loads the next tile's Q while this
+tile's last PV and epilogue run (no second Q buffer needed).
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _epilogue, _tile
+from fa_bench.kernels.flash_gluon_fp8_parts import _kv_bounds, _p_smem_layout
+
+
+@gluon.jit
+def _coords(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Tile t of the fixed order: (b, h, kv head, flat (b, h) index, first row, n_end)."""
+    heads_q, group, seq_q, seq_k, n_bh = sched
+    n_m = gl.cdiv(seq_q, 2 * BLOCK_M)
+    if CAUSAL:  # heaviest first: the last query positions of every head, then the next
+        m = n_m - 1 - t // n_bh
+        bh = t % n_bh
+    else:
+        m = t % n_m
+        bh = t // n_m
+    row0 = m * (2 * BLOCK_M)
+    _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    h = bh % heads_q
+    return bh // heads_q, h, h // group, bh.to(gl.int64), row0, n_end
+
+
+@gluon.jit
+def _n_tiles(sched, BLOCK_M: gl.constexpr):
+    _heads_q, _group, seq_q, _seq_k, n_bh = sched
+    return gl.cdiv(seq_q, 2 * BLOCK_M) * n_bh
+
+
+@gluon.jit
+def _producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
+    """One warp: per tile, both Q tiles (once the consumers freed them), then K/Vᵀ."""
+    q_desc, k_desc, vt_desc = descs
+    q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
+    q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    STAGES: gl.constexpr = k_bufs.shape[0]
+    g = 0
+    it = 0
+    for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
+        b, h, hk, _bh, row0, n_end = _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
+        for c in gl.static_range(2):
+            mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
+            mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
+            )
+        for j in range(n_end):
+            slot = (g + j) % STAGES
+            phase = ((g + j) // STAGES) & 1
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot)
+            )
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), vt_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                vt_desc, [b, hk, 0, j * BLOCK_N], v_ready.index(slot), vt_bufs.index(slot)
+            )
+        g += n_end
+        it += 1
+
+
+@gluon.jit
+def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, descales,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+              P_SMEM: gl.constexpr):  # fmt: skip
+    """Consumer warpgroup ME over its tiles; the ring index g and turn count tc run on."""
+    q_smem, o_smem = smem[0], smem[3]
+    _heads_q, _group, seq_q, seq_k, _n_bh = sched
+    q_descale_ptr, k_descale_ptr, v_descale_ptr = descales
+    BLOCK_M: gl.constexpr = q_smem.shape[3]
+    HEAD_DIM: gl.constexpr = q_smem.shape[4]
+    BLOCK_N: gl.constexpr = smem[1].shape[3]
+    qk_scale = gl.load(q_descale_ptr) * gl.load(k_descale_ptr) * sm_scale_log2
+    v_descale = gl.load(v_descale_ptr)
+    g = 0
+    tc = 0
+    it = 0
+    for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
+        b, h, _hk, bh, row0, n_end = _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
+        my_row0 = row0 + ME * BLOCK_M
+        mbarrier.wait(bars[0].index(ME), it & 1)
+        q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
+        acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, g,
+                              tc, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
+                              P_SMEM)  # fmt: skip
+        # every QKᵀ of the tile is done: the producer may load the next tile's Q
+        mbarrier.arrive(q_empty.index(ME), count=1)
+        _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
+                  v_descale)  # fmt: skip
+        g += n_end
+        tc += gl.maximum(n_end - 1, 0)
+        it += 1
+
+
+@gluon.jit
+def _consumer0(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
+              EMU, P_SMEM)  # fmt: skip
+
+
+@gluon.jit
+def _consumer1(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
+              EMU, P_SMEM)  # fmt: skip
+
+
+@gluon.jit
+def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
+                        k_descale_ptr, v_descale_ptr, heads_q, group, seq_q, seq_k,
+                        sm_scale_log2, n_bh, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        PINGPONG: gl.constexpr, EMU: gl.constexpr,
+                        PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                        P_SMEM: gl.constexpr):  # fmt: skip
+    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; the rest as _fwd_fp8_ws."""
+    gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
+    fp8: gl.constexpr = gl.float8e4nv
+    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
+        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+    else:  # not read: the registers carry P
+        p_smem = o_smem
+    bars = _alloc_bars(STAGES)
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(2):
+        mbarrier.init(q_empty.index(c), count=1)
+    # the argument tuples are written inline: an assignment would turn constexprs in
+    # them into tensors (triton 3.6's code generator)
+    gl.warp_specialize(
+        [
+            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          P_SMEM)),
+            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          P_SMEM)),
+            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
+                         bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), CAUSAL)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
