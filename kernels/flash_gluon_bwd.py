@@ -53,7 +53,8 @@ class GluonBwdConfig:
       step);
     rotate: non-causal, each key block of a head starts its loop at another query block
       (block kb at kb mod the count), so the CTAs' dQ reduce-adds do not all land on the
-      same workspace rows at once (causal CTAs start at their diagonal anyway).
+      same workspace rows at once (causal CTAs start at their diagonal anyway);
+    early_dq: the first dQ chunk's matmul is queued before dV and dK are waited for.
     """
 
     block_m: int = 64
@@ -63,15 +64,18 @@ class GluonBwdConfig:
     consumer_regs: int = 240
     shared_dq: bool = False
     rotate: bool = False
+    early_dq: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("shared_dq", "rotate"):
+        for name in ("shared_dq", "rotate", "early_dq"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
+        if self.shared_dq and self.early_dq:
+            raise ValueError("GluonBwdConfig(shared_dq=True, early_dq=True): one dQ schedule")
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -84,6 +88,11 @@ class GluonBwdConfig:
                     f"GluonBwdConfig.{name}={value!r}: expected a multiple of 8 in "
                     f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
                 )
+
+    @property
+    def dq_mode(self) -> int:
+        """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 0 neither."""
+        return 1 if self.shared_dq else 3 if self.early_dq else 0
 
     @property
     def block_n(self) -> int:
@@ -102,7 +111,8 @@ class GluonBwdConfig:
     def label(self) -> str:
         text = f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
         text = f"{text}-sdq" if self.shared_dq else text
-        return f"{text}-rot" if self.rotate else text
+        text = f"{text}-rot" if self.rotate else text
+        return f"{text}-early" if self.early_dq else text
 
 
 def _deepest(cfg: GluonBwdConfig, head_dim: int) -> GluonBwdConfig:
@@ -126,9 +136,11 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
     "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
     shared dQ (head_dim 128) with the deepest ring that fits, "ws-m128" query blocks of
-    128 rows (head_dim 64, FA3's there), "ws-rot" the rotated query-block order."""
+    128 rows (head_dim 64, FA3's there), "ws-rot" the rotated query-block order,
+    "ws-early" dQ's first chunk queued early."""
     base = gluon_bwd_config(head_dim)
-    out = {"ws": base, "ws-rot": dataclasses.replace(base, rotate=True)}
+    out = {"ws": base, "ws-rot": dataclasses.replace(base, rotate=True),
+           "ws-early": dataclasses.replace(base, early_dq=True)}  # fmt: skip
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:
@@ -304,5 +316,5 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        DQ_MODE=probe or int(cfg.shared_dq), ROTATE=cfg.rotate, num_warps=4,
+        DQ_MODE=probe or cfg.dq_mode, ROTATE=cfg.rotate, num_warps=4,
     )  # fmt: skip

@@ -15,9 +15,8 @@ per (2·KEYS keys, batch, kv head), three partitions:
       dQ_share = dS K                                           (dSᵀ through shared memory)
 
   dK and dV stay in fp32 registers; dQ's shares go through fp32 staging tiles into the
-  workspace (B, Hq, Sq, D) with TMA reduce-adds (`ttng.async_tma_reduce`, which Gluon 3.6
-  builds but does not wrap: `_tma_reduce_add`). dQ is not bitwise reproducible (the adds
-  land in any order); dK and dV are.
+  workspace (B, Hq, Sq, D) with TMA reduce-adds (kernels/flash_gluon_bwd_dq.py). dQ is
+  not bitwise reproducible (the adds land in any order); dK and dV are.
 
 Bounds come from the descriptors: Q/dO rows past seq_q load as zeros (their lse2 and
 delta as 0), the adds and the dK/dV stores are clipped; keys past seq_k load as zeros
@@ -31,10 +30,8 @@ run heaviest first (the key block on the grid's slow axis).
 
 from __future__ import annotations
 
-from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language import _core
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -43,17 +40,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from fa_bench.kernels.flash_gluon_bwd_dq import _dq_finish, _dq_issue, _dq_out, _dq_shared
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout
-
-
-@_core.builtin
-def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """Add the shared-memory tile `src` into the descriptor's box at `coord` (TMA
-    reduce-add, one bulk async group: tma.store_wait waits for it like a store)."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(
-        ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
-    )
 
 
 @gluon.jit
@@ -130,58 +118,6 @@ def _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0, REDUCE: gl.constexpr):
-    """dQ_share = dS K, 64 head_dim columns at a time (a 64 × 64 fp32 accumulator: the
-    whole 64 × 128 one next to dK and dV spilled), each chunk reduce-added into the
-    workspace from its own staging tile (REDUCE False: a timing probe, no add)."""
-    BLOCK_M: gl.constexpr = ds_me.shape[1]
-    HEAD_DIM: gl.constexpr = k_me.shape[1]
-    CHUNK: gl.constexpr = dq_bufs.shape[4]
-    CHUNKS: gl.constexpr = HEAD_DIM // CHUNK
-    layout: gl.constexpr = _acc_layout(CHUNK, 4, k_me.dtype.primitive_bitwidth)
-    ds = ds_me.permute((1, 0))
-    for c in gl.static_range(CHUNKS):
-        dq = warpgroup_mma(ds, k_me.slice(c * CHUNK, CHUNK, dim=1),
-                           gl.zeros([BLOCK_M, CHUNK], gl.float32, layout=layout),
-                           use_acc=False, is_async=True)  # fmt: skip
-        # the reduce-add issued from this staging tile one step ago has read it
-        tma.store_wait(CHUNKS - 1)
-        dq = warpgroup_mma_wait(0, deps=[dq])
-        tile = dq_bufs.index(ME * CHUNKS + c)
-        tile.reshape([BLOCK_M, CHUNK]).store(dq)
-        fence_async_shared()
-        if REDUCE:
-            _tma_reduce_add(dq_desc, [b, hq, m0, c * CHUNK], tile)
-
-
-@gluon.jit
-def _dq_shared(t, ME: gl.constexpr, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0):
-    """FA3's dQ: once the other consumer's dSᵀ tile is in shared memory too, this one
-    computes dQ_share = dS K over all 2·KEYS keys for its half of the head_dim columns
-    and reduce-adds it: one 64 × (D/2) add per consumer, half the workspace traffic of
-    `_dq_out`'s. ds_ready/ds_free hand the dSᵀ tiles between the two consumers."""
-    ds_ready, ds_free = bars[5], bars[6]
-    KEYS: gl.constexpr = ds_bufs.shape[1]
-    BLOCK_M: gl.constexpr = ds_bufs.shape[2]
-    HEAD_DIM: gl.constexpr = k_tiles.shape[4]
-    HALF: gl.constexpr = dq_bufs.shape[4]
-    layout: gl.constexpr = _acc_layout(HALF, 4, k_tiles.dtype.primitive_bitwidth)
-    mbarrier.wait(ds_ready.index(1 - ME), t & 1)
-    dq = gl.zeros([BLOCK_M, HALF], gl.float32, layout=layout)
-    for c in gl.static_range(2):
-        k_c = k_tiles.index(c).reshape([KEYS, HEAD_DIM]).slice(ME * HALF, HALF, dim=1)
-        dq = warpgroup_mma(ds_bufs.index(c).permute((1, 0)), k_c, dq, use_acc=c > 0,
-                           is_async=True)  # fmt: skip
-    tma.store_wait(0)  # the previous step's reduce-add has read the staging tile
-    dq = warpgroup_mma_wait(0, deps=[dq])
-    mbarrier.arrive(ds_free.index(1 - ME), count=1)  # done reading the other's dSᵀ
-    tile = dq_bufs.index(ME)
-    tile.reshape([BLOCK_M, HALF]).store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [b, hq, m0, ME * HALF], tile)
-
-
-@gluon.jit
 def _row_vector(bufs, slot, layout: gl.constexpr):
     """The BLOCK_M fp32 values (lse2 or delta) of ring slot `slot`, one per query column
     of Sᵀ: the [1, BLOCK_M] TMA tile (unswizzled) read as a plain vector."""
@@ -240,14 +176,22 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     if DQ_MODE == 1:
         mbarrier.arrive(bars[5].index(ME), count=1)
     # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
-    # first), and the ring slot goes back to the producer
-    dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
+    # first), and the ring slot goes back to the producer; DQ_MODE 3: dQ's first chunk
+    # is queued behind them first (wgmma waits are in order: it may still run)
+    if DQ_MODE == 3:
+        dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
+        dv, dk, _p, _ds = warpgroup_mma_wait(1, deps=[dv, dk, p_op, ds_op])
+    else:
+        dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
     if DQ_MODE == 1:
         _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+    elif DQ_MODE == 3:
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
     else:
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
     return dk, dv
 
 
@@ -331,7 +275,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     """Grid: (key blocks of 2·KEYS, batch · heads_kv), or the two swapped when causal (the
     key block on the slow axis: every head's first, heaviest, key blocks go first).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
-    (`_dq_shared`); 2 a timing probe (dQ left out: no reduce-add).
+    (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for;
+    2 a timing probe (0 without the reduce-adds: dQ left out).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")

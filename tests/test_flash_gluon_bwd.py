@@ -93,6 +93,15 @@ def test_heuristic_stages_and_labels():
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):
         GluonBwdConfig(rotate=None)
     assert candidate_bwd_configs(128)["ws-rot"].label() == "gluon-bwd-m64-n128-s2-rot"
+    early = candidate_bwd_configs(128)["ws-early"]
+    assert (early.label(), early.dq_mode, sdq.dq_mode, m128.dq_mode) == (
+        "gluon-bwd-m64-n128-s2-early",
+        3,
+        1,
+        0,
+    )
+    with pytest.raises(ValueError, match="one dQ schedule"):
+        GluonBwdConfig(shared_dq=True, early_dq=True)
 
 
 # --- why it cannot run --------------------------------------------------------------------

@@ -176,8 +176,8 @@ def child_check(out: str) -> None:
     roles (bf16), then the heuristic's in fp16."""
     start = time.time()
     plan = [("ws", "bf16", 128), ("ws", "bf16", 64), ("api", "", 0), (VARIANT[128], "bf16", 128),
-            (VARIANT[64], "bf16", 64), ("ws-rot", "bf16", 128), ("ws", "fp16", 128),
-            ("ws", "fp16", 64)]  # fmt: skip
+            (VARIANT[64], "bf16", 64), ("ws-rot", "bf16", 128), ("ws-early", "bf16", 128),
+            ("ws", "fp16", 128), ("ws", "fp16", 64)]  # fmt: skip
     for role, dtype_name, head_dim in plan:
         if role == "api":
             try:
@@ -257,9 +257,11 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
         runs[name] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cfg)
         runs[f"{name}-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
         if which == "variant":  # where the heuristic's kernel spends its time (dQ wrong)
-            ws_cfg, rot_cfg = roles["ws"], roles["ws-rot"]
+            ws_cfg, rot_cfg, early_cfg = roles["ws"], roles["ws-rot"], roles["ws-early"]
             runs["no-reduce"] = lambda: gb._launch(ws_cfg, grads, lse2, delta, causal, scale,
                                                    probe=2)  # fmt: skip
+            runs["early-kernel"] = lambda: gb._launch(early_cfg, grads, lse2, delta, causal,
+                                                      scale)  # fmt: skip
             if not causal:  # the rotated query-block order (causal CTAs are staggered)
                 runs["rot-kernel"] = lambda: gb._launch(rot_cfg, grads, lse2, delta, False,
                                                         scale)  # fmt: skip
@@ -330,12 +332,13 @@ def markdown(doc: dict) -> str:
     for r in rows:
         if r["kind"] == "bench":
             bench.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    impls = ["gluon", "gluon-kernel", "no-reduce", "rot-kernel", "variant", "variant-kernel",
-             "two-kernel", "tl-onepass", "cudnn"]  # fmt: skip
+    impls = ["gluon", "gluon-kernel", "no-reduce", "rot-kernel", "early-kernel", "variant",
+             "variant-kernel", "two-kernel", "tl-onepass", "cudnn"]  # fmt: skip
     head = "| D | N | causal | " + " | ".join(impls) + " | gluon ÷ cuDNN | gluon ÷ two-kernel |"
     lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets; "
               "no-reduce: the heuristic's kernel without the dQ reduce-adds, a timing probe, "
-              "the FLOPs still those of the whole backward; rot-kernel: ws-rot's kernel; variant: "
+              "the FLOPs still those of the whole backward; rot-kernel, early-kernel: ws-rot's, "
+              "ws-early's kernel; variant: "
               + ", ".join(f"d{d} {r}" for d, r in VARIANT.items()) + "):",
               "", head, "|---|---|---|" + "---|" * (len(impls) + 2)]  # fmt: skip
     for (d, n, c), cells in sorted(bench.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):

@@ -87,7 +87,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         CAUSAL=causal,
         PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs,
-        DQ_MODE=probe or int(cfg.shared_dq),
+        DQ_MODE=probe or cfg.dq_mode,
         ROTATE=cfg.rotate,
     )
     sig.update({name: "constexpr" for name in consts})

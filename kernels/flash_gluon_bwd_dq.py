@@ -1,0 +1,104 @@
+"""The dQ side of the Gluon backward (kernels/flash_gluon_bwd_kernels.py): each consumer's
+dQ share dS K out of shared memory, through fp32 staging tiles, into the fp32 workspace
+(B, Hq, Sq, D) with TMA reduce-adds.
+
+`_tma_reduce_add` is `cp.reduce.async.bulk.tensor` (triton 3.6's `ttng.async_tma_reduce`,
+which Gluon 3.6's builder creates but its language does not wrap; a bulk async group
+like a TMA store, so `tma.store_wait` waits for its read of the staging tile).
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language import _core
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from fa_bench.kernels.flash_gluon_kernels import _acc_layout
+
+
+@_core.builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile `src` into the descriptor's box at `coord` (TMA
+    reduce-add, one bulk async group: tma.store_wait waits for it like a store)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(
+        ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+    )
+
+
+@gluon.jit
+def _dq_issue(ds_me, k_me, c: gl.constexpr, CHUNK: gl.constexpr):
+    """dQ_share's head_dim columns [c·CHUNK, +CHUNK) = dS K, issued asynchronously (a
+    64 × 64 fp32 accumulator: the whole 64 × 128 one next to dK and dV spilled)."""
+    BLOCK_M: gl.constexpr = ds_me.shape[1]
+    layout: gl.constexpr = _acc_layout(CHUNK, 4, k_me.dtype.primitive_bitwidth)
+    zero = gl.zeros([BLOCK_M, CHUNK], gl.float32, layout=layout)
+    k_c = k_me.slice(c * CHUNK, CHUNK, dim=1)
+    return warpgroup_mma(ds_me.permute((1, 0)), k_c, zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_finish(dq, c: gl.constexpr, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0,
+               REDUCE: gl.constexpr):  # fmt: skip
+    """Chunk c of dQ_share into its staging tile and reduce-added into the workspace
+    (REDUCE False: a timing probe, no add)."""
+    BLOCK_M: gl.constexpr = dq_bufs.shape[3]
+    CHUNK: gl.constexpr = dq_bufs.shape[4]
+    CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
+    tma.store_wait(CHUNKS - 1)  # the add issued from this tile one step ago has read it
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    tile = dq_bufs.index(ME * CHUNKS + c)
+    tile.reshape([BLOCK_M, CHUNK]).store(dq)
+    fence_async_shared()
+    if REDUCE:
+        _tma_reduce_add(dq_desc, [b, hq, m0, c * CHUNK], tile)
+
+
+@gluon.jit
+def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0, REDUCE: gl.constexpr,
+            FIRST: gl.constexpr):  # fmt: skip
+    """Each consumer's own dQ share, 64 head_dim columns at a time, from chunk FIRST on
+    (chunk 0 may have been issued early)."""
+    CHUNK: gl.constexpr = dq_bufs.shape[4]
+    CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
+    for c in gl.static_range(FIRST, CHUNKS):
+        dq = _dq_issue(ds_me, k_me, c, CHUNK)
+        _dq_finish(dq, c, dq_bufs, ME, dq_desc, b, hq, m0, REDUCE)
+
+
+@gluon.jit
+def _dq_shared(t, ME: gl.constexpr, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0):
+    """FA3's dQ: once the other consumer's dSᵀ tile is in shared memory too, this one
+    computes dQ_share = dS K over all 2·KEYS keys for its half of the head_dim columns
+    and reduce-adds it: one 64 × (D/2) add per consumer, half the workspace traffic of
+    `_dq_out`'s. ds_ready/ds_free hand the dSᵀ tiles between the two consumers."""
+    ds_ready, ds_free = bars[5], bars[6]
+    KEYS: gl.constexpr = ds_bufs.shape[1]
+    BLOCK_M: gl.constexpr = ds_bufs.shape[2]
+    HEAD_DIM: gl.constexpr = k_tiles.shape[4]
+    HALF: gl.constexpr = dq_bufs.shape[4]
+    layout: gl.constexpr = _acc_layout(HALF, 4, k_tiles.dtype.primitive_bitwidth)
+    mbarrier.wait(ds_ready.index(1 - ME), t & 1)
+    dq = gl.zeros([BLOCK_M, HALF], gl.float32, layout=layout)
+    for c in gl.static_range(2):
+        k_c = k_tiles.index(c).reshape([KEYS, HEAD_DIM]).slice(ME * HALF, HALF, dim=1)
+        dq = warpgroup_mma(ds_bufs.index(c).permute((1, 0)), k_c, dq, use_acc=c > 0,
+                           is_async=True)  # fmt: skip
+    tma.store_wait(0)  # the previous step's reduce-add has read the staging tile
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    mbarrier.arrive(ds_free.index(1 - ME), count=1)  # done reading the other's dSᵀ
+    tile = dq_bufs.index(ME)
+    tile.reshape([BLOCK_M, HALF]).store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [b, hq, m0, ME * HALF], tile)
