@@ -37,6 +37,7 @@ DOC = dict(
         _bench("bf16", 600.0), _bench("tl-fp8", 750.0), _bench("ws", 800.0),
         _bench("ws-emu2", error="CompilationError: x"),
         _bench("bf16", 620.0, causal=True), _bench("ws", 700.0, causal=True),
+        dict(_bench("ws-emu2", 900.0, causal=True), failed_checks=True),
     ],
 )  # fmt: skip
 
@@ -48,5 +49,6 @@ def test_summary_names_failures_ratios_and_errors():
     assert "[1, 4, 1, 1504, 784, True]: rule" in text
     # 800 / 600 = 1.333 meets the target; 700 / 620 = 1.129 does not
     assert "| 128 | 4k | no | 600.0 | 750.0 | 800.0 | err | ws | 1.333 | yes |" in text
-    assert "| 128 | 4k | yes | 620.0 | - | 700.0 | - | ws | 1.129 | no |" in text
+    # a role that failed a check is shown marked and never the best
+    assert "| 128 | 4k | yes | 620.0 | - | 700.0 | 900.0 ✗ | ws | 1.129 | no |" in text
     assert "- ws-emu2 d128 4096 causal=False: CompilationError: x" in text

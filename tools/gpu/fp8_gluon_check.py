@@ -189,20 +189,19 @@ def child_role(role: str, out: str) -> None:
         cfg = candidate_configs(head_dim)[role]
         row = dict(kind="bench", role=role, label=cfg.label(), head_dim=head_dim, n=n,
                    causal=causal)  # fmt: skip
-        if head_dim in failed:
-            row["error"] = "not timed: failed its correctness check"
-        else:
-            try:
-                q8, k8, vt, ds = _quantised(TOKENS // n, HIDDEN // head_dim, HIDDEN // head_dim,
-                                            n, n, head_dim)  # fmt: skip
-                scale = 1.0 / math.sqrt(head_dim)
+        if head_dim in failed:  # timed anyway (is it worth fixing?), marked in the summary
+            row["failed_checks"] = True
+        try:
+            q8, k8, vt, ds = _quantised(TOKENS // n, HIDDEN // head_dim, HIDDEN // head_dim,
+                                        n, n, head_dim)  # fmt: skip
+            scale = 1.0 / math.sqrt(head_dim)
 
-                def run(q8=q8, k8=k8, vt=vt, ds=ds, c=causal, s=scale, cfg=cfg):
-                    return fp8_gluon_forward(q8, k8, vt, ds, c, s, cfg)
+            def run(q8=q8, k8=k8, vt=vt, ds=ds, c=causal, s=scale, cfg=cfg):
+                return fp8_gluon_forward(q8, k8, vt, ds, c, s, cfg)
 
-                row.update(_tflops(run, n, head_dim, causal))
-            except Exception as e:
-                row["error"] = f"{type(e).__name__}: {e}"[:400]
+            row.update(_tflops(run, n, head_dim, causal))
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {e}"[:400]
         _emit(out, row)
 
 

@@ -47,8 +47,12 @@ def _bench(rows: list[dict]) -> list[str]:
         cells = []
         for role in roles:
             r = got.get(role)
-            cells.append("-" if r is None else f"{r['tflops']:.1f}" if "tflops" in r else "err")
-        timed = [(got[r]["tflops"], r) for r in fp8_roles if r in got and "tflops" in got[r]]
+            mark = " ✗" if r is not None and r.get("failed_checks") else ""
+            value = "-" if r is None else f"{r['tflops']:.1f}{mark}" if "tflops" in r else "err"
+            cells.append(value)
+        # the best role among those that passed their checks
+        ok = [r for r in fp8_roles if r in got and not got[r].get("failed_checks")]
+        timed = [(got[r]["tflops"], r) for r in ok if "tflops" in got[r]]
         best = max(timed, default=None)
         base = got.get("bf16", {}).get("tflops")
         if best and base:
@@ -61,7 +65,8 @@ def _bench(rows: list[dict]) -> list[str]:
                    " | ".join(cells) + " |")  # fmt: skip
     errors = [f"- {r['role']} d{r['head_dim']} {r['n']} causal={r['causal']}: {r['error']}"
               for r in rows if "error" in r]  # fmt: skip
-    return out + (["", *errors] if errors else [])
+    note = "✗: the role failed a correctness check at this head_dim (timed, never chosen)"
+    return [*out, "", note] + (["", *errors] if errors else [])
 
 
 def markdown(doc: dict) -> str:
