@@ -134,7 +134,24 @@ def _prepare(
             out.backward(torch.ones_like(out))
         torch.cuda.synchronize(q.device)
     label = _forward_named(config_label(config, case.mode.value), case, config, q, k, v)
+    label = _backward_named(label, case, config, q, k, v, deterministic)
     return Prepared(fn=fn, backend=f"{name}:{label} ({source})")
+
+
+def _backward_named(label: str, case: Case, config: FlashConfig, q, k, v, deterministic: bool
+                    ) -> str:  # fmt: skip
+    """`label` with its backward part naming the Gluon backward where `deterministic=False`
+    takes it (FlashConfig.backward, kernels/flash_gluon_bwd.py; o and dO are laid out as q)."""
+    if deterministic or case.mode.value == "fwd" or case.is_variant:
+        return label
+    from fa_bench.kernels import flash_gluon_bwd
+    from fa_bench.sweep.vocab import label as tile_label
+    from fa_bench.sweep.vocab import mode_fields
+
+    gluon = flash_gluon_bwd.backward_choice(q, k, v, q, q, case.causal, config)
+    if gluon is None:
+        return label
+    return label.replace("bwd-" + tile_label(mode_fields(config, "bwd")), gluon.label(), 1)
 
 
 def _forward_named(label: str, case: Case, config: FlashConfig, q, k, v) -> str:

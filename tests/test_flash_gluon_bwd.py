@@ -212,6 +212,23 @@ def test_backward_choice_off_sm90(monkeypatch):
         backward_choice(q, q, q, q, q, False, FlashConfig(backward="gluon"))
 
 
+def test_backend_label_names_the_gluon_backward(runnable):
+    """The registry's backend string says which backward ran (triton_impl._backward_named)."""
+    from fa_bench.case import Case
+    from fa_bench.kernels import triton_impl
+    from fa_bench.sweep.vocab import config_label
+
+    q = _t()
+    case = Case("triton-onepass", "fwd_bwd", "fp16", 1, 2, 2, 64, 64, 128, True)
+    gluon = "gluon-bwd-m64-n128-s2"
+    for backward, det, want in (("auto", False, gluon), ("tl", False, None),
+                                ("auto", True, None), ("gluon", False, gluon)):  # fmt: skip
+        cfg = FlashConfig(backward=backward)
+        tl_label = config_label(cfg, "fwd_bwd")
+        got = triton_impl._backward_named(tl_label, case, cfg, q, q, q, det)
+        assert got == (tl_label if want is None else tl_label.split("/")[0] + "/" + want)
+
+
 @pytest.mark.skipif(not INTERPRETED, reason="the CPU interpreter's dispatch")
 def test_flash_attention_dispatch_in_the_interpreter():
     """deterministic=False: "auto" runs the `tl` one-pass kernel here (the same gradients
