@@ -16,6 +16,8 @@
 #   LIMIT=180 HEAD_DIMS=128,64 BENCH=1 IMPLS="-i triton -i sdpa-cudnn" \
 #     bash tools/gpu/fp8_check.sh                     # the first call's (2026-11-30) scope
 #
+# GLUON_ROLES=ws,... (e) adds tools/gpu/fp8_gluon_check.py for those roles ($OUT/fp8_gluon.md).
+#
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
 # the next.
 set -u
@@ -76,6 +78,12 @@ step "summary" 10 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OU
 if [ "$BENCH" = 1 ]; then
   step "fp8 A/B (do_bench)" 200 python3 tools/gpu/fp8_bench.py "$FILES/fp8_bench.md" \
     --json "$FILES/fp8_bench.json" --head-dims "$HEAD_DIMS" >> "$STEPS" 2>&1
+fi
+# (e) GLUON_ROLES=ws,ws-persist,...: the Gluon fp8 kernel's check (correctness and do_bench
+# of those roles beside the bf16 forward and the tl fp8 kernel), $OUT/fp8_gluon.md
+if [ -n "${GLUON_ROLES:-}" ]; then
+  step "gluon fp8 check: $GLUON_ROLES" "${GLUON_CAP:-110}" \
+    python3 tools/gpu/fp8_gluon_check.py --roles "$GLUON_ROLES" > "$FILES/fp8-gluon.log" 2>&1
 fi
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/fp8-files.tgz" -C "$FILES" .

@@ -36,7 +36,8 @@ import traceback
 from pathlib import Path
 
 STALL_S = 25.0
-BUDGET_S = 95.0
+# no child starts after this many seconds ($FP8_GLUON_BUDGET_S overrides)
+BUDGET_S = float(os.environ.get("FP8_GLUON_BUDGET_S", "95"))
 # in order of importance: roles past the budget are skipped
 ROLES = ("ws", "ws-persist", "ws-emu4", "ws-preg", "ws-emu2", "ws-nopp", "ws-preg-emu4",
          "ws-s2", "ws-n64")  # fmt: skip
