@@ -131,6 +131,8 @@ def exp2_split(x, EMU: gl.constexpr = 0):
     elif EMU == 8:
         return gl.inline_asm_elementwise(_ASM_8, _CON_8, [x], dtype=gl.float32, is_pure=True,
                                          pack=8)  # fmt: skip
+    elif EMU == -1:  # DIAG_NO_EXP2_BIT's timing diagnostic: no exponential (wrong results)
+        return x
     else:
         # 0, or None where a kernel's EMU was left out of an AST-source compile (defaults
         # apply only to launches): everything on the MUFU
@@ -143,11 +145,17 @@ def exp2_split(x, EMU: gl.constexpr = 0):
 # in the low bits, TREE_BIT for tree-shaped row reductions. An AST-source compile that
 # leaves it out (tools/gluon_compile.py) passes None: the plain softmax.
 TREE_BIT = 16
+# A timing diagnostic, never a launch of the API (GluonConfig has no field for it): P's
+# exponentials replaced by their arguments (no MUFU at all; the results are wrong), so
+# tools/gpu/gluon_d64.py can time the kernel without the exp2's cost.
+DIAG_NO_EXP2_BIT = 32
 
 
 @gluon.constexpr_function
 def softmax_emu(code):
-    """The exp2 split's EMU of a SOFTMAX code (None: 0)."""
+    """The exp2 split's EMU of a SOFTMAX code (None: 0; the diagnostic: -1)."""
+    if code is not None and code & DIAG_NO_EXP2_BIT:
+        return -1
     return 0 if code is None else code % TREE_BIT
 
 

@@ -15,6 +15,7 @@ import importlib.util
 import json
 import math
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -281,6 +282,7 @@ def _tool(name: str):
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as a script's module is: its classes pickle by name
     spec.loader.exec_module(module)
     return module
 
@@ -296,7 +298,14 @@ def test_the_study_launches_are_valid_and_distinct():
         assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in roles.values())
         assert {c.exp2_emu for c in roles.values()} >= {0, 8}
         assert {c.tree_reduce for c in roles.values()} == {False, True}
-    assert {"pq2", "pq2-e8-t", "e2", "e4"} <= set(cands[(64, False)])
+    assert {"pq2", "pq2-e8-t", "e2", "e4", "c3", "c3-e8-t"} <= set(cands[(64, False)])
+    # the timing diagnostic: no exponentials (gluon_exp2 decodes it to EMU -1: x itself)
+    diag = cands[(64, False)]["diag-noexp2"]
+    assert diag.label() == "ws-m64-n128-s4-noexp2" and diag.exp2_emu == 0
+    assert gluon_exp2.softmax_emu(diag.softmax_code()) == -1
+    assert pickle.loads(pickle.dumps(diag)) == diag  # the compile workers unpickle it
+    assert not any(r.startswith("diag") for key, roles in cands.items() if key != (64, False)
+                   for r in roles)  # fmt: skip
     # the order starts with the shapes the heuristic decision needs
     assert tool.ORDER[:2] == (("bf16", 64, False), ("fp16", 64, False))
 
@@ -311,14 +320,18 @@ def test_the_report_names_launches_past_the_target_only_where_both_lengths_clear
         ("e8", "ws-e8", 103.0, 102.5),
         ("e4", "ws-e4", 103.0, 101.0),
         ("e2", "ws-e2", 110.0, 110.0),
+        ("diag-noexp2", "ws-noexp2", 120.0, 120.0),
     ):
         if role != "cudnn":
-            passed = role != "e2"  # a launch that failed its check is never a winner
-            rows.append(dict(kind="check", role=role, label=label, passed=passed, **key))
+            passed = role not in ("e2", "diag-noexp2")  # failed or unchecked: never a winner
+            error = "diagnostic: not checked" if role.startswith("diag") else "wrong"
+            rows.append(dict(kind="check", role=role, label=label, passed=passed, error=error,
+                             **key))  # fmt: skip
         for n, t in ((4096, t4), (16384, t16)):
             rows.append(dict(kind="bench", role=role, label=label, n=n, tflops=t, **key))
     text = report.markdown(rows, 1.02)
     assert "| e8 | ws-e8 | pass | 103.0 | 102.5 | 1.030 | 1.025 | 1.040 | 1.015 |" in text
+    assert "| diag-noexp2 | ws-noexp2 | diag | 120.0 |" in text and "| FAIL wrong |" in text
     winners = report.winners(report.shape_tables(rows), 1.02)
     assert winners == ["bf16 d64 non-causal: e8 (ws-e8) 1.030 / 1.025"]
 

@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # gluon_check beside this file
 
+from fa_bench.kernels.flash_gluon import GluonConfig  # imports no triton
+
 TOKENS, HIDDEN = 16384, 2048
 DEVICE = "cuda"
 BENCH_NS = (4096, 16384)
@@ -56,13 +58,32 @@ ORDER = (
 )
 
 
+class NoExp2(GluonConfig):
+    """A launch with the softmax's exponentials replaced by their arguments (no MUFU work,
+    wrong results: gluon_exp2.DIAG_NO_EXP2_BIT): timed, never checked, to show what the
+    exp2 costs. A GluonConfig (module level: the compile workers unpickle it), so
+    gluon_forward launches it as it is."""
+
+    def softmax_code(self) -> int:
+        from fa_bench.kernels.gluon_exp2 import DIAG_NO_EXP2_BIT
+
+        return super().softmax_code() | DIAG_NO_EXP2_BIT
+
+    def label(self) -> str:
+        return super().label() + "-noexp2"
+
+
+def diagnostic(cfg: GluonConfig) -> NoExp2:
+    return NoExp2(**dataclasses.asdict(cfg))
+
+
 def candidates() -> dict[tuple[int, bool], dict[str, object]]:
     """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config`, "t"
     adds tree reductions, "eN" the exp2 split (every N-th exponential emulated), "pq2" the
     persistent two-Q-buffer kernel, "c3" three consumers over 128-key steps (d64
     non-causal; its ptxas spills are the mask's column offsets, reloaded only in the
     masked last key block)."""
-    from fa_bench.kernels.flash_gluon import GluonConfig, candidate_configs, gluon_config
+    from fa_bench.kernels.flash_gluon import candidate_configs, gluon_config
 
     def vary(cfg, tag: str, **fields) -> tuple[str, object]:
         return tag, dataclasses.replace(cfg, **fields)
@@ -85,6 +106,9 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
                                  consumer_regs=160)  # fmt: skip
                 roles.update([("c3", c3), vary(c3, "c3-t", tree_reduce=True),
                               vary(c3, "c3-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+                # timing diagnostics (no exponentials, wrong results): the exp2's share
+                roles.update([("diag-noexp2", diagnostic(base)),
+                              ("diag-c3-noexp2", diagnostic(c3))])  # fmt: skip
             if head_dim == 64 and causal:  # the warp-specialised kernels, beside "pipelined"
                 ws = candidate_configs(head_dim)["ws"]
                 pq2 = candidate_configs(head_dim)["ws-persist-q2"]
@@ -176,6 +200,11 @@ def run_shape(emit, roles: dict, dtype_name: str, head_dim: int, causal: bool) -
     key = dict(dtype=dtype_name, head_dim=head_dim, causal=causal)
     passing = {}
     for role, cfg in roles.items():
+        if role.startswith("diag"):  # wrong results by design: timed, not checked
+            emit(dict(kind="check", role=role, label=cfg.label(), passed=False,
+                      error="diagnostic: not checked", **key))  # fmt: skip
+            passing[role] = cfg
+            continue
         try:
             res = check(cfg, dtype_name, head_dim, causal)
         except Exception as e:

@@ -18,7 +18,9 @@ def shape_tables(rows: list[dict]) -> dict[tuple, dict[str, dict]]:
         key = (row["dtype"], row["head_dim"], row["causal"])
         cell = out[key].setdefault(row["role"], {"label": row.get("label", row["role"])})
         if row["kind"] == "check":
-            cell["check"] = "pass" if row.get("passed") else f"FAIL {row.get('error', '')}"
+            error = row.get("error", "")
+            diag = error.startswith("diagnostic")
+            cell["check"] = "pass" if row.get("passed") else ("diag" if diag else f"FAIL {error}")
             cell["err"] = row.get("max_abs_err")
         else:
             cell[row["n"]] = row.get("tflops")
