@@ -43,6 +43,8 @@ TOKENS, HIDDEN = 16384, 2048
 DEVICE = "cuda"
 BENCH_NS = (4096, 16384)
 TARGET_RATIO = 1.02
+# do_bench's timed window per launch and length, ms (--rep)
+REP_MS = 50
 # (batch, heads_q, heads_kv, seq_q, seq_k, transposed) for gluon_check.check_slices
 CHECK_SHAPES = ((2, 4, 1, 1000, 1000, False), (1, 4, 2, 1100, 600, False))
 # (dtype, head_dim, causal) in the order they are run (the budget cuts the tail)
@@ -106,6 +108,8 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
                                  consumer_regs=160)  # fmt: skip
                 roles.update([("c3", c3), vary(c3, "c3-t", tree_reduce=True),
                               vary(c3, "c3-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+                # the ring one stage shallower, and the two consumers without ping-pong
+                roles.update([vary(base, "s3", stages=3), vary(base, "nopp", pingpong=False)])
                 # timing diagnostics (no exponentials, wrong results): the exp2's share
                 roles.update([("diag-noexp2", diagnostic(base)),
                               ("diag-c3-noexp2", diagnostic(c3))])  # fmt: skip
@@ -181,7 +185,7 @@ def bench(fn, n: int, head_dim: int, dtype_name: str, causal: bool) -> dict:
     from fa_bench.models import case_flops
 
     fn()
-    ms = triton.testing.do_bench(fn, warmup=10, rep=50)
+    ms = triton.testing.do_bench(fn, warmup=10, rep=REP_MS)
     heads = HIDDEN // head_dim
     case = Case(impl="gluon", mode="fwd", dtype=dtype_name, batch=TOKENS // n, heads_q=heads,
                 heads_kv=heads, seqlen_q=n, seqlen_k=n, head_dim=head_dim,
@@ -258,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma list of ORDER indices to run (default all)")
     ap.add_argument("--roles", help="comma list of roles to keep (default all; the "
                     "heuristic's always runs, as the baseline)")  # fmt: skip
+    ap.add_argument("--rep", type=int, default=REP_MS, help="do_bench's rep window (ms)")
     args = ap.parse_args(argv)
+    globals()["REP_MS"] = args.rep
     import torch
     import triton
 
