@@ -39,7 +39,7 @@ import torch
 
 from fa_bench.kernels import flash_dispatch, flash_gluon
 from fa_bench.kernels.flash_config import FlashConfig, heuristic_config, pad_pow2
-from fa_bench.kernels.flash_validate import Variant, make_variant
+from fa_bench.kernels.flash_validate import Variant, backward_grids, make_variant
 from fa_bench.kernels.flash_validate import check_inputs as _validate
 from fa_bench.kernels.flash_validate import interpreting as _interpreting
 from fa_bench.kernels.flash_validate import programs as _programs
@@ -221,15 +221,15 @@ def _backward_deterministic(
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = _preprocess(do, o, lse2)
     # dK/dV holds `held` keys and streams query rows; dQ holds `held` query rows and
-    # streams keys (see kernels/flash_config.py). A packed batch's grids put the block
-    # index on the slow axis (see the kernels).
+    # streams keys (see kernels/flash_config.py). A packed batch's programs run its
+    # (sequence, block) pairs heaviest first (flash_validate.backward_grids).
     held, streamed = cfg.bwd_block_n, cfg.bwd_block_m
     prec = _dot_precision(q.dtype)
-    extra = {} if variant is None else variant.kernel_args()
+    extra, dkdv_grid, dq_grid = backward_grids(
+        variant, causal, batch, heads_q, heads_kv, seq_q, seq_k, held
+    )
     packed = bool(extra.get("VARLEN"))
-    key_blocks, seqs = _programs(variant, batch, seq_k, held, keys=True)
-    grid = (seqs * heads_kv, key_blocks) if packed else (key_blocks, seqs * heads_kv)
-    _kernels().dkdv[grid](
+    _kernels().dkdv[dkdv_grid](
         q, k, v, do, dk, dv, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv),
         heads_q, heads_kv, group, seq_q, seq_k, scale * _LOG2E, scale,
@@ -238,9 +238,7 @@ def _backward_deterministic(
         EVEN_K=seq_k % held == 0 and not packed, DOT_PREC=prec,
         num_warps=cfg.bwd_num_warps, num_stages=cfg.bwd_num_stages, **extra,
     )  # fmt: skip
-    row_blocks, seqs = _programs(variant, batch, seq_q, held)
-    grid = (seqs * heads_q, row_blocks) if packed else (row_blocks, seqs * heads_q)
-    _kernels().dq[grid](
+    _kernels().dq[dq_grid](
         q, k, v, do, dq, lse2, delta,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq),
         heads_q, group, seq_q, seq_k, scale * _LOG2E, scale,

@@ -13,6 +13,7 @@ import triton.language as tl
 from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
 from fa_bench.kernels.flash_kernels_variants import (
     alibi_slope2,
+    dkdv_p_t,
     sequence,
     variant_scores,
     window_keep,
@@ -65,6 +66,7 @@ def _bwd_dkdv_inner(
     # WINDOW, ON_DIAGONAL means "the window's edge blocks" (masked by the window)
     win_left=None, win_right=None, softcap2=None, slope2=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
+    DP_FIRST: tl.constexpr = False,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_STREAMED):
         offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
@@ -78,24 +80,23 @@ def _bwd_dkdv_inner(
             lse2 = tl.load(lse_base + offs_m, mask=offs_m < seq_q, other=float("inf"))
             delta = tl.load(delta_base + offs_m, mask=offs_m < seq_q, other=0.0)
         qk_t = tl.dot(k, tl.trans(q), input_precision=DOT_PREC)  # (BLOCK_HELD, BLOCK_STREAMED)
-        if SOFTCAP or ALIBI:
-            s_t, th_t = variant_scores(
-                qk_t, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, True
-            )
-            p_t = tl.math.exp2(s_t - lse2[None, :])
+        if DP_FIRST:
+            # V·dOᵀ does not need P: issued first, its (asynchronous on sm_90) matmul can
+            # run while P's elementwise work does, which otherwise sits between two dots
+            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+            p_t, pg_t = dkdv_p_t(
+                qk_t, lse2, offs_m, offs_n, causal_off, qk_scale, ON_DIAGONAL,
+                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            )  # fmt: skip
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
         else:
-            p_t = tl.math.exp2(qk_t * qk_scale - lse2[None, :])
-        if ON_DIAGONAL:
-            if WINDOW:
-                keep = window_keep(offs_m, offs_n, causal_off, win_left, win_right, True)
-                p_t = tl.where(keep, p_t, 0.0)
-            else:
-                p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
-        ds_t = p_t * (dp_t - delta[None, :])
-        if SOFTCAP:
-            ds_t = ds_t * (1.0 - th_t * th_t)  # through c · tanh(s / c)
+            p_t, pg_t = dkdv_p_t(
+                qk_t, lse2, offs_m, offs_n, causal_off, qk_scale, ON_DIAGONAL,
+                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            )  # fmt: skip
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=DOT_PREC)
+            dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
+        ds_t = pg_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PREC)
     return dk, dv
 
@@ -117,15 +118,23 @@ def _bwd_dkdv_kernel(
     CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr, DOT_PREC: tl.constexpr,
     # the variants, as in _fwd_kernel (None / False when off)
     win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
-    CuQ=None, CuK=None,
+    CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
-    VARLEN: tl.constexpr = False,
+    VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,
 ):  # fmt: skip
     """One program: BLOCK_HELD keys of one (batch, kv head); streams BLOCK_STREAMED query
     rows at a time and loops over the group's q heads."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if VARLEN:
+    if VARLEN == 2:
+        # a packed batch's (sequence, key block) from its table, heaviest first
+        # (flash_varlen_sched: rows 0-1 of Sched), the kv heads on the fast axis; -1: none
+        seq_of = tl.load(Sched + tl.program_id(1))
+        if seq_of < 0:
+            return
+        pid_n = tl.load(Sched + tl.num_programs(1) + tl.program_id(1))
+        off_bh = seq_of * heads_kv + tl.program_id(0)
+    elif VARLEN:
         # the key block on the slow axis: every sequence's first (causal: heaviest) blocks
         # go first, so a long sequence's do not trail the grid
         pid_n = tl.program_id(1)
@@ -192,20 +201,20 @@ def _bwd_dkdv_kernel(
             dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
             m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
         )  # fmt: skip
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
             m_mid, m_full_end, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, False, EVEN_Q, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
         )  # fmt: skip
         if WINDOW:
             dk, dv = _bwd_dkdv_inner(
                 dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs,
                 stride_dos, m_full_end, m_hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
                 HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
-                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
             )  # fmt: skip
     dk = dk * sm_scale
     if VARLEN:
@@ -266,10 +275,12 @@ def _bwd_dq_inner(
             p = tl.where(keep, p, 0.0)
         elif DIAGONAL_OR_TAIL and CAUSAL:
             p = tl.where(offs_n[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
+        if SOFTCAP:
+            # through c · tanh(s / c), folded into P before the dot: one tile lives across
+            # it, as without a softcap
+            p = p * (1.0 - th * th)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
         ds = p * (dp - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1.0 - th * th)  # through c · tanh(s / c)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
     return dq
 
@@ -291,15 +302,23 @@ def _bwd_dq_kernel(
     CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, DOT_PREC: tl.constexpr,
     # the variants, as in _fwd_kernel (None / False when off)
     win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
-    CuQ=None, CuK=None,
+    CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
-    VARLEN: tl.constexpr = False,
+    VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,  # DP_FIRST: dK/dV's only
 ):  # fmt: skip
     """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
     BLOCK_STREAMED at a time."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if VARLEN:
+    if VARLEN == 2:
+        # a packed batch's (sequence, row block) from its table, heaviest first (rows 2-3
+        # of Sched), the q heads on the fast axis (a GQA group's side by side); -1: none
+        seq_of = tl.load(Sched + 2 * tl.num_programs(1) + tl.program_id(1))
+        if seq_of < 0:
+            return
+        pid_m = tl.load(Sched + 3 * tl.num_programs(1) + tl.program_id(1))
+        off_bh = seq_of * heads_q + tl.program_id(0)
+    elif VARLEN:
         # the row block on the slow axis, the last (causal: heaviest) first, over every
         # sequence: a long sequence's heavy blocks do not trail the grid
         if CAUSAL:

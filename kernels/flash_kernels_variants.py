@@ -1,7 +1,7 @@
 """`@triton.jit` helpers of the attention variants (issue 19), shared by the forward
 (flash_kernels.py) and the two-kernel backward (flash_kernels_bwd.py): the block ranges
-of a sliding window, the window mask, the softcapped / ALiBi scores, and where a packed
-(varlen) sequence starts.
+of a sliding window, the window mask, the softcapped / ALiBi scores, where a packed
+(varlen) sequence starts, and the dK/dV kernel's Pᵀ tile.
 
 Semantics (flash-attn's): for query i and key j of one sequence (o = seq_k - seq_q),
 key j is visible when i + o - left <= j <= i + o + right; softcap c turns the score
@@ -128,3 +128,33 @@ def sequence(Cu, off_b):
     """A packed batch's sequence `off_b`: (its first token, its length)."""
     start = tl.load(Cu + off_b)
     return start, tl.load(Cu + off_b + 1) - start
+
+
+@triton.jit
+def dkdv_p_t(
+    qk_t, lse2, offs_m, offs_n, causal_off, qk_scale, ON_DIAGONAL: tl.constexpr,
+    win_left, win_right, softcap2, slope2,
+    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+):  # fmt: skip
+    """dK/dV's Pᵀ tile (held keys × streamed rows, masked on the diagonal or the window's
+    edges) and the tile that multiplies dPᵀ - delta: Pᵀ, or with a softcap Pᵀ ∘ (1 - tanh²),
+    the derivative of c · tanh(s / c), taken here so the tanh tile dies at once instead
+    of living across two dots beside Pᵀ (it spilled on sm_90)."""
+    if SOFTCAP or ALIBI:
+        s_t, th_t = variant_scores(
+            qk_t, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, True
+        )
+        p_t = tl.math.exp2(s_t - lse2[None, :])
+    else:
+        p_t = tl.math.exp2(qk_t * qk_scale - lse2[None, :])
+    if ON_DIAGONAL:
+        if WINDOW:
+            keep = window_keep(offs_m, offs_n, causal_off, win_left, win_right, True)
+            p_t = tl.where(keep, p_t, 0.0)
+        else:
+            p_t = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, p_t, 0.0)
+    if SOFTCAP:
+        pg_t = p_t * (1.0 - th_t * th_t)
+    else:
+        pg_t = p_t
+    return p_t, pg_t

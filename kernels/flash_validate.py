@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from fa_bench.kernels.flash_config import HEAD_DIM_MULTIPLE, MAX_HEAD_DIM
+from fa_bench.kernels.flash_varlen_sched import build_schedule
 
 _LOG2E = 1.4426950408889634
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -30,6 +31,17 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # against the accuracy rule).
 FAST_TANH = True
 PACKED_TANH = False
+# A packed batch's backward runs its (sequence, block) pairs from a table, heaviest first
+# (flash_varlen_sched); off, the grid of block indices × sequences (the first order, kept
+# for development timing: tools/gpu/variants_bwd.py).
+PACKED_SCHEDULE = True
+# Its costs compared in bins of this many blocks, a sequence's pairs together inside a
+# bin (L2 reuse of its rows and keys); 1: strictly heaviest first (flash_varlen_sched).
+SCHEDULE_BIN = 1
+# The dK/dV kernel issues dPᵀ = V·dOᵀ before P's elementwise work (flash_kernels_bwd
+# DP_FIRST) in every backward, dense included; off by default (not measured yet:
+# tools/gpu/variants_bwd.py times both).
+DKDV_DP_FIRST = False
 
 
 def interpreting() -> bool:
@@ -83,16 +95,31 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
 
 @dataclass(frozen=True)
 class Varlen:
-    """A packed batch: int32 cumulative lengths (B + 1,) and the longest sequences."""
+    """A packed batch: int32 cumulative lengths (B + 1,) and the longest sequences; the
+    backward's work order (flash_varlen_sched) is kept here once built, by its key."""
 
     cu_q: torch.Tensor
     cu_k: torch.Tensor
     max_q: int
     max_k: int
+    schedules: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def batch(self) -> int:
         return self.cu_q.numel() - 1
+
+    def schedule(
+        self, block: int, window: tuple[int, int] | None, causal: bool, total_q: int,
+        total_k: int, bin_blocks: int = 1,
+    ) -> torch.Tensor:  # fmt: skip
+        """The backward's (4, E) table of (sequence, block) pairs, heaviest first."""
+        key = (block, window, causal, total_q, total_k, bin_blocks)
+        if key not in self.schedules:
+            self.schedules[key] = build_schedule(
+                self.cu_q, self.cu_k, self.max_q, self.max_k, total_q, total_k,
+                block, window, causal, bin_blocks,
+            )  # fmt: skip
+        return self.schedules[key]
 
 
 @dataclass(frozen=True)
@@ -232,3 +259,33 @@ def programs(
         return -(-seq // block), batch
     vl = variant.varlen
     return -(-(vl.max_k if keys else vl.max_q) // block), vl.batch
+
+
+def backward_grids(
+    variant: Variant | None, causal: bool, batch: int, heads_q: int, heads_kv: int,
+    seq_q: int, seq_k: int, block: int,
+) -> tuple[dict, tuple[int, int], tuple[int, int]]:  # fmt: skip
+    """The two-kernel backward's variant keywords, dK/dV grid and dQ grid (`block` keys
+    or query rows held per program; seq_q/seq_k a packed batch's token totals).
+
+    Dense and unpacked: (blocks, batch × heads). A packed batch: its (sequence, block)
+    table, heaviest first, with the heads on the fast axis, (heads, entries), VARLEN = 2;
+    or with PACKED_SCHEDULE off, (sequences × heads, the longest's blocks)."""
+    extra = {} if variant is None else variant.kernel_args()
+    if DKDV_DP_FIRST:  # passed only when on: the default launches compile as before
+        extra["DP_FIRST"] = True
+    vl = None if variant is None else variant.varlen
+    if vl is None:
+        return (
+            extra,
+            (-(-seq_k // block), batch * heads_kv),
+            (-(-seq_q // block), batch * heads_q),
+        )
+    if not PACKED_SCHEDULE:
+        blocks_k, blocks_q = -(-vl.max_k // block), -(-vl.max_q // block)
+        return extra, (vl.batch * heads_kv, blocks_k), (vl.batch * heads_q, blocks_q)
+    window = None if variant is None else variant.window
+    sched = vl.schedule(block, window, causal, seq_q, seq_k, SCHEDULE_BIN)
+    extra.update(VARLEN=2, Sched=sched)
+    entries = sched.shape[1]
+    return extra, (heads_kv, entries), (heads_q, entries)

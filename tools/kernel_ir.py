@@ -45,6 +45,9 @@ def _strip(text: str) -> str:
     text = re.sub(r"\s*loc\([^()]*(\([^()]*\))?[^()]*\)", "", text)
     text = re.sub(r"^#loc.*$", "", text, flags=re.M)
     text = re.sub(r"^\s*\.(loc|file)\b.*$", "", text, flags=re.M)
+    # PTX labels that only mark debug scopes (a jit helper inlined from another file adds
+    # some); nothing but the stripped debug sections refers to them
+    text = re.sub(r"^\$L__tmp\d+:$", "", text, flags=re.M)
     text = re.sub(r"^\s*//.*$", "", text, flags=re.M)
     text = re.sub(r"\.section\s+\.debug.*", "", text, flags=re.S)
     return "\n".join(line for line in text.splitlines() if line.strip())
@@ -52,11 +55,14 @@ def _strip(text: str) -> str:
 
 # The variants' kernel arguments (issue 19): a flag left out is off, and a runtime
 # argument whose flag is off is None (a constexpr), as the launchers pass them.
-_VARIANT_FLAGS = ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN")
+# The backward's DP_FIRST (dK/dV's order) is a flag too, and a packed batch's work table
+# (Sched) an argument of its table launch only (VARLEN = 2).
+_VARIANT_FLAGS = ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST")
 _VARIANT_ARGS = {
     "win_left": ("WINDOW", "i32"), "win_right": ("WINDOW", "i32"),
     "softcap2": ("SOFTCAP", "fp32"), "Slopes": ("ALIBI", "*fp32"),
     "stride_slope_b": ("ALIBI", "i32"), "CuQ": ("VARLEN", "*i32"), "CuK": ("VARLEN", "*i32"),
+    "Sched": ("VARLEN", "*i32"),
 }  # fmt: skip
 
 
@@ -68,7 +74,8 @@ def _fingerprint(fn: object, consts: dict, dtype: str, warps: int, stages: int) 
         if flag in names:
             consts.setdefault(flag, False)
     for name, (flag, ty) in _VARIANT_ARGS.items():
-        if name in names and not consts.get(flag):
+        off = consts.get(flag) != 2 if name == "Sched" else not consts.get(flag)
+        if name in names and off:
             consts[name] = None
         elif name in names:
             signature[name] = ty
@@ -121,7 +128,7 @@ def _grid() -> dict[str, tuple]:
 def _variant_grid(grid: dict[str, tuple]) -> None:
     """Issue 19's variants in the forward, dK/dV and dQ kernels: a causal sliding window
     with softcap and ALiBi, a packed batch (VARLEN) with a window, ALiBi alone, a packed
-    batch with a softcap."""
+    batch with a softcap; the packed backward's table launch (VARLEN = 2, backward only)."""
     base = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, CAUSAL=True, DOT_PREC="tf32")
     for tag, flags in (
         ("window-softcap-alibi", dict(WINDOW=True, SOFTCAP=True, ALIBI=True)),
@@ -129,10 +136,12 @@ def _variant_grid(grid: dict[str, tuple]) -> None:
         ("alibi", dict(ALIBI=True)),
         ("varlen-softcap", dict(SOFTCAP=2, VARLEN=True)),
         ("softcap-bf16x2", dict(SOFTCAP=3)),
+        ("varlen-table", dict(VARLEN=2)),
     ):
         fwd = dict(base, **flags, BLOCK_M=128, BLOCK_N=128, EVEN_Q=False, USE_TMA=False,
                    WARP_SPECIALIZE=False)  # fmt: skip
-        grid[f"fwd-{tag}"] = (flash_kernels._fwd_kernel, fwd, "bf16", 8, 3)
+        if flags.get("VARLEN") != 2:
+            grid[f"fwd-{tag}"] = (flash_kernels._fwd_kernel, fwd, "bf16", 8, 3)
         bwd = dict(base, **flags, BLOCK_HELD=128, BLOCK_STREAMED=64, EVEN_Q=False)
         grid[f"dkdv-{tag}"] = (flash_kernels_bwd._bwd_dkdv_kernel, dict(bwd, EVEN_K=False),
                                "bf16", 8, 3)  # fmt: skip

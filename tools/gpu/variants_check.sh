@@ -16,6 +16,9 @@
 #
 #   bash tools/gpu/variants_check.sh
 #
+# TESTS=0 skips (1), BENCH=0 skips (2), MODES=bwd runs only the backward cases in (3)-(4):
+#   TESTS=0 BENCH=0 MODES=bwd LIMIT=170 bash tools/gpu/variants_check.sh
+#
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
 # the next. Files back under $OUT, each named variants*: variants-steps.log,
 # variants_bench.md, variants-tests.log, variants-run-*.log, variants-results-*.json,
@@ -33,7 +36,9 @@ LIMIT=${LIMIT:-200} # seconds of wall time for the whole script
 DTYPE=${DTYPE:-bf16} IMPLS=${IMPLS:-triton,flex,sdpa-cudnn} HD=${HD:-128}
 WIN=${WIN:-4096,0} SEQ_WIN=${SEQ_WIN:-32768} SEQ_MOD=${SEQ_MOD:-8192}
 SEQ_PACK=${SEQ_PACK:-2048} VARLEN=${VARLEN:-uniform:256-3840} BATCH=${BATCH:-}
-MAXT=${MAXT:-0.4} TESTS=${TESTS:-1}
+MAXT=${MAXT:-0.4} TESTS=${TESTS:-1} BENCH=${BENCH:-1}
+# MODES=bwd runs the suite's backward cases only (the variants' backward, part VB)
+read -r -a MODE_FLAGS <<< "$(echo "${MODES:-fwd,bwd}" | sed 's/\([^,]*\),*/--mode \1 /g')"
 read -r -a DEV <<< "${DEV:-}"
 STEPS="$OUT/variants-steps.log"
 
@@ -64,14 +69,14 @@ if [ "$TESTS" = 1 ]; then
 fi
 
 # (2) our variants against our dense kernel, timed directly (forward key tile 128 and 64)
-if [ -z "${DEV[*]}" ]; then
+if [ -z "${DEV[*]}" ] && [ "$BENCH" = 1 ]; then
   step "bench: variants vs dense" 40 python3 tools/gpu/variants_bench.py \
     > "$OUT/variants_bench.md" 2>&1
 fi
 
 # (3) measurements: subsets of the variants suite, fwd and bwd, no report (softcap and
 # ALiBi against flex first: the first call ran out of time before them)
-COMMON=(-s variants --dtype "$DTYPE" --head-dim "$HD" --mode fwd --mode bwd --no-report
+COMMON=(-s variants --dtype "$DTYPE" --head-dim "$HD" "${MODE_FLAGS[@]}" --no-report
   --max-time "$MAXT" --tuning-cache off "${DEV[@]}")
 run() { # run NAME CAP IMPLS ARGS...: one fa-bench run into $WORK/NAME, its results to $OUT
   local name=$1 cap=$2 impls=$3

@@ -1,0 +1,191 @@
+"""The variants' backward against our dense backward, timed directly (do_bench of
+autograd.grad on one forward's graph, L2 flushed): bf16, 32 query / 8 KV heads, head_dim
+128, causal. Issue 19 asks the variants' TFLOP/s (attended pairs only) to be within 10%
+of the dense kernel's (softcap, ALiBi), >= 0.85x (a 4k window at 32k) and >= 0.9x for a
+packed batch of mixed lengths against equal lengths of the same tokens.
+
+    python tools/gpu/variants_bwd.py            # writes $OUT/variants_bwd.{md,json}
+
+Rows: dense causal 8 x 8k, softcap 50, ALiBi; dense causal 2 x 32k, window 4096; packed
+16k tokens (the variants suite's 8 documents, uniform 256-3840) against 8 x 2048 (dense
+and packed equal lengths). Switches, timed both ways (flash_validate): PACKED_SCHEDULE
+(the packed backward's heaviest-first table, against the first grid), its SCHEDULE_BIN
+(costs in bins of 8 blocks, a sequence's pairs together: L2 reuse) and DKDV_DP_FIRST
+(dK/dV issues V·dOᵀ before P's elementwise work). Each pair's gradients are compared bit
+for bit (neither switch changes any arithmetic). The kernels are compiled first by
+parallel subprocesses (triton's disk cache), then timed in ROUNDS interleaved rounds
+(default 2; the table has the mean, the JSON every round). A developer tool, not
+installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from triton.testing import do_bench
+
+from fa_bench.kernels import flash_attention, flash_attention_varlen, flash_validate
+from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
+
+HQ, HKV, D = 32, 8, 128
+MIXED = varlen_lengths("uniform:256-3840", 8)
+# name: (kind, batch or lengths, N, kwargs, switches)
+CASES: dict[str, tuple] = {
+    "dense 8x8k": ("dense", 8, 8192, {}, {}),
+    "dense 8x8k dp-first": ("dense", 8, 8192, {}, {"DKDV_DP_FIRST": True}),
+    "softcap 50 8x8k": ("dense", 8, 8192, {"softcap": 50.0}, {}),
+    "softcap 50 8x8k dp-first": ("dense", 8, 8192, {"softcap": 50.0}, {"DKDV_DP_FIRST": True}),
+    "alibi 8x8k": ("dense", 8, 8192, {"alibi": True}, {}),
+    "dense 2x32k": ("dense", 2, 32768, {}, {}),
+    "window 4096 2x32k": ("dense", 2, 32768, {"window": (4096, -1)}, {}),
+    "equal 8x2048": ("dense", 8, 2048, {}, {}),
+    "packed equal 8x2048": ("packed", (2048,) * 8, 0, {}, {}),
+    "packed mixed": ("packed", MIXED, 0, {}, {}),
+    "packed mixed, first grid": ("packed", MIXED, 0, {}, {"PACKED_SCHEDULE": False}),
+    "packed mixed, bins of 8": ("packed", MIXED, 0, {}, {"SCHEDULE_BIN": 8}),
+}
+# (what, numerator, denominator, issue's ask)
+RATIOS = [
+    ("softcap / dense", "softcap 50 8x8k", "dense 8x8k", 0.9),
+    ("ALiBi / dense", "alibi 8x8k", "dense 8x8k", 0.9),
+    ("window / dense", "window 4096 2x32k", "dense 2x32k", 0.85),
+    ("packed mixed / equal", "packed mixed", "equal 8x2048", 0.9),
+    ("packed mixed, first grid / equal", "packed mixed, first grid", "equal 8x2048", 0.9),
+    ("packed mixed, bins of 8 / equal", "packed mixed, bins of 8", "equal 8x2048", 0.9),
+    ("packed mixed / packed equal", "packed mixed", "packed equal 8x2048", 0.9),
+    ("dense dp-first / dense", "dense 8x8k dp-first", "dense 8x8k", None),
+    ("softcap dp-first / softcap", "softcap 50 8x8k dp-first", "softcap 50 8x8k", None),
+]
+# pairs whose gradients must agree bit for bit
+BITWISE = [
+    ("packed mixed", "packed mixed, first grid"),
+    ("packed mixed", "packed mixed, bins of 8"),
+    ("dense 8x8k", "dense 8x8k dp-first"),
+    ("softcap 50 8x8k", "softcap 50 8x8k dp-first"),
+]
+
+
+def _switches(values: dict) -> None:
+    flash_validate.PACKED_SCHEDULE = values.get("PACKED_SCHEDULE", True)
+    flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", False)
+    flash_validate.SCHEDULE_BIN = values.get("SCHEDULE_BIN", 1)
+
+
+def _flops(kind: str, size: object, n: int, kw: dict) -> float:
+    if kind == "packed":
+        pairs = sum(window_pairs(s, s, True, -1) for s in size)  # type: ignore[union-attr]
+        return 2.5 * 4.0 * pairs * D * HQ
+    left = kw.get("window", (-1, -1))[0]
+    return 2.5 * 4.0 * window_pairs(n, n, True, left) * D * HQ * int(size)  # type: ignore[call-overload]
+
+
+def _setup(name: str):
+    """(grad function, FLOPs) of one case: the forward runs once, the backward replays."""
+    kind, size, n, kw, switches = CASES[name]
+    _switches(switches)
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        t = torch.randn(shape, device="cuda", generator=g, dtype=torch.bfloat16)
+        return t.requires_grad_()
+
+    kw = dict(kw)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.tensor(alibi_slopes(HQ), dtype=torch.float32, device="cuda")
+    if kind == "packed":
+        total = sum(size)
+        q, k, v = rnd(total, HQ, D), rnd(total, HKV, D), rnd(total, HKV, D)
+        cu = torch.tensor([0, *torch.tensor(size).cumsum(0).tolist()], device="cuda")
+        cu = cu.to(torch.int32)
+        o = flash_attention_varlen(q, k, v, cu, cu, max(size), max(size), causal=True, **kw)
+    else:
+        q, k, v = rnd(size, HQ, n, D), rnd(size, HKV, n, D), rnd(size, HKV, n, D)
+        o = flash_attention(q, k, v, causal=True, **kw)
+    do = torch.randn(o.shape, device="cuda", generator=g, dtype=o.dtype)
+
+    def grads():
+        _switches(switches)
+        return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+    return grads, _flops(kind, size, n, kw)
+
+
+def _warm(name: str) -> None:
+    """Compile a case's kernels (a child process: triton's disk cache keeps them)."""
+    grads, _ = _setup(name)
+    grads()
+    torch.cuda.synchronize()
+
+
+def _precompile(names: list[str]) -> list[str]:
+    def one(name: str) -> str:
+        t0 = time.time()
+        r = subprocess.run([sys.executable, __file__, "--warm", name], capture_output=True,
+                           text=True, timeout=240)  # fmt: skip
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] if r.returncode else []
+        return f"{name}: exit {r.returncode} in {time.time() - t0:.0f} s {' '.join(tail)}"
+
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return list(pool.map(one, names))
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--warm":
+        _warm(sys.argv[2])
+        return 0
+    out = os.environ.get("OUT", "fa-bench-out/out")
+    os.makedirs(out, exist_ok=True)
+    rounds = int(os.environ.get("ROUNDS", "2"))
+    names = [n for n in CASES if not sys.argv[1:] or n in sys.argv[1:]]
+    t0 = time.time()
+    warm = _precompile(names) if os.environ.get("PRECOMPILE", "1") == "1" else []
+    setups, times, bits = {}, {n: [] for n in names}, {}
+    for name in names:
+        try:
+            setups[name] = _setup(name)
+        except Exception as e:  # a failing case is a result here
+            setups[name] = None
+            times[name] = [f"error {type(e).__name__}: {str(e)[:160]}"]
+    for _ in range(rounds):
+        for name in names:
+            if setups[name] is not None:
+                grads, flops = setups[name]
+                times[name].append(flops / do_bench(grads) / 1e9)
+    for a, b in BITWISE:
+        if setups.get(a) and setups.get(b):
+            ga, gb = setups[a][0](), setups[b][0]()
+            bits[f"{a} == {b}"] = all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
+    mean = {n: sum(t) / len(t) for n, t in times.items() if t and not isinstance(t[0], str)}
+    head = (
+        f"torch {torch.__version__}, {torch.cuda.get_device_name()}; bf16, {HQ}/{HKV} heads, "
+        f"D {D}, causal; backward TFLOP/s (attended pairs, 2.5x forward), mean of {rounds} "
+        f"interleaved do_bench rounds; mixed lengths {MIXED}"
+    )
+    lines = [head, "", "| case | bwd TFLOP/s | rounds |", "|---|---|---|"]
+    for name in names:
+        cells = ", ".join(f"{t:.1f}" if not isinstance(t, str) else t for t in times[name])
+        lines.append(f"| {name} | {mean.get(name, float('nan')):.1f} | {cells} |")
+    lines += ["", "| ratio | value | asked |", "|---|---|---|"]
+    for what, num, den, ask in RATIOS:
+        if num in mean and den in mean:
+            lines.append(f"| {what} | {mean[num] / mean[den]:.3f} | {ask or ''} |")
+    lines += ["", *(f"- bitwise {k}: {v}" for k, v in bits.items())]
+    lines += [""] + [f"- {w}" for w in warm]
+    lines.append(f"- {time.time() - t0:.0f} s in all")
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(out, "variants_bwd.md"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(out, "variants_bwd.json"), "w") as f:
+        json.dump({"tflops": times, "bitwise": bits, "lengths": MIXED, "warm": warm}, f, indent=1)
+    return 0 if all(bits.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
