@@ -139,6 +139,9 @@ def main() -> int:
         default=min(8, os.cpu_count() or 1),
         help="processes for the checks and the speed rows' compiles (1: all in this one)",
     )
+    ap.add_argument(  # an older command line's spelling of --dev "tanh f16x2"
+        "--f16x2", action="store_true", help='the same as --dev "tanh f16x2"'
+    )
     ap.add_argument(
         "--dev",
         default="",
@@ -152,6 +155,8 @@ def main() -> int:
     out_dir = os.environ.get("OUT", "fa-bench-out/out")
     os.makedirs(out_dir, exist_ok=True)
     dev = [m for m in args.dev.split(",") if m]
+    if args.f16x2 and "tanh f16x2" not in dev:
+        dev.append("tanh f16x2")
     unknown = [m for m in dev if m not in DEV_MODES]
     if unknown:
         ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
