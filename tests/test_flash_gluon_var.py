@@ -296,11 +296,12 @@ def test_the_gpu_report_counts_the_development_checks_apart():
         {"check": "bf16 d128 softcap 50", "passed": True, "detail": {}},
         {"check": "bf16 d128 softcap 50 [tanh f16x2]", "passed": False, "error": "E: x"},
         {"check": "bf16 d128 softcap 50 [emu 2]", "passed": True, "detail": {}},
+        {"check": "bf16 d128 packed causal [1, 300]", "passed": True, "detail": {}},
     ]
     rows = [{"variant": "softcap 50 causal", "shape": "8 x 8192", "gluon": 500.0,
              "tl": 400.0, "dense gluon": 550.0, "flex": "error X"}]  # fmt: skip
     text = tool.report(checks, rows)
-    assert "## Correctness: 1 / 1 passed" in text
+    assert "## Correctness: 2 / 2 passed" in text  # a name ending in "]" is no mode
     assert "Development modes (not the default): 1 / 2 passed" in text
     assert "- FAIL bf16 d128 softcap 50 [tanh f16x2]: E: x" in text
     assert (

@@ -141,7 +141,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     dense_flops = 4.0 * window_pairs(n, n, True) * D * b * HQ
     row: dict = {"variant": name, "shape": f"{b} x {n}"}
     row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
-    dev = name.endswith("]")  # a development mode: "[tanh f16x2, emu N]"
+    dev = name.startswith("softcap") and name.endswith("]")  # "[tanh f16x2, emu N]"
     vh.TANH_F16X2 = dev and "tanh f16x2" in name
     vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
