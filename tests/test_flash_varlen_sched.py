@@ -244,3 +244,24 @@ def test_dkdv_dp_first_changes_no_bit(monkeypatch):
         runs.append(torch.autograd.grad(o, (q, k, v), do))
     for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
+
+
+@interpreter
+@pytest.mark.slow
+def test_the_gpu_bench_runs_on_a_cpu_and_its_switches_change_no_bit(tmp_path):
+    """tools/gpu/variants_bwd.py's plumbing (VB_CPU=1: the interpreter at sizes / 128):
+    every case times, every ratio is printed, every switch's gradients are bitwise equal."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "gpu" / "variants_bwd.py"
+    env = dict(os.environ, VB_CPU="1", ROUNDS="1", OUT=str(tmp_path), TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, str(tool)], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((tmp_path / "variants_bwd.json").read_text())
+    assert result["bitwise"] and all(result["bitwise"].values())
+    assert all(len(t) == 1 and isinstance(t[0], float) for t in result["tflops"].values())
+    assert "| packed mixed / equal |" in (tmp_path / "variants_bwd.md").read_text()

@@ -35,6 +35,12 @@ from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
 
 HQ, HKV, D = 32, 8, 128
 MIXED = varlen_lengths("uniform:256-3840", 8)
+# VB_CPU=1: a plumbing check on a CPU (the Triton interpreter, fp32, every size / 128,
+# 4/2 heads of 16, a wall-clock timer), e.g. before a GPU call; its numbers mean nothing
+CPU = os.environ.get("VB_CPU") == "1"
+DEV, DTYPE, SHRINK = ("cpu", torch.float32, 128) if CPU else ("cuda", torch.bfloat16, 1)
+if CPU:
+    HQ, HKV, D = 4, 2, 16
 # name: (kind, batch or lengths, N, kwargs, switches)
 CASES: dict[str, tuple] = {
     "dense 8x8k": ("dense", 8, 8192, {}, {}),
@@ -89,25 +95,27 @@ def _setup(name: str):
     """(grad function, FLOPs) of one case: the forward runs once, the backward replays."""
     kind, size, n, kw, switches = CASES[name]
     _switches(switches)
-    g = torch.Generator(device="cuda").manual_seed(0)
+    g = torch.Generator(device=DEV).manual_seed(0)
 
     def rnd(*shape: int) -> torch.Tensor:
-        t = torch.randn(shape, device="cuda", generator=g, dtype=torch.bfloat16)
-        return t.requires_grad_()
+        return torch.randn(shape, device=DEV, generator=g, dtype=DTYPE).requires_grad_()
 
     kw = dict(kw)
     if kw.pop("alibi", False):
-        kw["alibi_slopes"] = torch.tensor(alibi_slopes(HQ), dtype=torch.float32, device="cuda")
+        kw["alibi_slopes"] = torch.tensor(alibi_slopes(HQ), dtype=torch.float32, device=DEV)
+    if "window" in kw:
+        kw["window"] = (kw["window"][0] // SHRINK, kw["window"][1])
+    n = n // SHRINK
     if kind == "packed":
-        total = sum(size)
-        q, k, v = rnd(total, HQ, D), rnd(total, HKV, D), rnd(total, HKV, D)
-        cu = torch.tensor([0, *torch.tensor(size).cumsum(0).tolist()], device="cuda")
+        size = tuple(max(1, s // SHRINK) for s in size)  # type: ignore[union-attr]
+        q, k, v = rnd(sum(size), HQ, D), rnd(sum(size), HKV, D), rnd(sum(size), HKV, D)
+        cu = torch.tensor([0, *torch.tensor(size).cumsum(0).tolist()], device=DEV)
         cu = cu.to(torch.int32)
         o = flash_attention_varlen(q, k, v, cu, cu, max(size), max(size), causal=True, **kw)
     else:
         q, k, v = rnd(size, HQ, n, D), rnd(size, HKV, n, D), rnd(size, HKV, n, D)
         o = flash_attention(q, k, v, causal=True, **kw)
-    do = torch.randn(o.shape, device="cuda", generator=g, dtype=o.dtype)
+    do = torch.randn(o.shape, device=DEV, generator=g, dtype=o.dtype)
 
     def grads():
         _switches(switches)
@@ -116,11 +124,19 @@ def _setup(name: str):
     return grads, _flops(kind, size, n, kw)
 
 
+def _time_ms(fn) -> float:
+    if not CPU:
+        return do_bench(fn)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
 def _warm(name: str) -> None:
     """Compile a case's kernels (a child process: triton's disk cache keeps them)."""
     grads, _ = _setup(name)
     grads()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # the warm-up runs on the GPU only
 
 
 def _precompile(names: list[str]) -> list[str]:
@@ -144,7 +160,7 @@ def main() -> int:
     rounds = int(os.environ.get("ROUNDS", "2"))
     names = [n for n in CASES if not sys.argv[1:] or n in sys.argv[1:]]
     t0 = time.time()
-    warm = _precompile(names) if os.environ.get("PRECOMPILE", "1") == "1" else []
+    warm = _precompile(names) if os.environ.get("PRECOMPILE", "1") == "1" and not CPU else []
     setups, times, bits = {}, {n: [] for n in names}, {}
     for name in names:
         try:
@@ -156,14 +172,15 @@ def main() -> int:
         for name in names:
             if setups[name] is not None:
                 grads, flops = setups[name]
-                times[name].append(flops / do_bench(grads) / 1e9)
+                times[name].append(flops / _time_ms(grads) / 1e9)
     for a, b in BITWISE:
         if setups.get(a) and setups.get(b):
             ga, gb = setups[a][0](), setups[b][0]()
             bits[f"{a} == {b}"] = all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
     mean = {n: sum(t) / len(t) for n, t in times.items() if t and not isinstance(t[0], str)}
+    gpu = "CPU (interpreter, plumbing only)" if CPU else torch.cuda.get_device_name()
     head = (
-        f"torch {torch.__version__}, {torch.cuda.get_device_name()}; bf16, {HQ}/{HKV} heads, "
+        f"torch {torch.__version__}, {gpu}; {DTYPE}, {HQ}/{HKV} heads, "
         f"D {D}, causal; backward TFLOP/s (attended pairs, 2.5x forward), mean of {rounds} "
         f"interleaved do_bench rounds; mixed lengths {MIXED}"
     )
