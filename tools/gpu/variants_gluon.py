@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 
 import torch
 
@@ -60,20 +61,84 @@ def _job(job: tuple) -> dict | None:
     return _check_row(*(_cases(dtypes) + _dev_cases(dtypes, dev))[i])
 
 
+def _indexed(item: tuple[int, tuple]) -> tuple[int, dict | None]:
+    return item[0], _job(item[1])
+
+
 def parallel(
-    dtypes: tuple[str, ...], dev: list[str], warm: bool, workers: int, flex: bool = False
+    dtypes: tuple[str, ...],
+    dev: list[str],
+    warm: bool,
+    workers: int,
+    flex: bool = False,
+    deadline: float = math.inf,
+    out_dir: str = "",
 ) -> list[dict]:
     """The checks (and the speed rows' compiles, flex's too with `flex`: torch.compile's
     caches then serve the timing process) in `workers` spawned processes, each with its
-    own CUDA context: compiling dominates, and triton compiles one kernel per core."""
+    own CUDA context: compiling dominates, and triton compiles one kernel per core. Rows
+    are written as they come; a check still running at `deadline` (a hang?) is a failed
+    row saying so, and the pool is ended."""
     import multiprocessing as mp
 
-    n = len(_cases(dtypes) + _dev_cases(dtypes, dev))
+    cases = _cases(dtypes) + _dev_cases(dtypes, dev)
     jobs: list[tuple] = [("warm", i, flex) for i in range(N_SPECS)] if warm else []
-    jobs += [("check", dtypes, dev, i) for i in range(n)]
-    with mp.get_context("spawn").Pool(workers) as pool:
-        done = pool.map(_job, jobs, chunksize=1)
-    return [row for row in done if row is not None]
+    jobs += [("check", dtypes, dev, i) for i in range(len(cases))]
+    rows: dict[int, dict] = {}
+    pool = mp.get_context("spawn").Pool(workers)
+    try:
+        results = pool.imap_unordered(_indexed, list(enumerate(jobs)), chunksize=1)
+        for _ in jobs:
+            try:
+                i, row = results.next(timeout=max(1.0, deadline - time.time()))
+            except mp.TimeoutError:
+                break
+            if row is not None:
+                rows[i] = row
+                if out_dir:
+                    _write(out_dir, [rows[k] for k in sorted(rows)], [])
+    finally:
+        pool.terminate()
+    first = len(jobs) - len(cases)
+    for i in range(first, len(jobs)):
+        if i not in rows:
+            why = "did not finish within the checks' time budget (a hang, or slow compiles)"
+            rows[i] = {"check": cases[i - first][0], "passed": False, "error": why}
+    return [rows[k] for k in sorted(rows)]
+
+
+def _time_row(i: int, flex: bool) -> dict:
+    """Speed row i, timed in a worker process (see timed_rows)."""
+    import variants_gluon_speed as sp
+
+    return next(iter(sp.speed(flex, math.inf, only=i)))
+
+
+def timed_rows(flex: bool, row_timeout: float, deadline: float) -> Iterator[dict]:
+    """The speed rows one at a time in one spawned worker (the GPU to itself), each
+    given `row_timeout` seconds: a row that hangs is an error row and its worker is
+    replaced; rows not started by `deadline` are skipped."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    pool = ctx.Pool(1)
+    try:
+        for i in range(N_SPECS):
+            if time.time() > deadline:
+                yield {"variant": f"row {i}", "shape": "", "gluon": "skipped: time budget"}
+                continue
+            try:
+                yield pool.apply_async(_time_row, (i, flex)).get(timeout=row_timeout)
+            except mp.TimeoutError:
+                why = f"timed out ({row_timeout:.0f} s)"
+                yield {"variant": f"row {i}", "shape": "", "gluon": why}
+                pool.terminate()
+                pool = ctx.Pool(1)
+            except Exception as e:  # the worker's exception: a result here
+                why = f"error {type(e).__name__}: {str(e)[:160]}"
+                yield {"variant": f"row {i}", "shape": "", "gluon": why}
+    finally:
+        pool.terminate()
 
 
 def _is_dev(check: dict) -> bool:
@@ -136,7 +201,13 @@ def _write(out_dir: str, checks: list[dict], rows: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-flex", action="store_true", help="skip flex_attention")
-    ap.add_argument("--budget", type=float, default=100.0, help="seconds before flex is skipped")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=180.0,
+        help="seconds in all: the checks get 55%%, no speed row starts after it",
+    )
+    ap.add_argument("--row-timeout", type=float, default=45.0, help="seconds per speed row")
     ap.add_argument("--checks-only", action="store_true")
     ap.add_argument(
         "--workers",
@@ -166,17 +237,18 @@ def main() -> int:
     if unknown:
         ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
     dtypes = tuple(args.dtypes.split(","))
+    flex = not args.no_flex
     if args.workers > 1:
-        checks = parallel(dtypes, dev, not args.checks_only, args.workers, not args.no_flex)
+        checks = parallel(dtypes, dev, not args.checks_only, args.workers, flex,
+                          start + 0.55 * args.budget, out_dir)  # fmt: skip
     else:
         checks = correctness(dtypes, dev)
     print(f"checks: {time.time() - start:.0f} s", flush=True)
     _write(out_dir, checks, [])  # the checks survive a later crash or timeout
     rows: list[dict] = []
     if not args.checks_only:
-        from variants_gluon_speed import speed  # a sibling file: this tool is not a package
-
-        for row in speed(not args.no_flex, start + args.budget * 0.6):
+        for row in timed_rows(flex, args.row_timeout, start + args.budget):
+            print(row, flush=True)
             rows.append(row)
             _write(out_dir, checks, rows)
     print(report(checks, rows))
