@@ -26,7 +26,9 @@
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
-WORK=fa-bench-out/variants
+# a fresh folder per invocation: `fa-bench run --out` refuses one that holds a run (a
+# second call on a warm machine keeps the first one's outputs)
+WORK=fa-bench-out/variants/$(date -u +%H%M%S)
 mkdir -p "$OUT" "$WORK"
 LIMIT=${LIMIT:-200} # seconds of wall time for the whole script
 # For a dry run of the plumbing on a CPU (the Triton interpreter), e.g.
