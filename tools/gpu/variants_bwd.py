@@ -11,15 +11,17 @@ Rows: dense causal 8 x 8k, softcap 50, ALiBi; dense causal 2 x 32k, window 4096;
 and packed equal lengths). Switches, timed both ways (flash_validate): PACKED_SCHEDULE
 (the packed backward's heaviest-first table, against the first grid), its SCHEDULE_BIN
 (costs in bins of 8 blocks, a sequence's pairs together: L2 reuse) and DKDV_DP_FIRST
-(dK/dV issues V·dOᵀ before P's elementwise work). Each pair's gradients are compared bit
-for bit (neither switch changes any arithmetic). The kernels are compiled first by
-parallel subprocesses (triton's disk cache), then timed in ROUNDS interleaved rounds
-(default 2; the table has the mean, the JSON every round). A developer tool, not
-installed.
+(dK/dV issues V·dOᵀ before P's elementwise work); and the softcap's backward at 2
+pipeline stages (the heuristic's 3). Each pair's gradients are compared bit for bit
+(the switches change no arithmetic). The kernels are compiled first by parallel child
+processes (one wave of up to 16, into triton's disk cache), then timed in ROUNDS
+interleaved rounds (default 2; the table has the mean, the JSON every round). A
+developer tool, not installed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,6 +33,7 @@ import torch
 from triton.testing import do_bench
 
 from fa_bench.kernels import flash_attention, flash_attention_varlen, flash_validate
+from fa_bench.kernels.flash_config import heuristic_config
 from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
 
 HQ, HKV, D = 32, 8, 128
@@ -47,9 +50,11 @@ CASES: dict[str, tuple] = {
     "dense 8x8k dp-first": ("dense", 8, 8192, {}, {"DKDV_DP_FIRST": True}),
     "softcap 50 8x8k": ("dense", 8, 8192, {"softcap": 50.0}, {}),
     "softcap 50 8x8k dp-first": ("dense", 8, 8192, {"softcap": 50.0}, {"DKDV_DP_FIRST": True}),
+    "softcap 50 8x8k, 2 stages": ("dense", 8, 8192, {"softcap": 50.0}, {"stages": 2}),
     "alibi 8x8k": ("dense", 8, 8192, {"alibi": True}, {}),
     "dense 2x32k": ("dense", 2, 32768, {}, {}),
     "window 4096 2x32k": ("dense", 2, 32768, {"window": (4096, -1)}, {}),
+    "window 2x32k dp-first": ("dense", 2, 32768, {"window": (4096, -1)}, {"DKDV_DP_FIRST": True}),
     "equal 8x2048": ("dense", 8, 2048, {}, {}),
     "packed equal 8x2048": ("packed", (2048,) * 8, 0, {}, {}),
     "packed mixed": ("packed", MIXED, 0, {}, {}),
@@ -67,6 +72,8 @@ RATIOS = [
     ("packed mixed / packed equal", "packed mixed", "packed equal 8x2048", 0.9),
     ("dense dp-first / dense", "dense 8x8k dp-first", "dense 8x8k", None),
     ("softcap dp-first / softcap", "softcap 50 8x8k dp-first", "softcap 50 8x8k", None),
+    ("softcap 2 stages / softcap", "softcap 50 8x8k, 2 stages", "softcap 50 8x8k", None),
+    ("window dp-first / window", "window 2x32k dp-first", "window 4096 2x32k", None),
 ]
 # pairs whose gradients must agree bit for bit
 BITWISE = [
@@ -114,6 +121,9 @@ def _setup(name: str):
         o = flash_attention_varlen(q, k, v, cu, cu, max(size), max(size), causal=True, **kw)
     else:
         q, k, v = rnd(size, HQ, n, D), rnd(size, HKV, n, D), rnd(size, HKV, n, D)
+        if "stages" in switches:  # the library's config with another backward depth
+            cfg = heuristic_config(D, DTYPE, True, q.device, n)
+            kw["config"] = dataclasses.replace(cfg, bwd_num_stages=switches["stages"])
         o = flash_attention(q, k, v, causal=True, **kw)
     do = torch.randn(o.shape, device=DEV, generator=g, dtype=o.dtype)
 
@@ -142,12 +152,17 @@ def _warm(name: str) -> None:
 def _precompile(names: list[str]) -> list[str]:
     def one(name: str) -> str:
         t0 = time.time()
-        r = subprocess.run([sys.executable, __file__, "--warm", name], capture_output=True,
-                           text=True, timeout=240)  # fmt: skip
+        # killed by then (WARM_S): no child outlives a script step that times out
+        cmd = [sys.executable, __file__, "--warm", name]
+        limit = float(os.environ.get("WARM_S", "75"))
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return f"{name}: compile timed out after {time.time() - t0:.0f} s"
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] if r.returncode else []
         return f"{name}: exit {r.returncode} in {time.time() - t0:.0f} s {' '.join(tail)}"
 
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:  # one wave
         return list(pool.map(one, names))
 
 
