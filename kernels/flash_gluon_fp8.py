@@ -121,7 +121,8 @@ def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
     """What the GPU check times, by role, in order of interest: the heuristic's; its
     persistent form; a quarter or half of the exponentials emulated; P in registers
-    (alone and with a quarter emulated); no ping-pong; a 2-stage ring; 64-key steps.
+    (alone and with a quarter emulated); no ping-pong; a 3- and a 2-stage ring; 64-key
+    steps.
     (256-key steps are not a candidate: S alone is then 128 fp32 registers per thread,
     and ptxas spilled 1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
     base = fp8_gluon_config(head_dim)
@@ -134,6 +135,7 @@ def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
         "ws-emu2": dataclasses.replace(base, emu=2),
         "ws-nopp": dataclasses.replace(base, pingpong=False),
         "ws-preg-emu4": dataclasses.replace(preg, emu=4),
+        "ws-s3": dataclasses.replace(base, stages=3),
         "ws-s2": dataclasses.replace(base, stages=2),
         "ws-n64": deepest(dataclasses.replace(base, block_n=64), head_dim),
     }
@@ -148,8 +150,8 @@ def _aligned(t: Any, dims: tuple[int, ...], unit: int) -> bool:
 
 def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str | None:
     """Why the Gluon fp8 kernel cannot run these (already validated) fp8 inputs, or None.
-    `allow_v_copy`: a V whose K-major rows are not 16-byte aligned is accepted (the launch
-    copies it into padded storage)."""
+    `allow_v_copy`: a V not stored K-major with 16-byte aligned rows is accepted (the
+    launch copies it into such storage, `padded_v`)."""
     import os
 
     import torch
@@ -169,21 +171,20 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
     for name, t in (("q", q), ("k", k)):
         if not _aligned(t, (0, 1, 2), 3):
             return f"{name}: base or strides {tuple(t.stride())} not 16-byte aligned (TMA)"
-    if v.stride(2) != 1:
-        return f"v.stride()={tuple(v.stride())}: V must be K-major (fp8_v_layout)"
     if not allow_v_copy and not _aligned(v, (0, 1, 3), 2):
+        # (with seqlen_k 1 torch may give the size-1 dimension any stride: copied too)
         return (
-            f"v: K-major rows of seqlen_k={v.shape[2]} bytes (strides {tuple(v.stride())}) "
-            "not 16-byte aligned (TMA)"
+            f"v: strides {tuple(v.stride())} (seqlen_k={v.shape[2]}) are not K-major "
+            "(fp8_v_layout) with 16-byte aligned rows (TMA)"
         )
     return flash_gluon._api_reason()
 
 
 # Where the Gluon fp8 kernel is the automatic choice: (head_dim, causal) -> the shortest
-# key length from which it measured faster than the `tl` fp8 kernel on the H200. Empty
-# until tools/gpu/fp8_gluon_check.py has timed it: until then `auto` keeps the `tl` fp8
-# kernel and forward="gluon" runs this one.
-_PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {}
+# key length from which it measured faster than the `tl` fp8 kernel on the H200
+# (tools/gpu/fp8_gluon_check.py, session 5 call B: d128 4k/16k 799/835 against 752/753
+# TFLOP/s, causal 712/853 against 637/695; shorter keys and head_dim 64 not timed yet).
+_PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {(128, False): 4096, (128, True): 4096}
 # FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
 _UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_consumers", "gluon_q_buffers")
 
@@ -248,7 +249,7 @@ def padded_v(v: torch.Tensor) -> torch.Tensor:
     (TMA's stride rule): the same values, a copy unless already so."""
     import torch
 
-    if v.stride(2) == 1 and all(v.stride(d) % _TMA_ALIGN == 0 for d in (0, 1, 3)):
+    if _aligned(v, (0, 1, 3), 2):
         return v
     batch, heads, seq, dim = v.shape
     padded = -(-seq // _TMA_ALIGN) * _TMA_ALIGN

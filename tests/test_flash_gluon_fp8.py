@@ -205,10 +205,13 @@ def test_flash_attention_fp8_runs_the_kernel_it_chose(monkeypatch):
     assert flash_fp8.fp8_kernel_choice(q, k, v, False, FlashConfig(forward="tl")) is None
 
 
+@pytest.mark.parametrize("k_major", [True, False])
 @pytest.mark.parametrize("seq", [1, 1000, 1024])
-def test_padded_v_keeps_values_and_aligns_rows(seq):
+def test_padded_v_keeps_values_and_aligns_rows(seq, k_major):
+    # a V in the ordinary layout (or one of seqlen 1, whose size-1 dimension torch may give
+    # any stride) is copied into K-major storage too
     v = torch.randn(2, 3, seq, 64).to(torch.float8_e4m3fn)
-    out = padded_v(flash_fp8.fp8_v_layout(v))
+    out = padded_v(flash_fp8.fp8_v_layout(v) if k_major else v)
     assert out.shape == v.shape and out.stride(2) == 1
     assert all(out.stride(d) % 16 == 0 for d in (0, 1, 3))
     assert torch.equal(out.float(), v.float())

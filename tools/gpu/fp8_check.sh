@@ -16,7 +16,8 @@
 #   LIMIT=180 HEAD_DIMS=128,64 BENCH=1 IMPLS="-i triton -i sdpa-cudnn" \
 #     bash tools/gpu/fp8_check.sh                     # the first call's (2026-11-30) scope
 #
-# GLUON_ROLES=ws,... (e) adds tools/gpu/fp8_gluon_check.py for those roles ($OUT/fp8_gluon.md).
+# GLUON_ROLES=ws,... (e) adds tools/gpu/fp8_gluon_check.py for those roles ($OUT/fp8_gluon.md);
+# RUN=0 leaves out (b) and (c).
 #
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
 # the next.
@@ -62,17 +63,19 @@ step "gpu tests: ${TESTS[*]}" "${TEST_CAP:-70}" \
   > "$FILES/fp8-tests.log" 2>&1
 grep -E "passed|failed|error" "$FILES/fp8-tests.log" | tail -3 >> "$STEPS"
 
-# (b) the standard suite's forward: ours in fp8 and bf16 (and $IMPLS's others)
-step "run fp8_e4m3,bf16" 65 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
-  "${IMPLS[@]}" --head-dim "$HEAD_DIMS" --seqlen "$SEQLENS" \
-  --tuning-cache off --no-report --no-telemetry --max-time 0.3 --min-samples 5 \
-  --warmup 100 "${DEV[@]}" \
-  --out "$WORK/run" > "$FILES/fp8-run.log" 2>&1
-cp "$WORK/run/results.json" "$FILES/fp8-results.json" 2>> "$STEPS"
-
-# (c) the summary
-step "summary" 10 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
-  > /dev/null 2>> "$STEPS"
+# (b) the standard suite's forward: ours in fp8 and bf16 (and $IMPLS's others); RUN=0 skips
+# it and its summary
+if [ "${RUN:-1}" = 1 ]; then
+  step "run fp8_e4m3,bf16" 65 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
+    "${IMPLS[@]}" --head-dim "$HEAD_DIMS" --seqlen "$SEQLENS" \
+    --tuning-cache off --no-report --no-telemetry --max-time 0.3 --min-samples 5 \
+    --warmup 100 "${DEV[@]}" \
+    --out "$WORK/run" > "$FILES/fp8-run.log" 2>&1
+  cp "$WORK/run/results.json" "$FILES/fp8-results.json" 2>> "$STEPS"
+  # (c) the summary
+  step "summary" 10 python3 tools/gpu/fp8_summary.py "$WORK/run/results.json" "$OUT/fp8.md" \
+    > /dev/null 2>> "$STEPS"
+fi
 
 # (d) launch choices, on request
 if [ "$BENCH" = 1 ]; then

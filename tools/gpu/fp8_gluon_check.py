@@ -39,10 +39,11 @@ STALL_S = 25.0
 # no child starts after this many seconds ($FP8_GLUON_BUDGET_S overrides)
 BUDGET_S = float(os.environ.get("FP8_GLUON_BUDGET_S", "95"))
 # in order of importance: roles past the budget are skipped
-ROLES = ("ws", "ws-persist", "ws-emu4", "ws-preg", "ws-emu2", "ws-nopp", "ws-preg-emu4",
-         "ws-s2", "ws-n64")  # fmt: skip
+ROLES = ("ws", "ws-persist", "ws-nopp", "ws-s3", "ws-preg", "ws-emu4", "ws-emu2",
+         "ws-preg-emu4", "ws-s2", "ws-n64")  # fmt: skip
 TOKENS, HIDDEN = 16384, 2048
 BENCH_NS = (4096, 16384)
+BENCH_SHORT = (1024, 2048)
 # (batch, heads_q, heads_kv, seq_q, seq_k, causal)
 SHAPES = (
     (2, 4, 4, 1000, 1000, False),
@@ -163,8 +164,12 @@ def _tflops(fn, n, head_dim, causal) -> dict:
 
 
 def _bench_shapes(role: str):
-    for head_dim in (128, 64) if role in ("ws", "baseline") else (128,):
-        for n in BENCH_NS:
+    """d128 4k/16k causal both; the heuristic's role and the baseline also d64, and 1k/2k
+    at d128 (where the automatic dispatch should start taking the Gluon kernel)."""
+    wide = role in ("ws", "baseline")
+    for head_dim in (128, 64) if wide else (128,):
+        lengths = BENCH_SHORT + BENCH_NS if wide and head_dim == 128 else BENCH_NS
+        for n in lengths:
             for causal in (False, True):
                 yield head_dim, n, causal
 
