@@ -271,9 +271,11 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
-            ROTATE: gl.constexpr):  # fmt: skip
-    """Grid: (key blocks of 2·KEYS, batch · heads_kv), or the two swapped when causal (the
-    key block on the slow axis: every head's first, heaviest, key blocks go first).
+            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr):  # fmt: skip
+    """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
+    so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
+    first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
+    first: the dQ workspaces of all heads at once, which thrashed L2 on the H200).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for;
     2 a timing probe (0 without the reduce-adds: dQ left out).
@@ -284,7 +286,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     gl.static_assert(DQ_MODE != 1 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
-    if CAUSAL:
+    if KB_MAJOR:
         kb = gl.program_id(1)
         bhk = gl.program_id(0)
     else:

@@ -75,19 +75,23 @@ def test_heuristic_and_candidates_fit_shared_memory(head_dim):
     # the deepest ring that fits: one more stage would not
     deeper = dataclasses.replace(cfg, stages=cfg.stages + 1) if cfg.stages < 4 else None
     assert deeper is None or deeper.smem_bytes(head_dim) > flash_gluon.SMEM_BYTES
-    assert (cfg.block_n, cfg.block_m) == (128, 64)
+    assert (cfg.block_n, cfg.block_m) == (128, 128 if head_dim == 64 else 64)
 
 
 def test_heuristic_stages_and_labels():
-    assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 4
+    assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 2
     assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2"
-    assert candidate_bwd_configs(64)["ws-shallow"].stages == 3
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2"
+    assert candidate_bwd_configs(64)["ws-m64"].label() == "gluon-bwd-m64-n128-s4"
+    assert candidate_bwd_configs(64)["ws-m64"].smem_bytes(64) <= flash_gluon.SMEM_BYTES
     # FA3's shared dQ halves the staging tiles: a third ring stage fits at head_dim 128
     sdq = candidate_bwd_configs(128)["ws-sdq"]
     assert sdq.shared_dq and sdq.stages == 3 and sdq.label() == "gluon-bwd-m64-n128-s3-sdq"
     assert "ws-sdq" not in candidate_bwd_configs(64)
-    m128 = candidate_bwd_configs(64)["ws-m128"]  # FA3's 128-row query blocks at head_dim 64
-    assert (m128.block_m, m128.stages, m128.label()) == (128, 2, "gluon-bwd-m128-n128-s2")
+    m128 = gluon_bwd_config(64)  # FA3's 128-row query blocks at head_dim 64
+    assert (m128.block_m, m128.stages) == (128, 2)
+    kbm = candidate_bwd_configs(128)["ws-kbmajor"]
+    assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-kbmajor"
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):

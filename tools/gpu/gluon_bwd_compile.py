@@ -89,6 +89,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         CONSUMER_REGS=cfg.consumer_regs,
         DQ_MODE=probe or cfg.dq_mode,
         ROTATE=cfg.rotate,
+        KB_MAJOR=cfg.kb_major,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
