@@ -45,6 +45,7 @@ class Fp8GluonConfig:
       warp shuffles and byte permutes.
     persistent: one CTA per SM looping over a fixed tile order (heaviest causal tiles
       first; kernels/flash_gluon_fp8_persist.py) instead of one CTA per tile.
+    lazy_rescale: O is rescaled only in the key steps where some row's maximum grew.
     """
 
     block_n: int = 128
@@ -56,6 +57,7 @@ class Fp8GluonConfig:
     block_m: int = 64
     p_smem: bool = False
     persistent: bool = False
+    lazy_rescale: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -67,7 +69,7 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("pingpong", "p_smem", "persistent"):
+        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         for name in ("producer_regs", "consumer_regs"):
@@ -81,6 +83,10 @@ class Fp8GluonConfig:
                 raise ValueError(
                     f"Fp8GluonConfig.{name}={value!r}: expected a multiple of 8 in [24, 256]"
                 )
+
+    def softmax_code(self) -> int:
+        """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale."""
+        return self.emu + (16 if self.lazy_rescale else 0)
 
     def smem_bytes(self, head_dim: int) -> int:
         """Two fp8 Q tiles, the fp8 K/Vᵀ ring, two bf16 O tiles (and two P buffers per
@@ -96,6 +102,7 @@ class Fp8GluonConfig:
         text = text if self.pingpong else f"{text}-nopp"
         text = f"{text}-psmem" if self.p_smem else text
         text = f"{text}-emu{self.emu}" if self.emu else text
+        text = f"{text}-lazy" if self.lazy_rescale else text
         return f"{text}-persist" if self.persistent else text
 
 
@@ -133,6 +140,7 @@ def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
         "ws-emu4": dataclasses.replace(base, emu=4),
         "ws-preg": preg,
         "ws-emu2": dataclasses.replace(base, emu=2),
+        "ws-lazy": dataclasses.replace(base, lazy_rescale=True),
         "ws-nopp": dataclasses.replace(base, pingpong=False),
         "ws-preg-emu4": dataclasses.replace(preg, emu=4),
         "ws-s3": dataclasses.replace(base, stages=3),
@@ -314,7 +322,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     )
     consts = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
-        CAUSAL=bool(causal), PINGPONG=cfg.pingpong, EMU=cfg.emu,
+        CAUSAL=bool(causal), PINGPONG=cfg.pingpong, SOFTMAX=cfg.softmax_code(),
         PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
         num_warps=4,
     )  # fmt: skip

@@ -20,7 +20,7 @@ What fp8 changes:
   host sync) is the one exp2 constant; v_descale / l scales O in the epilogue.
 - O is bf16: its own shared-memory tile per consumer (Q's fp8 tile is half its size),
   stored by TMA, clipped at seq_q.
-- EMU: part of P's exponentials on the FMA pipes (kernels/flash_gluon_fp8_parts.py).
+- SOFTMAX: part of P's exponentials on the FMA pipes (kernels/flash_gluon_fp8_parts.py).
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -46,6 +46,7 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _p_layout,
     _p_smem_layout,
     _program,
+    _rescale,
     _softmax_fp8,
 )
 
@@ -121,7 +122,7 @@ def _a_operand(p, p_bufs, j, ME: gl.constexpr, P_SMEM: gl.constexpr):
 @gluon.jit
 def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
           ME: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-          EMU: gl.constexpr, P_SMEM: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
+          SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
     """Key block j ≥ 1 (ring index g, ping-pong turn tc): returns the new (acc, m_i, l_i, p).
     MASKED: the block needs the causal / key-tail mask (a constexpr: a runtime test was
     if-converted, the mask's ~130 instructions then ran in every step)."""
@@ -146,7 +147,7 @@ def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if MASKED:
         s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
+    m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), SOFTMAX,
                                            P_SMEM)  # fmt: skip
     if P_SMEM:
         _stash_p(p_next, p_bufs, j, ME)
@@ -154,13 +155,13 @@ def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
     # WGMMAWaitGroupOp: 8"); ptxas keeps a wgmma's register operands until its wait
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index((g - 1) % STAGES), count=1)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    acc = _rescale(acc, alpha, o_layout, SOFTMAX)
     return acc, m_i, l_i, p_next
 
 
 @gluon.jit
 def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
-          CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+          CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
           P_SMEM: gl.constexpr):  # fmt: skip
     """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i). The first block
     is ring index g0 and the first ping-pong turn tc0 (both 0 but in the persistent
@@ -187,18 +188,18 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
         mbarrier.arrive(k_empty.index(g0 % STAGES), count=1)
         if 0 >= n_full:
             s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
-        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), EMU,
+        m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), SOFTMAX,
                                            P_SMEM)  # fmt: skip
         if P_SMEM:
             _stash_p(p, p_bufs, 0, ME)
         # the blocks every row sees whole, then the masked diagonal / key tail
         for j in range(1, n_full):
             acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
-                                     rows, scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM,
+                                     rows, scalars, ME, CAUSAL, PINGPONG, SOFTMAX, P_SMEM,
                                      False)  # fmt: skip
         for j in range(gl.maximum(n_full, 1), n_end):
             acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
-                                     rows, scalars, ME, CAUSAL, PINGPONG, EMU, P_SMEM,
+                                     rows, scalars, ME, CAUSAL, PINGPONG, SOFTMAX, P_SMEM,
                                      True)  # fmt: skip
         last = n_end - 1
         acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, g0 + last, acc)
@@ -234,7 +235,7 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
 
 @gluon.jit
 def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
               P_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
     q_smem, o_smem = smem[0], smem[3]
@@ -248,7 +249,7 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
     mbarrier.wait(bars[0].index(ME), 0)
     q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
     acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, 0, 0,
-                          (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
+                          (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)  # fmt: skip
     _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
               gl.load(v_descale_ptr))  # fmt: skip
@@ -256,14 +257,14 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
 
 @gluon.jit
 def _consumer0(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(0, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU, P_SMEM)
+               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)
 
 
 @gluon.jit
 def _consumer1(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(1, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, EMU, P_SMEM)
+               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)
 
 
 @gluon.jit
@@ -293,7 +294,7 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
                 v_descale_ptr, heads_q, group, seq_q, seq_k, sm_scale_log2,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                EMU: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                 P_SMEM: gl.constexpr):  # fmt: skip
     """A CTA: 2·BLOCK_M query rows of one (batch, q head); 12 warps (the default
     partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e, before the descales.
@@ -324,11 +325,11 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
         [
             (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                          (b, h, hk, row0, n_end))),

@@ -43,6 +43,20 @@ def _p_smem_layout(block_n):
 
 
 @gluon.jit
+def _rescale(acc, alpha, o_layout: gl.constexpr, SOFTMAX: gl.constexpr):
+    """O · alpha per row. SOFTMAX ≥ 16 (lazy): only when some row of the warpgroup's 64 has
+    a new maximum (alpha < 1); once the row maxima settle, most key steps of a long
+    sequence skip the 64 multiplies per thread (the test costs a cross-warp reduction)."""
+    alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+    if SOFTMAX >= 16:
+        if gl.min(alpha_o, axis=0) < 1.0:
+            acc = acc * gl.expand_dims(alpha_o, 1)
+    else:
+        acc = acc * gl.expand_dims(alpha_o, 1)
+    return acc
+
+
+@gluon.jit
 def _program(heads_q, group):
     """(batch, q head, kv head, flat row offset of this head in lse2) of this program."""
     bh = gl.program_id(1)
@@ -126,15 +140,15 @@ def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
-def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, EMU: gl.constexpr,
+def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, SOFTMAX: gl.constexpr,
                  P_SMEM: gl.constexpr = False):  # fmt: skip
     """One online-softmax step with P shifted by P_EXP and rounded to e4m3: (m_new, alpha,
     l_new, p), p in PV's register A-operand layout, or (P_SMEM) left in S's layout for a
-    store to shared memory."""
+    store to shared memory. SOFTMAX % 16 is the exp2's EMU (0, 2 or 4)."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
     # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
     m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
-    p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), EMU)
+    p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), SOFTMAX % 16)
     alpha = gl.exp2(m_i * qk_scale - m_scaled)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     if P_SMEM:

@@ -84,7 +84,7 @@ def _producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
 
 @gluon.jit
 def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, descales,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, EMU: gl.constexpr,
+              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
               P_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME over its tiles; the ring index g and turn count tc run on."""
     q_smem, o_smem = smem[0], smem[3]
@@ -104,7 +104,7 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, 
         mbarrier.wait(bars[0].index(ME), it & 1)
         q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
         acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, g,
-                              tc, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, EMU,
+                              tc, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
                               P_SMEM)  # fmt: skip
         # every QKᵀ of the tile is done: the producer may load the next tile's Q
         mbarrier.arrive(q_empty.index(ME), count=1)
@@ -117,16 +117,16 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, 
 
 @gluon.jit
 def _consumer0(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
     _consumer(0, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
-              EMU, P_SMEM)  # fmt: skip
+              SOFTMAX, P_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def _consumer1(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, EMU: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
     _consumer(1, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
-              EMU, P_SMEM)  # fmt: skip
+              SOFTMAX, P_SMEM)  # fmt: skip
 
 
 @gluon.jit
@@ -134,7 +134,7 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                         k_descale_ptr, v_descale_ptr, heads_q, group, seq_q, seq_k,
                         sm_scale_log2, n_bh, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        PINGPONG: gl.constexpr, EMU: gl.constexpr,
+                        PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                         P_SMEM: gl.constexpr):  # fmt: skip
     """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; the rest as _fwd_fp8_ws."""
@@ -158,11 +158,11 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
         [
             (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
                           q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, EMU,
+                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
                          bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), CAUSAL)),

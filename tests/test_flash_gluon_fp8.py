@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(pingpong=1), "pingpong=1"),
         (dict(p_smem="yes"), "p_smem='yes'"),
         (dict(persistent=None), "persistent=None"),
+        (dict(lazy_rescale=0), "lazy_rescale=0"),
         (dict(consumer_regs=250), "consumer_regs=250"),
         (dict(producer_regs=16), "producer_regs=16"),
     ],
@@ -76,6 +77,9 @@ def test_heuristic_is_the_deepest_ring_that_fits():
     preg = dataclasses.replace(cfg, p_smem=False, pingpong=False, emu=2)
     assert preg.smem_bytes(128) == 176 * 1024
     assert preg.label() == "fp8-ws-m64-n128-s4-nopp-emu2"
+    lazy = dataclasses.replace(cfg, lazy_rescale=True, emu=4)
+    assert lazy.label() == "fp8-ws-m64-n128-s4-psmem-emu4-lazy"
+    assert (cfg.softmax_code(), lazy.softmax_code()) == (0, 4 + 16)  # the kernels' SOFTMAX
     persist = dataclasses.replace(cfg, persistent=True)
     assert persist.smem_bytes(128) == cfg.smem_bytes(128)
     assert persist.label() == "fp8-ws-m64-n128-s4-psmem-persist"

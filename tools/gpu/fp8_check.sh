@@ -16,7 +16,8 @@
 #   LIMIT=180 HEAD_DIMS=128,64 BENCH=1 IMPLS="-i triton -i sdpa-cudnn" \
 #     bash tools/gpu/fp8_check.sh                     # the first call's (2026-11-30) scope
 #
-# GLUON_ROLES=ws,... (e) adds tools/gpu/fp8_gluon_check.py for those roles ($OUT/fp8_gluon.md);
+# GLUON_ROLES=ws,... (e) adds tools/gpu/fp8_gluon_check.py for those roles ($OUT/fp8_gluon.md;
+# GLUON_LIGHT=1: its --light);
 # RUN=0 leaves out (b) and (c).
 #
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
@@ -86,7 +87,8 @@ fi
 # of those roles beside the bf16 forward and the tl fp8 kernel), $OUT/fp8_gluon.md
 if [ -n "${GLUON_ROLES:-}" ]; then
   step "gluon fp8 check: $GLUON_ROLES" "${GLUON_CAP:-110}" \
-    python3 tools/gpu/fp8_gluon_check.py --roles "$GLUON_ROLES" > "$FILES/fp8-gluon.log" 2>&1
+    python3 tools/gpu/fp8_gluon_check.py --roles "$GLUON_ROLES" ${GLUON_LIGHT:+--light} \
+    > "$FILES/fp8-gluon.log" 2>&1
 fi
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/fp8-files.tgz" -C "$FILES" .

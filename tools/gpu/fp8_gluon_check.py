@@ -174,13 +174,17 @@ def _bench_shapes(role: str):
                 yield head_dim, n, causal
 
 
-def child_role(role: str, out: str) -> None:
+def child_role(role: str, out: str, light: bool = False) -> None:
+    """One role: its checks, then its timings. `light`: the heuristic's role too gets only
+    the other roles' shapes (and one token), after a full run has passed."""
     from fa_bench.kernels.flash_gluon_fp8 import candidate_configs, fp8_gluon_forward
 
     failed = set()
-    for head_dim in (128, 64) if role == "ws" else (128,):
+    for head_dim in (128, 64) if role == "ws" and not light else (128,):
         cfg = candidate_configs(head_dim)[role]
-        shapes = SHAPES if role == "ws" else VARIANT_SHAPES
+        shapes = SHAPES if role == "ws" and not light else VARIANT_SHAPES
+        if role == "ws" and light:
+            shapes = (*shapes, SHAPES[4])
         for shape in shapes + (PERSIST_SHAPES if "persist" in role else ()):
             try:
                 row = check_one(cfg, shape, head_dim, with_tl=role == "ws")
@@ -239,12 +243,13 @@ def child_baseline(out: str) -> None:
             _emit(out, row)
 
 
-def _run_child(role: str, lines: str) -> dict:
+def _run_child(role: str, lines: str, light: bool = False) -> dict:
     """One child, killed when its lines stop growing for STALL_S seconds."""
     start = time.time()
     log_path = Path(lines).with_name(f"fp8-gluon-child-{role}.log")
     with open(log_path, "w") as log:
         args = [sys.executable, __file__, "--child", role, "--lines", lines]
+        args += ["--light"] if light else []
         proc = subprocess.Popen(args, stdout=log, stderr=log)
         last_size, last_change = -1, time.time()
         while proc.poll() is None:
@@ -262,7 +267,7 @@ def _run_child(role: str, lines: str) -> dict:
     return dict(child=role, status=status, seconds=round(time.time() - start, 1))
 
 
-def parent(roles: list[str]) -> int:
+def parent(roles: list[str], light: bool = False) -> int:
     import torch
     import triton
 
@@ -280,7 +285,7 @@ def parent(roles: list[str]) -> int:
         if time.time() - started > BUDGET_S:
             children.append(dict(child=role, status="skipped: time budget", seconds=0))
             continue
-        children.append(_run_child(role, lines))
+        children.append(_run_child(role, lines, light))
         print(json.dumps(children[-1]), flush=True)
     rows = [json.loads(line) for line in open(lines)] if os.path.exists(lines) else []
     doc = dict(env=env, children=children, rows=rows)
@@ -297,18 +302,19 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--lines", help=argparse.SUPPRESS)
     ap.add_argument("--roles", default=",".join(ROLES), help="candidate roles, in order")
+    ap.add_argument("--light", action="store_true", help="the heuristic's role: fewer checks")
     args = ap.parse_args()
     if args.child:
         try:
             if args.child == "baseline":
                 child_baseline(args.lines)
             else:
-                child_role(args.child, args.lines)
+                child_role(args.child, args.lines, args.light)
         except Exception:
             traceback.print_exc()
             return 1
         return 0
-    return parent(args.roles.split(","))
+    return parent(args.roles.split(","), args.light)
 
 
 if __name__ == "__main__":

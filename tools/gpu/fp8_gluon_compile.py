@@ -61,7 +61,7 @@ def compile_one(cfg: Fp8GluonConfig, head_dim: int, causal: bool) -> object:
     )
     consts: dict[str, object] = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
-        CAUSAL=causal, PINGPONG=cfg.pingpong, EMU=cfg.emu,
+        CAUSAL=causal, PINGPONG=cfg.pingpong, SOFTMAX=cfg.softmax_code(),
         PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
     )  # fmt: skip
     fn = flash_gluon_fp8_kernels._fwd_fp8_ws

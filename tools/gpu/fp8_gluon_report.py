@@ -60,7 +60,7 @@ def _bench(rows: list[dict]) -> list[str]:
             cells += [best[1], f"{ratio:.3f}", "yes" if ratio >= TARGET else "no"]
         else:
             cells += ["-", "-", "-"]
-        n_text = f"{n // 1024}k"
+        n_text = f"{n // 1024}k" if n % 1024 == 0 else str(n)
         out.append(f"| {head_dim} | {n_text} | {'yes' if causal else 'no'} | " +
                    " | ".join(cells) + " |")  # fmt: skip
     errors = [f"- {r['role']} d{r['head_dim']} {r['n']} causal={r['causal']}: {r['error']}"
