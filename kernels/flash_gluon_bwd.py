@@ -58,7 +58,9 @@ class GluonBwdConfig:
     kb_major: the grid runs every head's first key blocks first (the first causal order)
       instead of one head's key blocks together: on the H200 (session 5, call B) it left
       the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
-      at once do not fit L2: 331 TFLOP/s, 498 without the adds, bf16 d128).
+      at once do not fit L2: 331 TFLOP/s, 498 without the adds, bf16 d128);
+    pingpong: the two consumers take turns to issue their matmul groups (mbarriers), so
+      one's exponentials overlap the other's matmuls (the Gluon forward's ping-pong).
     """
 
     block_m: int = 64
@@ -70,13 +72,14 @@ class GluonBwdConfig:
     rotate: bool = False
     early_dq: bool = False
     kb_major: bool = False
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("shared_dq", "rotate", "early_dq", "kb_major"):
+        for name in ("shared_dq", "rotate", "early_dq", "kb_major", "pingpong"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
         if self.shared_dq and self.early_dq:
@@ -118,6 +121,7 @@ class GluonBwdConfig:
         text = f"{text}-sdq" if self.shared_dq else text
         text = f"{text}-rot" if self.rotate else text
         text = f"{text}-kbmajor" if self.kb_major else text
+        text = f"{text}-pp" if self.pingpong else text
         return f"{text}-early" if self.early_dq else text
 
 
@@ -145,11 +149,13 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
     shared dQ (head_dim 128) with the deepest ring that fits, "ws-m64" query blocks of
     64 rows at head_dim 64 (its first heuristic), "ws-rot" the rotated query-block order,
-    "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order."""
+    "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
+    "ws-pp" the consumers' ping-pong."""
     base = gluon_bwd_config(head_dim)
     out = {"ws": base, "ws-rot": dataclasses.replace(base, rotate=True),
            "ws-early": dataclasses.replace(base, early_dq=True),
-           "ws-kbmajor": dataclasses.replace(base, kb_major=True)}  # fmt: skip
+           "ws-kbmajor": dataclasses.replace(base, kb_major=True),
+           "ws-pp": dataclasses.replace(base, pingpong=True)}  # fmt: skip
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:
@@ -326,5 +332,6 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        DQ_MODE=probe or cfg.dq_mode, ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major, num_warps=4,
+        DQ_MODE=probe or cfg.dq_mode, ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major,
+        PINGPONG=cfg.pingpong, num_warps=4,
     )  # fmt: skip

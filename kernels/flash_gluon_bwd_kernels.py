@@ -127,9 +127,27 @@ def _row_vector(bufs, slot, layout: gl.constexpr):
 
 
 @gluon.jit
+def _turn(bars, ME: gl.constexpr, k, PINGPONG: gl.constexpr):
+    """Wait for this consumer's k-th turn to issue matmuls (consumer 0 first: its first
+    wait passes on a fresh barrier, consumer 1's waits for consumer 0's first pass)."""
+    if PINGPONG:
+        mbarrier.wait(bars[7].index(ME), (k + 1 - ME) & 1)
+
+
+@gluon.jit
+def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
+    """Hand the turn to the other consumer."""
+    if PINGPONG:
+        mbarrier.arrive(bars[7].index(1 - ME), count=1)
+
+
+@gluon.jit
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
-              coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr):  # fmt: skip
-    """One query block against this consumer's keys: returns the new (dk, dv)."""
+              coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
+    """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
+    the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
+    so one's exponentials and dS overlap the other's matmuls."""
     k_tiles, k_me, v_me = kv
     ds_me = ds_bufs.index(ME)
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
@@ -152,9 +170,11 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     do_t = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
     s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, layout=s_layout)
     mbarrier.wait(q_ready.index(slot), phase)
+    _turn(bars, ME, 3 * t, PINGPONG)
     s_t = warpgroup_mma(k_me, q_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v_me, do_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    _pass(bars, ME, PINGPONG)
     s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
     # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
     # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
@@ -162,12 +182,16 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
     p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
     p_op = gl.convert_layout(p_t.to(dtype), a_layout)
+    _turn(bars, ME, 3 * t + 1, PINGPONG)
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
+    _pass(bars, ME, PINGPONG)
     dp_t = warpgroup_mma_wait(1, deps=[dp_t])  # dPᵀ done (in order), dV may still run
     delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     ds_op = gl.convert_layout(ds_t, a_layout)
+    _turn(bars, ME, 3 * t + 2, PINGPONG)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    _pass(bars, ME, PINGPONG)
     # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
     if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
         mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
@@ -197,7 +221,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
 
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                  DQ_MODE: gl.constexpr):  # fmt: skip
+                  DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -217,7 +241,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG)  # fmt: skip
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -230,21 +254,21 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   DQ_MODE: gl.constexpr):  # fmt: skip
-    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE)
+                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG)
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   DQ_MODE: gl.constexpr):  # fmt: skip
-    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE)
+                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG)
 
 
 @gluon.jit
 def _bwd_bars(STAGES: gl.constexpr):
     """K/V (one transaction barrier), Q and dO ready (the producer's expect) and empty
     (one arrival per consumer) per ring slot; per consumer, its dSᵀ tile ready for and
-    freed by the other consumer (DQ_MODE 1)."""
+    freed by the other consumer (DQ_MODE 1); the ping-pong's turn per consumer."""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
@@ -253,16 +277,18 @@ def _bwd_bars(STAGES: gl.constexpr):
     do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
     mbarrier.init(kv_bar, count=1)
     for c in gl.static_range(2):
         mbarrier.init(ds_ready.index(c), count=1)
         mbarrier.init(ds_free.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=2)
         mbarrier.init(do_empty.index(i), count=2)
-    return kv_bar, q_ready, q_empty, do_ready, do_empty, ds_ready, ds_free
+    return kv_bar, q_ready, q_empty, do_ready, do_empty, ds_ready, ds_free, turn
 
 
 @gluon.jit
@@ -271,7 +297,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
-            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr):  # fmt: skip
+            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
@@ -331,12 +357,12 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, rot, group, heads_q))),

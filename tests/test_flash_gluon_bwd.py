@@ -92,6 +92,7 @@ def test_heuristic_stages_and_labels():
     assert (m128.block_m, m128.stages) == (128, 2)
     kbm = candidate_bwd_configs(128)["ws-kbmajor"]
     assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-kbmajor"
+    assert candidate_bwd_configs(64)["ws-pp"].label() == "gluon-bwd-m128-n128-s2-pp"
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):

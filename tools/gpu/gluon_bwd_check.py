@@ -185,6 +185,8 @@ PLAN = (
     ("ws-early", "bf16", 128, False, (0,)),
     ("ws-early", "bf16", 128, True, (1,)),
     ("ws-rot", "bf16", 128, False, (1,)),
+    ("ws-pp", "bf16", 128, True, (1,)),
+    ("ws-pp", "bf16", 64, False, (3,)),
     ("ws-m64", "bf16", 64, True, (1,)),
     ("ws-sdq", "bf16", 128, False, (0,)),
     ("ws", "bf16", 128, True, (4, 6)),
@@ -275,7 +277,8 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
         runs[f"{name}-kernel"] = lambda: gb._launch(cfg, grads, lse2, delta, causal, scale)
         if which == "variant":  # where the heuristic's kernel spends its time (dQ wrong)
             ws_cfg, rot_cfg, early_cfg = roles["ws"], roles["ws-rot"], roles["ws-early"]
-            kbm_cfg = roles["ws-kbmajor"]
+            kbm_cfg, pp_cfg = roles["ws-kbmajor"], roles["ws-pp"]
+            runs["pp-kernel"] = lambda: gb._launch(pp_cfg, grads, lse2, delta, causal, scale)
             runs["no-reduce"] = lambda: gb._launch(ws_cfg, grads, lse2, delta, causal, scale,
                                                    probe=2)  # fmt: skip
             runs["early-kernel"] = lambda: gb._launch(early_cfg, grads, lse2, delta, causal,
@@ -354,13 +357,13 @@ def markdown(doc: dict) -> str:
     for r in rows:
         if r["kind"] == "bench":
             bench.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    impls = ["gluon", "gluon-kernel", "no-reduce", "rot-kernel", "early-kernel", "kbmajor-kernel",
-             "variant", "variant-kernel", "two-kernel", "cudnn"]  # fmt: skip
+    impls = ["gluon", "gluon-kernel", "no-reduce", "rot-kernel", "early-kernel", "pp-kernel",
+             "kbmajor-kernel", "variant", "variant-kernel", "two-kernel", "cudnn"]  # fmt: skip
     head = "| D | N | causal | " + " | ".join(impls) + " | gluon ÷ cuDNN | gluon ÷ two-kernel |"
     lines += ["", "Backward TFLOP/s (bf16, 16k tokens, hidden 2048; do_bench ms in brackets; "
               "no-reduce: the heuristic's kernel without the dQ reduce-adds, a timing probe, "
-              "the FLOPs still those of the whole backward; rot-, early-, kbmajor-kernel: "
-              "ws-rot's, ws-early's, ws-kbmajor's kernel; variant: "
+              "the FLOPs still those of the whole backward; rot-, early-, pp-, kbmajor-kernel: "
+              "the kernel of ws-rot, ws-early, ws-pp, ws-kbmajor; variant: "
               + ", ".join(f"d{d} {r}" for d, r in VARIANT.items()) + "):",
               "", head, "|---|---|---|" + "---|" * (len(impls) + 2)]  # fmt: skip
     for (d, n, c), cells in sorted(bench.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):
