@@ -54,12 +54,12 @@ fi
 
 # (a) correctness on the GPU
 XDIST=()
-python3 -c "import xdist" 2> /dev/null && XDIST=(-n 4)
+python3 -c "import xdist" 2> /dev/null && XDIST=(-n "${XDIST_N:-6}")
 # GLUON_TESTS=1 (the default) adds the Gluon fp8 kernel's GPU tests (every candidate launch)
 GLUON_TESTS=${GLUON_TESTS:-1}
 TESTS=(tests/test_fp8_kernel.py)
 [ "$GLUON_TESTS" = 1 ] && TESTS+=(tests/test_flash_gluon_fp8_gpu.py)
-step "gpu tests: ${TESTS[*]}" "${TEST_CAP:-70}" \
+step "gpu tests: ${TESTS[*]}" "${TEST_CAP:-80}" \
   python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" "${TESTS[@]}" \
   > "$FILES/fp8-tests.log" 2>&1
 grep -E "passed|failed|error" "$FILES/fp8-tests.log" | tail -3 >> "$STEPS"
