@@ -46,6 +46,8 @@ class Fp8GluonConfig:
     persistent: one CTA per SM looping over a fixed tile order (heaviest causal tiles
       first; kernels/flash_gluon_fp8_persist.py) instead of one CTA per tile.
     lazy_rescale: O is rescaled only in the key steps where some row's maximum grew.
+    ahead: QKᵀ one key block ahead of the softmax (kernels/flash_gluon_fp8_ahead.py;
+      P through shared memory, no ping-pong).
     """
 
     block_n: int = 128
@@ -58,6 +60,7 @@ class Fp8GluonConfig:
     p_smem: bool = False
     persistent: bool = False
     lazy_rescale: bool = False
+    ahead: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -69,9 +72,15 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale"):
+        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale", "ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
+        if self.ahead and (self.pingpong or not self.p_smem or self.persistent):
+            raise ValueError(
+                f"Fp8GluonConfig(ahead=True, pingpong={self.pingpong}, p_smem={self.p_smem}, "
+                f"persistent={self.persistent}): QKᵀ ahead takes P through shared memory, "
+                "without ping-pong, not persistent"
+            )
         for name in ("producer_regs", "consumer_regs"):
             value = getattr(self, name)
             if (
@@ -85,8 +94,8 @@ class Fp8GluonConfig:
                 )
 
     def softmax_code(self) -> int:
-        """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale."""
-        return self.emu + (16 if self.lazy_rescale else 0)
+        """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale, + 32 ahead."""
+        return self.emu + (16 if self.lazy_rescale else 0) + (32 if self.ahead else 0)
 
     def smem_bytes(self, head_dim: int) -> int:
         """Two fp8 Q tiles, the fp8 K/Vᵀ ring, two bf16 O tiles (and two P buffers per
@@ -103,6 +112,7 @@ class Fp8GluonConfig:
         text = f"{text}-psmem" if self.p_smem else text
         text = f"{text}-emu{self.emu}" if self.emu else text
         text = f"{text}-lazy" if self.lazy_rescale else text
+        text = f"{text}-ahead" if self.ahead else text
         return f"{text}-persist" if self.persistent else text
 
 
@@ -141,6 +151,7 @@ def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
         "ws-preg": preg,
         "ws-emu2": dataclasses.replace(base, emu=2),
         "ws-lazy": dataclasses.replace(base, lazy_rescale=True),
+        "ws-ahead": dataclasses.replace(base, ahead=True, pingpong=False),
         "ws-nopp": dataclasses.replace(base, pingpong=False),
         "ws-preg-emu4": dataclasses.replace(preg, emu=4),
         "ws-s3": dataclasses.replace(base, stages=3),

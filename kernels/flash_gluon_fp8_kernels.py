@@ -38,6 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from fa_bench.kernels.flash_gluon_fp8_ahead import _tile_ahead
 from fa_bench.kernels.flash_gluon_fp8_parts import (
     P_EXP,
     _acc_layout,
@@ -248,9 +249,14 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
     my_row0 = row0 + ME * BLOCK_M
     mbarrier.wait(bars[0].index(ME), 0)
     q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, 0, 0,
-                          (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
-                          P_SMEM)  # fmt: skip
+    if (SOFTMAX // 32) % 2 == 1:  # QKᵀ one block ahead (kernels/flash_gluon_fp8_ahead.py)
+        acc, m_i, l_i = _tile_ahead(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0,
+                                    n_end, 0, (seq_q, seq_k, qk_scale), ME, CAUSAL,
+                                    SOFTMAX)  # fmt: skip
+    else:
+        acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, 0,
+                              0, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
+                              P_SMEM)  # fmt: skip
     _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
               gl.load(v_descale_ptr))  # fmt: skip
 

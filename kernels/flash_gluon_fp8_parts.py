@@ -44,11 +44,11 @@ def _p_smem_layout(block_n):
 
 @gluon.jit
 def _rescale(acc, alpha, o_layout: gl.constexpr, SOFTMAX: gl.constexpr):
-    """O · alpha per row. SOFTMAX ≥ 16 (lazy): only when some row of the warpgroup's 64 has
+    """O · alpha per row. SOFTMAX bit 16 (lazy): only when some row of the warpgroup's 64 has
     a new maximum (alpha < 1); once the row maxima settle, most key steps of a long
     sequence skip the 64 multiplies per thread (the test costs a cross-warp reduction)."""
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-    if SOFTMAX >= 16:
+    if (SOFTMAX // 16) % 2 == 1:
         if gl.min(alpha_o, axis=0) < 1.0:
             acc = acc * gl.expand_dims(alpha_o, 1)
     else:

@@ -57,6 +57,8 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(p_smem="yes"), "p_smem='yes'"),
         (dict(persistent=None), "persistent=None"),
         (dict(lazy_rescale=0), "lazy_rescale=0"),
+        (dict(ahead=True), "ahead=True, pingpong=True"),
+        (dict(ahead=True, pingpong=False), "p_smem=False"),
         (dict(consumer_regs=250), "consumer_regs=250"),
         (dict(producer_regs=16), "producer_regs=16"),
     ],
@@ -80,6 +82,8 @@ def test_heuristic_is_the_deepest_ring_that_fits():
     lazy = dataclasses.replace(cfg, lazy_rescale=True, emu=4)
     assert lazy.label() == "fp8-ws-m64-n128-s4-psmem-emu4-lazy"
     assert (cfg.softmax_code(), lazy.softmax_code()) == (0, 4 + 16)  # the kernels' SOFTMAX
+    ahead = dataclasses.replace(cfg, ahead=True, pingpong=False)
+    assert ahead.label() == "fp8-ws-m64-n128-s4-nopp-psmem-ahead" and ahead.softmax_code() == 32
     persist = dataclasses.replace(cfg, persistent=True)
     assert persist.smem_bytes(128) == cfg.smem_bytes(128)
     assert persist.label() == "fp8-ws-m64-n128-s4-psmem-persist"

@@ -43,10 +43,10 @@ SHAPES = [
 # the launches the dispatch may take (the heuristic's and the candidates still in the
 # running after call B); the exp2-emulating and smaller-tile ones measured slower and
 # are checked by tools/gpu/fp8_gluon_check.py only
-ROLES = ("ws", "ws-preg", "ws-persist", "ws-lazy", "ws-nopp", "ws-s3")
-# every shape for the heuristic's launch and P in registers; for the other roles
+ROLES = ("ws", "ws-preg", "ws-ahead", "ws-persist", "ws-lazy", "ws-nopp", "ws-s3")
+# every shape for the heuristic's launch, P in registers and QK ahead; for the others
 # causal GQA with Sq < Sk, MQA with rows that see no key, head_dim 64 with a one-key tail
-FULL = ("ws", "ws-preg")
+FULL = ("ws", "ws-preg", "ws-ahead")
 CASES = [(role, shape) for role in ROLES for shape in SHAPES
          if role in FULL or shape in (SHAPES[2], SHAPES[3], SHAPES[5])]  # fmt: skip
 # the persistent kernel with more tiles (256) than SMs: CTAs loop over several tiles
