@@ -111,6 +111,11 @@ def _prepare(
     from fa_bench.sweep.vocab import config_label
 
     config, source = case_config(case, q.device, (options or {}).get("config"))
+    if not deterministic and config.backward == "tl":
+        # triton-onepass: the warp-specialised Gluon one-pass backward where it runs
+        # (sm_90, fp16/bf16, head_dim 64/128); it beat the `tl` one-pass kernel in every
+        # shape measured on the H200 (docs/kernel.md, "The Gluon backward")
+        config = replace(config, backward="auto")
     if case.dtype is DType.FP8_E4M3:  # forward only (Case): our fp8 kernel
         from fa_bench.kernels import flash_fp8_impl
 
@@ -260,10 +265,11 @@ def triton_flash(
     "triton-onepass",
     description=(
         "experimental: `triton` with deterministic=False, the one-pass backward (five "
-        "matmuls per tile pair, dQ summed by scalar fp32 atomics: not bitwise reproducible); "
-        "same forward; variant cases forward only. Slower on the H200 as measured "
-        "2026-11-30: bf16 d128 16k backward 375 vs 401 TFLOP/s non-causal (tensor cores "
-        "40% vs 62% busy), 381 vs 405 causal; d64 16k 302 vs 367"
+        "matmuls per tile pair, dQ summed by fp32 adds: not bitwise reproducible); on sm_90 "
+        "(fp16/bf16, head_dim 64/128) the warp-specialised Gluon backward (the backend "
+        "names it; H200: 1.04-1.20x triton's two-kernel backward, 0.88-0.98x cuDNN, bf16, "
+        "session 5), elsewhere the `tl` one-pass kernel; same forward; variant cases "
+        "forward only"
     ),
     **dict(_SUPPORT, check=_check_onepass),
 )

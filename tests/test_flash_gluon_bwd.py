@@ -80,8 +80,11 @@ def test_heuristic_and_candidates_fit_shared_memory(head_dim):
 
 def test_heuristic_stages_and_labels():
     assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 2
-    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2"
-    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2"
+    # dQ's first chunk early, and non-causal the rotated query order (call C)
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-early"
+    assert gluon_bwd_config(128, causal=True).label() == "gluon-bwd-m64-n128-s2-early"
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-rot-early"
+    assert candidate_bwd_configs(128)["ws-plain"].label() == "gluon-bwd-m64-n128-s2"
     assert candidate_bwd_configs(64)["ws-m64"].label() == "gluon-bwd-m64-n128-s4"
     assert candidate_bwd_configs(64)["ws-m64"].smem_bytes(64) <= flash_gluon.SMEM_BYTES
     # FA3's shared dQ halves the staging tiles: a third ring stage fits at head_dim 128
@@ -91,18 +94,20 @@ def test_heuristic_stages_and_labels():
     m128 = gluon_bwd_config(64)  # FA3's 128-row query blocks at head_dim 64
     assert (m128.block_m, m128.stages) == (128, 2)
     kbm = candidate_bwd_configs(128)["ws-kbmajor"]
-    assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-kbmajor"
-    assert candidate_bwd_configs(64)["ws-pp"].label() == "gluon-bwd-m128-n128-s2-pp"
+    assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-rot-kbmajor-early"
+    assert candidate_bwd_configs(64)["ws-pp"].label() == "gluon-bwd-m128-n128-s2-rot-pp-early"
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):
         GluonBwdConfig(rotate=None)
     assert candidate_bwd_configs(128)["ws-rot"].label() == "gluon-bwd-m64-n128-s2-rot"
-    early = candidate_bwd_configs(128)["ws-early"]
-    assert (early.label(), early.dq_mode, sdq.dq_mode, m128.dq_mode) == (
+    early = candidate_bwd_configs(128)["ws-early"]  # the early chunk alone
+    plain = candidate_bwd_configs(64)["ws-plain"]
+    assert (early.label(), early.dq_mode, sdq.dq_mode, m128.dq_mode, plain.dq_mode) == (
         "gluon-bwd-m64-n128-s2-early",
         3,
         1,
+        3,
         0,
     )
     with pytest.raises(ValueError, match="one dQ schedule"):
@@ -225,13 +230,29 @@ def test_backend_label_names_the_gluon_backward(runnable):
 
     q = _t()
     case = Case("triton-onepass", "fwd_bwd", "fp16", 1, 2, 2, 64, 64, 128, True)
-    gluon = "gluon-bwd-m64-n128-s2"
+    gluon = "gluon-bwd-m64-n128-s2-early"  # causal: no rotation
     for backward, det, want in (("auto", False, gluon), ("tl", False, None),
                                 ("auto", True, None), ("gluon", False, gluon)):  # fmt: skip
         cfg = FlashConfig(backward=backward)
         tl_label = config_label(cfg, "fwd_bwd")
         got = triton_impl._backward_named(tl_label, case, cfg, q, q, q, det)
         assert got == (tl_label if want is None else tl_label.split("/")[0] + "/" + want)
+
+
+def test_triton_onepass_takes_the_gluon_backward_where_it_runs(monkeypatch):
+    """The registry's triton-onepass asks for FlashConfig(backward="auto"); triton keeps
+    the two-kernel backward (its backward_choice is never asked)."""
+    import fa_bench.kernels.triton_impl  # noqa: F401  (registers both names)
+    from fa_bench.case import Case
+    from fa_bench.registry import get
+
+    seen = []
+    monkeypatch.setattr(flash_gluon_bwd, "backward_choice", lambda *a: seen.append(a[-1]))
+    q = _t((1, 2, 32, 64), torch.float32)
+    for impl in ("triton-onepass", "triton"):
+        case = Case(impl, "fwd_bwd", "fp32", 1, 2, 2, 32, 32, 64, False)
+        get(impl).prepare(case, q, q, q)
+    assert [cfg.backward for cfg in seen] == ["auto"]
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="the CPU interpreter's dispatch")

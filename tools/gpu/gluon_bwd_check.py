@@ -195,10 +195,26 @@ PLAN = (
 )
 
 
-def child_check(out: str) -> None:
-    """PLAN's checks in order until CHECK_S seconds have passed (the rest: skipped rows)."""
+# The final call's checks (tools/gpu/gluon_bwd_final.py): the heuristic's kernel as it
+# ships (the early dQ chunk, rotated non-causal) on the shapes that cover it, then more.
+FINAL_PLAN = (
+    ("ws", "bf16", 128, False, (1, 3)),
+    ("ws", "bf16", 128, True, (1, 2)),
+    ("ws", "bf16", 64, False, (1, 5)),
+    ("ws", "bf16", 64, True, (1, 3)),
+    ("api", "", 0, False, ()),
+    ("ws", "fp16", 128, False, (0,)),
+    ("ws", "fp16", 64, True, (2,)),
+    ("ws", "bf16", 128, False, (0, 2, 4, 5, 6)),
+    ("ws", "bf16", 128, True, (0, 3, 4, 5, 6)),
+)
+
+
+def child_check(out: str, plan: tuple = PLAN, limit_s: float = CHECK_S) -> None:
+    """`plan`'s checks in order until `limit_s` seconds have passed (the rest: skipped
+    rows)."""
     start = time.time()
-    for role, dtype_name, head_dim, causal, shapes in PLAN:
+    for role, dtype_name, head_dim, causal, shapes in plan:
         if role == "api":
             try:
                 _emit(out, check_api())
@@ -210,7 +226,7 @@ def child_check(out: str) -> None:
             shape = SHAPES[index]
             row = dict(kind="check", dtype=dtype_name, head_dim=head_dim, causal=causal,
                        role=role, shape=list(shape))  # fmt: skip
-            if time.time() - start > CHECK_S:
+            if time.time() - start > limit_s:
                 _emit(out, {**row, "skipped": True})
                 continue
             _emit(out, {**row, "kind": "start"})  # progress, and names a hang's check
@@ -312,13 +328,13 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
     return rows
 
 
-def _run_child(args: list[str], lines: str, label: str) -> dict:
+def _run_child(args: list[str], lines: str, label: str, script: str = __file__) -> dict:
     """One child, killed when its output stops growing for STALL_S seconds; its stdout
     and stderr go to a log beside the lines (a pipe could fill and block it)."""
     start = time.time()
     log_path = Path(lines).with_name(f"gluon-bwd-{label}.log")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, __file__, *args], stdout=log, stderr=log)
+        proc = subprocess.Popen([sys.executable, script, *args], stdout=log, stderr=log)
         last_size, last_change = -1, time.time()
         while proc.poll() is None:
             time.sleep(0.5)
@@ -421,12 +437,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--lines", help=argparse.SUPPRESS)
+    ap.add_argument("--final", type=float, help=argparse.SUPPRESS)  # FINAL_PLAN for this long
     args = ap.parse_args()
     if not args.child:
         return parent()
     try:
         if args.child == "check":
-            child_check(args.lines)
+            if args.final:
+                child_check(args.lines, FINAL_PLAN, args.final)
+            else:
+                child_check(args.lines)
         else:
             child_bench(args.lines, args.child)
     except Exception:

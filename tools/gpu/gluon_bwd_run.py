@@ -14,6 +14,7 @@ reported. Needs CUDA; a developer tool, not installed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 IMPLS = ("triton", "triton-onepass", "sdpa-cudnn")
+
+
+def _from_journal(folder: Path) -> Path | None:
+    """A results-like document from a cut-short run's journal (one record a line)."""
+    journal = folder / "journal.jsonl"
+    if not journal.exists():
+        return None
+    cases = []
+    for line in journal.read_text().splitlines():
+        try:
+            cases.append(json.loads(line))
+        except ValueError:  # a line cut by the kill
+            continue
+    path = folder / "results-partial.json"
+    path.write_text(json.dumps({"cases": cases, "env": {}}))
+    return path
 
 
 def run_dtype(dtype: str, out: Path, work: Path, timeout: float, max_time: float) -> str:
@@ -42,8 +59,11 @@ def run_dtype(dtype: str, out: Path, work: Path, timeout: float, max_time: float
     except subprocess.TimeoutExpired:
         status = f"killed after {timeout:.0f} s"
     results = folder / "results.json"
-    if not results.exists():
-        return f"{dtype}: no results ({status}; see run-{dtype}.log)\n"
+    if not results.exists():  # cut short: the cases the journal has
+        results = _from_journal(folder)
+        if results is None:
+            return f"{dtype}: no results ({status}; see run-{dtype}.log)\n"
+        status += ", cut short: the journal's cases"
     shutil.copy(results, out / f"results-{dtype}.json")
     table = subprocess.run(
         [sys.executable, str(HERE / "issue18_summary.py"), str(results)],
