@@ -16,6 +16,7 @@ multiple of 16. Where it is not, `fp8_gluon_reason` names it (the dispatch then 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,14 +126,34 @@ def deepest(cfg: Fp8GluonConfig, head_dim: int) -> Fp8GluonConfig:
     return dataclasses.replace(cfg, stages=1)
 
 
+# A developer override of the heuristic: "<role>" or "<non-causal role>,<causal role>" of
+# candidate_configs (tools/gpu/fp8_final.sh sets it to the roles it measured best, for
+# the `fa-bench run` that follows, before the heuristic below is updated to match).
+ROLE_ENV = "FA_BENCH_FP8_GLUON_ROLE"
+
+
+def _base_config(head_dim: int) -> Fp8GluonConfig:
+    return deepest(Fp8GluonConfig(block_n=128, p_smem=True), head_dim)
+
+
 def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
     """The heuristic: 128-key steps, P through shared memory, the deepest ring that fits
-    (4 stages: 208 KB at head_dim 128), ping-pong, every exponential on the MUFU. Chosen
-    from the generated code (P through shared memory: 498 instructions per consumer
-    thread and key step at d128 against 699 with P's register conversion, ptxas 3.6.0),
-    not measured yet: tools/gpu/fp8_gluon_check.py times the candidates below."""
-    del causal
-    return deepest(Fp8GluonConfig(block_n=128, p_smem=True), head_dim)
+    (4 stages: 208 KB at head_dim 128), ping-pong, every exponential on the MUFU (the
+    fastest of the candidates timed on the H200, 2026-11-30 calls B and C: P through
+    shared memory 799-853 TFLOP/s at d128 4k/16k against 588-616 with P in registers
+    and half the exponentials emulated, 790-830 with a quarter). $FA_BENCH_FP8_GLUON_ROLE
+    overrides it (ValueError naming an unknown role)."""
+    import os
+
+    override = os.environ.get(ROLE_ENV, "").strip()
+    if override:
+        roles = override.split(",")
+        role = roles[-1] if causal and len(roles) > 1 else roles[0]
+        cands = candidate_configs(head_dim)
+        if role not in cands:
+            raise ValueError(f"${ROLE_ENV}={override!r}: {role!r} is not one of {sorted(cands)}")
+        return cands[role]
+    return _base_config(head_dim)
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
@@ -142,7 +163,7 @@ def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
     steps.
     (256-key steps are not a candidate: S alone is then 128 fp32 registers per thread,
     and ptxas spilled 1.2-2.1 KB per thread at 240 registers, triton 3.6.0, 2026-11-30.)"""
-    base = fp8_gluon_config(head_dim)
+    base = _base_config(head_dim)
     preg = deepest(dataclasses.replace(base, p_smem=False), head_dim)
     return {
         "ws": base,
@@ -201,9 +222,17 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
 
 # Where the Gluon fp8 kernel is the automatic choice: (head_dim, causal) -> the shortest
 # key length from which it measured faster than the `tl` fp8 kernel on the H200
-# (tools/gpu/fp8_gluon_check.py, session 5 call B: d128 4k/16k 799/835 against 752/753
-# TFLOP/s, causal 712/853 against 637/695; shorter keys and head_dim 64 not timed yet).
-_PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {(128, False): 4096, (128, True): 4096}
+# (tools/gpu/fp8_gluon_check.py, session 5 call C, TFLOP/s Gluon / tl: d128 2k 761 / 683,
+# 4k 806 / 719, 16k 853 / 735; causal 2k 407 / 556 (slower), 4k 699 / 599, 16k 827 / 674;
+# d64 4k 490 / 500 and causal 428 / 440 (slower), 16k 533 / 508 and causal 513 / 479;
+# 1k: 412 / 635 and causal 200 / 447, slower).
+_PAYS_FROM_SEQ_K: dict[tuple[int, bool], int] = {
+    (128, False): 2048,
+    (128, True): 4096,
+    (64, False): 16384,
+    (64, True): 16384,
+}
+
 # FlashConfig's gluon_* fields that name a bf16 Gluon launch the fp8 kernel has no form of
 _UNSUPPORTED_FIELDS = ("gluon_variant", "gluon_warps", "gluon_consumers", "gluon_q_buffers")
 
@@ -278,14 +307,20 @@ def padded_v(v: torch.Tensor) -> torch.Tensor:
     return view.transpose(-1, -2)
 
 
+@functools.cache
+def _smem_layout(block: tuple[int, ...], bf16: bool) -> Any:
+    """The NVMMA shared layout of a TMA box (cached: it is asked for at every call)."""
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16 if bf16 else gl.float8e4nv)
+
+
 def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
     """A 4-D TMA descriptor over t with box `block`: bounds per (batch, head)."""
     import torch
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float8e4nv
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    layout = _smem_layout(tuple(block), t.dtype == torch.bfloat16)
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 

@@ -246,6 +246,8 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     HEAD_DIM: gl.constexpr = q_smem.shape[4]
     qk_scale = gl.load(q_descale_ptr) * gl.load(k_descale_ptr) * sm_scale_log2
+    # loaded here, not before the epilogue: its latency hides behind the Q tile's wait
+    v_descale = gl.load(v_descale_ptr)
     my_row0 = row0 + ME * BLOCK_M
     mbarrier.wait(bars[0].index(ME), 0)
     q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
@@ -258,7 +260,7 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
                               0, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
                               P_SMEM)  # fmt: skip
     _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
-              gl.load(v_descale_ptr))  # fmt: skip
+              v_descale)  # fmt: skip
 
 
 @gluon.jit

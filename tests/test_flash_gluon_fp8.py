@@ -248,3 +248,17 @@ def test_every_candidate_compiles_for_sm90_without_spills():
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "0 failed" in out.stdout
     assert "spills 0/0" in out.stdout and not re.search(r"spills [1-9]", out.stdout)
+
+
+def test_role_override_names_the_launch_per_causality(monkeypatch):
+    cands = candidate_configs(128)
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws-persist,ws-ahead")
+    assert fp8_gluon_config(128, causal=False) == cands["ws-persist"]
+    assert fp8_gluon_config(128, causal=True) == cands["ws-ahead"]
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws-lazy")
+    assert fp8_gluon_config(128, causal=True) == cands["ws-lazy"]
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws-nope")
+    with pytest.raises(ValueError, match="'ws-nope' is not one of"):
+        fp8_gluon_config(128)
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV)
+    assert fp8_gluon_config(128) == cands["ws"]

@@ -52,3 +52,35 @@ def test_summary_names_failures_ratios_and_errors():
     # a role that failed a check is shown marked and never the best
     assert "| 128 | 4k | yes | 620.0 | - | 700.0 | 900.0 ✗ | ws | 1.129 | no |" in text
     assert "- ws-emu2 d128 4096 causal=False: CompilationError: x" in text
+
+
+def _pick():
+    path = ROOT / "tools" / "gpu" / "fp8_pick.py"
+    spec = importlib.util.spec_from_file_location("fp8_pick", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.pick
+
+
+def test_pick_takes_the_best_ratio_per_causality_among_roles_that_passed():
+    rows = [
+        dict(kind="check", role="ws-bad", passed=False),
+        dict(kind="check", role="ws-persist", passed=True),
+    ]
+    for n in (4096, 16384):
+        rows += [
+            _bench("bf16", 600.0, n=n), _bench("bf16", 500.0, n=n, causal=True),
+            _bench("ws", 780.0, n=n), _bench("ws", 700.0, n=n, causal=True),
+            _bench("ws-persist", 800.0, n=n), _bench("ws-persist", 690.0, n=n, causal=True),
+            _bench("ws-bad", 999.0, n=n), _bench("ws-bad", 999.0, n=n, causal=True),
+            _bench("tl-fp8", 999.0, n=n), _bench("tl-fp8", 999.0, n=n, causal=True),
+        ]  # fmt: skip
+    # ws-ahead timed at 4k only: not every shape, not chosen
+    rows.append(_bench("ws-ahead", 2000.0, n=4096))
+    assert _pick()(dict(rows=rows)) == "ws-persist,ws"
+    assert _pick()({}) == "ws,ws"
+    # without the bf16 baseline: plain TFLOP/s
+    no_base = [r for r in rows if r.get("role") != "bf16"]
+    no_base.append(_bench("ws-ahead", 1.0, n=16384))
+    no_base += [_bench("ws-ahead", 1.0, n=n, causal=True) for n in (4096, 16384)]
+    assert _pick()(dict(rows=no_base)) == "ws-ahead,ws"

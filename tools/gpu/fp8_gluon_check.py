@@ -163,10 +163,15 @@ def _tflops(fn, n, head_dim, causal) -> dict:
     return dict(ms=ms, tflops=case_flops(case) / (ms * 1e-3) / 1e12)
 
 
+# --quick: every role (and the baseline) at d128 4k/16k only
+QUICK = os.environ.get("FP8_GLUON_QUICK") == "1"
+
+
 def _bench_shapes(role: str):
     """d128 4k/16k causal both; the heuristic's role and the baseline also d64, and 1k/2k
-    at d128 (where the automatic dispatch should start taking the Gluon kernel)."""
-    wide = role in ("ws", "baseline")
+    at d128 (where the automatic dispatch should start taking the Gluon kernel), unless
+    QUICK."""
+    wide = role in ("ws", "baseline") and not QUICK
     for head_dim in (128, 64) if wide else (128,):
         lengths = BENCH_SHORT + BENCH_NS if wide and head_dim == 128 else BENCH_NS
         for n in lengths:
@@ -281,7 +286,8 @@ def parent(roles: list[str], light: bool = False) -> int:
                triton=triton.__version__)  # fmt: skip
     print(json.dumps(env), flush=True)
     children = []
-    for role in ("baseline", *roles):
+    # --quick leaves the baseline out (a `fa-bench run` after it times bf16 and tl)
+    for role in roles if QUICK else ("baseline", *roles):
         if time.time() - started > BUDGET_S:
             children.append(dict(child=role, status="skipped: time budget", seconds=0))
             continue
@@ -303,7 +309,12 @@ def main() -> int:
     ap.add_argument("--lines", help=argparse.SUPPRESS)
     ap.add_argument("--roles", default=",".join(ROLES), help="candidate roles, in order")
     ap.add_argument("--light", action="store_true", help="the heuristic's role: fewer checks")
+    ap.add_argument("--quick", action="store_true", help="time d128 4k/16k only")
     args = ap.parse_args()
+    if args.quick:  # the children read it from the environment they inherit
+        os.environ["FP8_GLUON_QUICK"] = "1"
+        global QUICK
+        QUICK = True
     if args.child:
         try:
             if args.child == "baseline":
