@@ -1,5 +1,6 @@
 """The backward `@triton.jit` kernels of our FlashAttention-2, in the order they run:
-preprocessing (delta = rowsum(dO·O)), dK/dV, dQ. Names, flags and the compile-time shape
+preprocessing (delta = rowsum(dO·O), in flash_kernels_bwd_pre.py, re-exported here),
+dK/dV, dQ. Names, flags and the compile-time shape
 checks are those of flash_kernels.py (the forward and the tile helpers, which these
 share); launched by fa_bench.kernels.flash_attention.
 
@@ -11,6 +12,7 @@ import triton
 import triton.language as tl
 
 from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
+from fa_bench.kernels.flash_kernels_bwd_pre import _bwd_preprocess_kernel  # noqa: F401
 from fa_bench.kernels.flash_kernels_variants import (
     alibi_slope2,
     dkdv_p_t,
@@ -19,34 +21,6 @@ from fa_bench.kernels.flash_kernels_variants import (
     window_keep,
     window_ranges,
 )
-
-
-@triton.jit
-def _bwd_preprocess_kernel(
-    # tensors: the forward's output, its gradient, and delta (B, Hq, Sq) fp32 to write
-    Out, DO, DELTA,
-    # strides in elements (batch, head, seq); the last dimension's stride is 1
-    stride_ob, stride_oh, stride_os, stride_dob, stride_doh, stride_dos,
-    # sizes
-    heads_q, seq_q,
-    # constexpr: register tile shapes
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-):  # fmt: skip
-    """delta[row] = sum_d dO[row, d] · O[row, d] in fp32, for BLOCK_M rows per program."""
-    # no tl.dot here, but its 64-row tile meets the same rule
-    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_M)
-    pid_m = tl.program_id(0)
-    off_bh = tl.program_id(1)
-    off_b = (off_bh // heads_q).to(tl.int64)
-    off_h = (off_bh % heads_q).to(tl.int64)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    o_base = Out + off_b * stride_ob + off_h * stride_oh
-    do_base = DO + off_b * stride_dob + off_h * stride_doh
-    o = load_rows(o_base, offs_m, stride_os, offs_d, seq_q, HEAD_DIM, True, True)
-    do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, True, True)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(DELTA + off_bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
 
 
 @triton.jit
@@ -126,14 +100,20 @@ def _bwd_dkdv_kernel(
     rows at a time and loops over the group's q heads."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if VARLEN == 2:
+    if VARLEN >= 2:
         # a packed batch's (sequence, key block) from its table, heaviest first
-        # (flash_varlen_sched: rows 0-1 of Sched), the kv heads on the fast axis; -1: none
-        seq_of = tl.load(Sched + tl.program_id(1))
+        # (flash_varlen_sched: rows 0-1 of Sched; -1: none). VARLEN 2: the table on the
+        # fast axis, so the programs side by side are one kv head's and stream the same
+        # Q/dO rows (L2 keeps them); 3: the kv heads on the fast axis
+        if VARLEN == 2:
+            slot, entries, head = tl.program_id(0), tl.num_programs(0), tl.program_id(1)
+        else:
+            slot, entries, head = tl.program_id(1), tl.num_programs(1), tl.program_id(0)
+        seq_of = tl.load(Sched + slot)
         if seq_of < 0:
             return
-        pid_n = tl.load(Sched + tl.num_programs(1) + tl.program_id(1))
-        off_bh = seq_of * heads_kv + tl.program_id(0)
+        pid_n = tl.load(Sched + entries + slot)
+        off_bh = seq_of * heads_kv + head
     elif VARLEN:
         # the key block on the slow axis: every sequence's first (causal: heaviest) blocks
         # go first, so a long sequence's do not trail the grid
@@ -310,7 +290,7 @@ def _bwd_dq_kernel(
     BLOCK_STREAMED at a time."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if VARLEN == 2:
+    if VARLEN >= 2:
         # a packed batch's (sequence, row block) from its table, heaviest first (rows 2-3
         # of Sched), the q heads on the fast axis (a GQA group's side by side); -1: none
         seq_of = tl.load(Sched + 2 * tl.num_programs(1) + tl.program_id(1))

@@ -38,10 +38,15 @@ PACKED_SCHEDULE = True
 # Its costs compared in bins of this many blocks, a sequence's pairs together inside a
 # bin (L2 reuse of its rows and keys); 1: strictly heaviest first (flash_varlen_sched).
 SCHEDULE_BIN = 1
+# The dK/dV table launch's axes: the table on the fast axis (one kv head's programs side
+# by side: the H200 ran a packed batch's backward at 0.76x the dense kernel's rate with
+# the heads on the fast axis, equal lengths, 2026-11-30 call C); False: the heads fast.
+PACKED_TABLE_FAST = True
 # The dK/dV kernel issues dPᵀ = V·dOᵀ before P's elementwise work (flash_kernels_bwd
-# DP_FIRST) in every backward, dense included; off by default (not measured yet:
-# tools/gpu/variants_bwd.py times both).
-DKDV_DP_FIRST = False
+# DP_FIRST): "variants" (a window, softcap or ALiBi: +3.1% softcap, +5.2% window on the
+# H200, 2026-11-30 call C), "all" (the dense kernel too: +1.1% there, within the noise,
+# not measured at head_dim 64, so not the default) or "off".
+DKDV_DP_FIRST = "variants"
 
 
 def interpreting() -> bool:
@@ -269,11 +274,14 @@ def backward_grids(
     or query rows held per program; seq_q/seq_k a packed batch's token totals).
 
     Dense and unpacked: (blocks, batch × heads). A packed batch: its (sequence, block)
-    table, heaviest first, with the heads on the fast axis, (heads, entries), VARLEN = 2;
-    or with PACKED_SCHEDULE off, (sequences × heads, the longest's blocks)."""
+    table, heaviest first, VARLEN = 2: dK/dV (entries, kv heads), dQ (q heads, entries)
+    (PACKED_TABLE_FAST off: VARLEN = 3, dK/dV (kv heads, entries)); or with
+    PACKED_SCHEDULE off, (sequences × heads, the longest's blocks). DP_FIRST: see
+    DKDV_DP_FIRST."""
     extra = {} if variant is None else variant.kernel_args()
-    if DKDV_DP_FIRST:  # passed only when on: the default launches compile as before
-        extra["DP_FIRST"] = True
+    masked = variant is not None and variant.masked
+    if DKDV_DP_FIRST == "all" or (DKDV_DP_FIRST == "variants" and masked):
+        extra["DP_FIRST"] = True  # passed only when on: a dense launch compiles as before
     vl = None if variant is None else variant.varlen
     if vl is None:
         return (
@@ -286,6 +294,7 @@ def backward_grids(
         return extra, (vl.batch * heads_kv, blocks_k), (vl.batch * heads_q, blocks_q)
     window = None if variant is None else variant.window
     sched = vl.schedule(block, window, causal, seq_q, seq_k, SCHEDULE_BIN)
-    extra.update(VARLEN=2, Sched=sched)
+    extra.update(VARLEN=2 if PACKED_TABLE_FAST else 3, Sched=sched)
     entries = sched.shape[1]
-    return extra, (heads_kv, entries), (heads_q, entries)
+    dkdv = (entries, heads_kv) if PACKED_TABLE_FAST else (heads_kv, entries)
+    return extra, dkdv, (heads_q, entries)

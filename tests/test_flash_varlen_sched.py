@@ -136,18 +136,28 @@ def _variant(lengths, window=(-1, -1), causal=True):
 
 
 def test_backward_grids(monkeypatch):
-    # dense: (blocks, batch × heads), no keywords
+    # dense: (blocks, batch × heads), no keywords (the dense kernels compile as before)
     assert backward_grids(None, True, 2, 8, 2, 100, 60, 32) == ({}, (2, 4), (4, 16))
     variant = _variant([40, 7, 90])
     extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
     entries = extra["Sched"].shape[1]
-    assert extra["VARLEN"] == 2 and dkdv == (2, entries) and dq == (8, entries)
+    # the table on dK/dV's fast axis, the q heads on dQ's; no DP_FIRST without a mask
+    assert extra["VARLEN"] == 2 and dkdv == (entries, 2) and dq == (8, entries)
+    assert "DP_FIRST" not in extra
     assert backward_grids(variant, True, 1, 8, 2, 137, 137, 32)[0]["Sched"] is extra["Sched"]
+    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", False)
+    extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
+    assert extra["VARLEN"] == 3 and dkdv == (2, entries) and dq == (8, entries)
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)
     extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
     assert extra["VARLEN"] is True and "Sched" not in extra
     assert dkdv == (3 * 2, 3) and dq == (3 * 8, 3)
-    monkeypatch.setattr(flash_validate, "DKDV_DP_FIRST", True)
+    # DP_FIRST: the masked variants by default, everything with "all", nothing with "off"
+    windowed = _variant([40, 7, 90], window=(8, -1))
+    assert backward_grids(windowed, True, 1, 8, 2, 137, 137, 32)[0]["DP_FIRST"] is True
+    monkeypatch.setattr(flash_validate, "DKDV_DP_FIRST", "off")
+    assert "DP_FIRST" not in backward_grids(windowed, True, 1, 8, 2, 137, 137, 32)[0]
+    monkeypatch.setattr(flash_validate, "DKDV_DP_FIRST", "all")
     assert backward_grids(None, False, 1, 8, 2, 64, 64, 32)[0] == {"DP_FIRST": True}
 
 
@@ -202,10 +212,12 @@ def _reference_rule(inputs, ours, kw) -> None:
 def _same_as_first_grids(monkeypatch, len_q, len_k, kw) -> None:
     inputs, scheduled = _packed_grads(len_q, len_k, 4, 2, 16, kw)
     _reference_rule(inputs, scheduled, kw)
+    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", False)
+    _, heads_fast = _packed_grads(len_q, len_k, 4, 2, 16, kw)
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)
     _, first = _packed_grads(len_q, len_k, 4, 2, 16, kw)
-    for a, b in zip(scheduled, first, strict=True):
-        assert torch.equal(a, b)
+    for a, b, c in zip(scheduled, first, heads_fast, strict=True):
+        assert torch.equal(a, b) and torch.equal(a, c)
 
 
 @interpreter
@@ -238,7 +250,7 @@ def test_dkdv_dp_first_changes_no_bit(monkeypatch):
     kw = dict(causal=True, window=(17, -1), softcap=4.0, alibi_slopes=slopes, config=SMALL)
     do = torch.randn((2, 4, 45, 24), generator=g)
     runs = []
-    for on in (False, True):
+    for on in ("off", "variants"):
         monkeypatch.setattr(flash_validate, "DKDV_DP_FIRST", on)
         o = flash_attention(q, k, v, **kw)
         runs.append(torch.autograd.grad(o, (q, k, v), do))

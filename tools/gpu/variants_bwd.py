@@ -8,20 +8,18 @@ packed batch of mixed lengths against equal lengths of the same tokens.
 
 Rows: dense causal 8 x 8k, softcap 50, ALiBi; dense causal 2 x 32k, window 4096; packed
 16k tokens (the variants suite's 8 documents, uniform 256-3840) against 8 x 2048 (dense
-and packed equal lengths). Switches, timed both ways (flash_validate): PACKED_SCHEDULE
-(the packed backward's heaviest-first table, against the first grid), its SCHEDULE_BIN
-(costs in bins of 8 blocks, a sequence's pairs together: L2 reuse) and DKDV_DP_FIRST
-(dK/dV issues V·dOᵀ before P's elementwise work); and the softcap's backward at 2
-pipeline stages (the heuristic's 3). Each pair's gradients are compared bit for bit
-(the switches change no arithmetic). The kernels are compiled first by parallel child
-processes (one wave of up to 16, into triton's disk cache), then timed in ROUNDS
-interleaved rounds (default 2; the table has the mean, the JSON every round). A
-developer tool, not installed.
+and packed equal lengths). The library's defaults, and its development switches the
+other way (flash_validate): DKDV_DP_FIRST off for the softcap; the packed table with the
+kv heads on dK/dV's fast axis (PACKED_TABLE_FAST off), in bins of 4 blocks
+(SCHEDULE_BIN) and the first grid (PACKED_SCHEDULE off). Each switch's gradients are
+compared bit for bit with the default's (they change no arithmetic). The kernels are
+compiled first by parallel child processes (one wave of up to 16, into triton's disk
+cache), then timed in ROUNDS interleaved rounds (default 2; the table has the mean, the
+JSON every round). A developer tool, not installed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -33,7 +31,6 @@ import torch
 from triton.testing import do_bench
 
 from fa_bench.kernels import flash_attention, flash_attention_varlen, flash_validate
-from fa_bench.kernels.flash_config import heuristic_config
 from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
 
 HQ, HKV, D = 32, 8, 128
@@ -47,46 +44,49 @@ if CPU:
 # name: (kind, batch or lengths, N, kwargs, switches)
 CASES: dict[str, tuple] = {
     "dense 8x8k": ("dense", 8, 8192, {}, {}),
-    "dense 8x8k dp-first": ("dense", 8, 8192, {}, {"DKDV_DP_FIRST": True}),
     "softcap 50 8x8k": ("dense", 8, 8192, {"softcap": 50.0}, {}),
-    "softcap 50 8x8k dp-first": ("dense", 8, 8192, {"softcap": 50.0}, {"DKDV_DP_FIRST": True}),
-    "softcap 50 8x8k, 2 stages": ("dense", 8, 8192, {"softcap": 50.0}, {"stages": 2}),
+    "softcap 50 8x8k, dp-first off": (
+        "dense",
+        8,
+        8192,
+        {"softcap": 50.0},
+        {"DKDV_DP_FIRST": "off"},
+    ),
     "alibi 8x8k": ("dense", 8, 8192, {"alibi": True}, {}),
     "dense 2x32k": ("dense", 2, 32768, {}, {}),
     "window 4096 2x32k": ("dense", 2, 32768, {"window": (4096, -1)}, {}),
-    "window 2x32k dp-first": ("dense", 2, 32768, {"window": (4096, -1)}, {"DKDV_DP_FIRST": True}),
     "equal 8x2048": ("dense", 8, 2048, {}, {}),
     "packed equal 8x2048": ("packed", (2048,) * 8, 0, {}, {}),
     "packed mixed": ("packed", MIXED, 0, {}, {}),
+    "packed mixed, heads fast": ("packed", MIXED, 0, {}, {"PACKED_TABLE_FAST": False}),
+    "packed mixed, bins of 4": ("packed", MIXED, 0, {}, {"SCHEDULE_BIN": 4}),
     "packed mixed, first grid": ("packed", MIXED, 0, {}, {"PACKED_SCHEDULE": False}),
-    "packed mixed, bins of 8": ("packed", MIXED, 0, {}, {"SCHEDULE_BIN": 8}),
 }
 # (what, numerator, denominator, issue's ask)
 RATIOS = [
     ("softcap / dense", "softcap 50 8x8k", "dense 8x8k", 0.9),
+    ("softcap, dp-first off / dense", "softcap 50 8x8k, dp-first off", "dense 8x8k", 0.9),
     ("ALiBi / dense", "alibi 8x8k", "dense 8x8k", 0.9),
     ("window / dense", "window 4096 2x32k", "dense 2x32k", 0.85),
     ("packed mixed / equal", "packed mixed", "equal 8x2048", 0.9),
+    ("packed equal / equal", "packed equal 8x2048", "equal 8x2048", None),
+    ("packed mixed, heads fast / equal", "packed mixed, heads fast", "equal 8x2048", 0.9),
+    ("packed mixed, bins of 4 / equal", "packed mixed, bins of 4", "equal 8x2048", 0.9),
     ("packed mixed, first grid / equal", "packed mixed, first grid", "equal 8x2048", 0.9),
-    ("packed mixed, bins of 8 / equal", "packed mixed, bins of 8", "equal 8x2048", 0.9),
-    ("packed mixed / packed equal", "packed mixed", "packed equal 8x2048", 0.9),
-    ("dense dp-first / dense", "dense 8x8k dp-first", "dense 8x8k", None),
-    ("softcap dp-first / softcap", "softcap 50 8x8k dp-first", "softcap 50 8x8k", None),
-    ("softcap 2 stages / softcap", "softcap 50 8x8k, 2 stages", "softcap 50 8x8k", None),
-    ("window dp-first / window", "window 2x32k dp-first", "window 4096 2x32k", None),
 ]
 # pairs whose gradients must agree bit for bit
 BITWISE = [
+    ("packed mixed", "packed mixed, heads fast"),
+    ("packed mixed", "packed mixed, bins of 4"),
     ("packed mixed", "packed mixed, first grid"),
-    ("packed mixed", "packed mixed, bins of 8"),
-    ("dense 8x8k", "dense 8x8k dp-first"),
-    ("softcap 50 8x8k", "softcap 50 8x8k dp-first"),
+    ("softcap 50 8x8k", "softcap 50 8x8k, dp-first off"),
 ]
 
 
 def _switches(values: dict) -> None:
     flash_validate.PACKED_SCHEDULE = values.get("PACKED_SCHEDULE", True)
-    flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", False)
+    flash_validate.PACKED_TABLE_FAST = values.get("PACKED_TABLE_FAST", True)
+    flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", "variants")
     flash_validate.SCHEDULE_BIN = values.get("SCHEDULE_BIN", 1)
 
 
@@ -121,9 +121,6 @@ def _setup(name: str):
         o = flash_attention_varlen(q, k, v, cu, cu, max(size), max(size), causal=True, **kw)
     else:
         q, k, v = rnd(size, HQ, n, D), rnd(size, HKV, n, D), rnd(size, HKV, n, D)
-        if "stages" in switches:  # the library's config with another backward depth
-            cfg = heuristic_config(D, DTYPE, True, q.device, n)
-            kw["config"] = dataclasses.replace(cfg, bwd_num_stages=switches["stages"])
         o = flash_attention(q, k, v, causal=True, **kw)
     do = torch.randn(o.shape, device=DEV, generator=g, dtype=o.dtype)
 
