@@ -84,3 +84,5 @@ def test_pick_takes_the_best_ratio_per_causality_among_roles_that_passed():
     no_base.append(_bench("ws-ahead", 1.0, n=16384))
     no_base += [_bench("ws-ahead", 1.0, n=n, causal=True) for n in (4096, 16384)]
     assert _pick()(dict(rows=no_base)) == "ws-ahead,ws"
+    # roles the kernel does not know (an older check's) are never picked
+    assert _pick()(dict(rows=no_base), {"ws", "ws-persist"}) == "ws-persist,ws"

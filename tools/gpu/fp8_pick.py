@@ -2,6 +2,8 @@
 
     python tools/gpu/fp8_pick.py $OUT/fp8_gluon.json   # prints "<non-causal role>,<causal role>"
 
+(or the check's rows file, $OUT/fp8-gluon-lines.jsonl, one JSON row per line).
+
 Per causality, among the roles whose every correctness check passed and that were timed at
 every head_dim 128 shape of that causality, the one with the best mean fp8 ÷ bf16 ratio
 (the bf16 forward timed in the same check; without it, the best mean TFLOP/s); "ws" (the
@@ -17,8 +19,10 @@ import sys
 BASELINES = ("bf16", "tl-fp8")
 
 
-def pick(doc: dict) -> str:
-    rows = doc.get("rows", [])
+def pick(doc: dict, valid: set[str] | None = None) -> str:
+    """`valid`: the role names the kernel knows (others are ignored)."""
+    rows = [r for r in doc.get("rows", []) if valid is None or r.get("role") in valid
+            or r.get("role") in BASELINES]  # fmt: skip
     failed = {r["role"] for r in rows if r.get("kind") == "check" and not r.get("passed")}
     bench = [r for r in rows if r.get("kind") == "bench" and r.get("head_dim") == 128]
     chosen = []
@@ -48,11 +52,21 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         with open(argv[0]) as f:
-            doc = json.load(f)
+            text = f.read()
+        if argv[0].endswith(".jsonl"):
+            doc = {"rows": [json.loads(line) for line in text.splitlines() if line.strip()]}
+        else:
+            doc = json.loads(text)
     except (OSError, ValueError) as e:
         print(f"ws,ws  # {argv[0]}: {e}", file=sys.stderr)
         doc = {}
-    print(pick(doc))
+    try:
+        from fa_bench.kernels.flash_gluon_fp8 import candidate_configs
+
+        valid: set[str] | None = set(candidate_configs(128))
+    except ImportError:
+        valid = None
+    print(pick(doc, valid))
     return 0
 
 
