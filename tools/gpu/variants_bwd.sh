@@ -9,8 +9,9 @@
 #       (tests/test_flash_variants_gpu.py), after (1) warmed triton's cache;
 #   (3) RUN=1: the issue's numbers through `fa-bench run -s variants --mode bwd`
 #       (tools/gpu/variants_check.sh with TESTS=0 BENCH=0 MODES=bwd: softcap 0/50 and
-#       ALiBi at 8 x 8k with triton and flex, the packed 16k tokens mixed vs equal, the 4k
-#       window at 2 x 32k with triton and flex) and their summary, $OUT/variants.md.
+#       ALiBi at 8 x 8k with triton, the packed 16k tokens mixed vs equal, the 4k window at
+#       2 x 32k with triton and flex, then flex's softcap 50 and ALiBi cases) and their
+#       summary, $OUT/variants.md.
 # From the repository root:   bash tools/gpu/variants_bwd.sh
 #   final call:               TESTS=0 RUN=1 LIMIT=165 bash tools/gpu/variants_bwd.sh
 # Files under $OUT: variants_bwd.md/.json (the table and ratios), variants-bwd-tests.log,
@@ -41,7 +42,8 @@ if [ "$TESTS" = 1 ]; then
 fi
 if [ "$RUN" = 1 ]; then
   echo "[$(date -u +%T) +${SECONDS}s] fa-bench run (variants_check.sh)" | tee -a "$STEPS"
-  TESTS=0 BENCH=0 MODES=bwd IMPLS=${IMPLS:-triton,flex} LIMIT=$(($(left) - 3)) \
+  TESTS=0 BENCH=0 MODES=bwd IMPLS=${IMPLS:-triton,flex} MOD_IMPLS=${MOD_IMPLS:-triton} \
+    FLEX_LAST=${FLEX_LAST:-1} LIMIT=$(($(left) - 3)) \
     bash "$(dirname "$0")/variants_check.sh" > "$OUT/variants-check.log" 2>&1
   tail -30 "$OUT/variants.md" 2> /dev/null
 fi

@@ -16,8 +16,10 @@
 #
 #   bash tools/gpu/variants_check.sh
 #
-# TESTS=0 skips (1), BENCH=0 skips (2), MODES=bwd runs only the backward cases in (3)-(4):
-#   TESTS=0 BENCH=0 MODES=bwd LIMIT=170 bash tools/gpu/variants_check.sh
+# TESTS=0 skips (1), BENCH=0 skips (2), MODES=bwd runs only the backward cases in (3)-(4),
+# MOD_IMPLS=triton FLEX_LAST=1 times flex's softcap and ALiBi cases last:
+#   TESTS=0 BENCH=0 MODES=bwd MOD_IMPLS=triton FLEX_LAST=1 LIMIT=170 \
+#     bash tools/gpu/variants_check.sh
 #
 # Every step runs under a deadline and logs its exit code; a failing step does not stop
 # the next. Files back under $OUT, each named variants*: variants-steps.log,
@@ -96,6 +98,14 @@ run packed 20 triton --seqlen "$SEQ_PACK" --batch "${BATCH:-8}" --window none --
   --no-alibi --varlen "$VARLEN" --varlen none
 run window 30 "$IMPLS" --seqlen "$SEQ_WIN" --batch "${BATCH:-2}" --window "$WIN" \
   --window none --softcap 0 --no-alibi --varlen none
+# FLEX_LAST=1 (with MOD_IMPLS=triton): flex's softcap 50 and ALiBi cases last, one run
+# each (flex compiles each score_mod for tens of seconds: our ratios come first)
+if [ "${FLEX_LAST:-0}" = 1 ]; then
+  run flexcap 35 flex --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 50 \
+    --no-alibi --varlen none
+  run flexalibi 35 flex --seqlen "$SEQ_MOD" --batch "${BATCH:-8}" --window none --softcap 0 \
+    --alibi --varlen none
+fi
 
 # (5) the ratios
 python3 tools/gpu/variants_summary.py "$OUT"/variants-results-*.json > "$OUT/variants.md" 2>&1
