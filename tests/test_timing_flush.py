@@ -135,7 +135,7 @@ def test_gpu_the_read_flush_evicts_the_l2() -> None:
         ("read", {}),
         ("zero", {"l2_flush_op": "zero"}),
     ):
-        t = timing.measure(lambda: torch.sum(x, out=out), device=torch.device("cuda"),
+        t = timing.measure(lambda: torch.sum(x, dim=0, out=out), device=torch.device("cuda"),
                            config=TimingConfig(**cfg, **kw))  # fmt: skip
         assert t.l2_flush_op == (None if name == "none" else name)
         median[name] = t.stats()["median"]
