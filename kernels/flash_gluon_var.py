@@ -85,21 +85,29 @@ def _tanh(x, F16X2: gl.constexpr):
 
 
 @gluon.jit
-def _var_scores(s, rows, j, diag, cap_mul, alibi_k, BLOCK_N: gl.constexpr,
-                VAR: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+def _var_scores(s, j, cap_mul, alibi_k, posf, colf, BLOCK_N: gl.constexpr, VAR: gl.constexpr):
     """The softcap, then ALiBi, on the raw scores of key block j (see the module
-    docstring for the units)."""
+    docstring for the units). posf: the rows' i + o and colf: 0 .. BLOCK_N − 1, both as
+    fp32, made once per tile (`alibi_positions`): int-to-float conversions run on the
+    pipe that also computes exp2, so none is made per score."""
     if VAR & SOFTCAP:
         s = _tanh(s * cap_mul, VAR & TANH_F16X2)
     if VAR & ALIBI:
         # distances as exact small integers in fp32: no large intermediate to round
-        cols = (j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))).to(
-            gl.float32
-        )
-        pos = (rows + diag).to(gl.float32)
-        dist = gl.expand_dims(pos, 1) - gl.expand_dims(cols, 0)
+        rel = posf - (j * BLOCK_N).to(gl.float32)
+        dist = gl.expand_dims(rel, 1) - gl.expand_dims(colf, 0)
         s = s - alibi_k * gl.abs(dist)
     return s
+
+
+@gluon.jit
+def alibi_positions(rows, diag, BLOCK_N: gl.constexpr, VAR: gl.constexpr, layout: gl.constexpr):
+    """(posf, colf) of _var_scores for a tile (0, 0 without ALiBi)."""
+    if VAR & ALIBI:
+        colf = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout)).to(gl.float32)
+        return (rows + diag).to(gl.float32), colf
+    else:
+        return 0, 0
 
 
 @gluon.jit
@@ -145,8 +153,8 @@ def _var_epilogue(acc, m_i, l_i, sc, out, lse_base, h, row0, seq_q, q_start, q_t
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VAR: gl.constexpr,
                   o_layout: gl.constexpr):  # fmt: skip
     """O = acc / l and lse2 = m · sc + log2(l) (+inf and O = 0 where a row saw no key).
-    Dense-layout calls store O with a TMA copy clipped at seq_q; packed ones with
-    masked pointer stores."""
+    Dense-layout calls store O with a TMA copy clipped at seq_q; packed ones with a TMA
+    copy where the tile lies inside its sequence, else masked pointer stores."""
     o_desc, lse_ptr, o_ptr, stride_os, stride_oh, b = out
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     l_o = gl.convert_layout(l_i, row_layout)
@@ -154,8 +162,14 @@ def _var_epilogue(acc, m_i, l_i, sc, out, lse_base, h, row0, seq_q, q_start, q_t
     l_safe = gl.where(empty, 1.0, l_o)
     o = acc / gl.expand_dims(l_safe, 1)
     if VAR & VARLEN:
-        _store_rows(o, o_ptr, row0, seq_q, q_start, h, stride_os, stride_oh, BLOCK_M, HEAD_DIM,
-                    o_layout)  # fmt: skip
+        if row0 + BLOCK_M <= seq_q:  # the whole tile inside its sequence: one TMA store
+            q_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(o_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [b, h, q_start + row0, 0], q_tile)
+            tma.store_wait(0)
+        else:
+            _store_rows(o, o_ptr, row0, seq_q, q_start, h, stride_os, stride_oh, BLOCK_M,
+                        HEAD_DIM, o_layout)  # fmt: skip
     else:
         q_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(o_desc.dtype))
         fence_async_shared()

@@ -47,6 +47,7 @@ from fa_bench.kernels.flash_gluon_var import (
     _var_mask,
     _var_scores,
     _window_bounds,
+    alibi_positions,
 )
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
 
@@ -88,10 +89,10 @@ def _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL: gl.constexpr, VAR: 
            layout: gl.constexpr):  # fmt: skip
     """Block j's scores: softcap, ALiBi, then the mask where the block needs one."""
     seq_q, seq_k, _sc = scalars
-    win_left, win_right, cap_mul, alibi_k = vr
+    win_left, win_right, cap_mul, alibi_k, posf, colf = vr
     BLOCK_N: gl.constexpr = s.shape[1]
     if VAR & (SOFTCAP | ALIBI):
-        s = _var_scores(s, rows, j, seq_k - seq_q, cap_mul, alibi_k, BLOCK_N, VAR, layout)
+        s = _var_scores(s, j, cap_mul, alibi_k, posf, colf, BLOCK_N, VAR)
     if _needs_mask(j, lo_full, n_full, VAR):
         s = _var_mask(s, rows, j, seq_q, seq_k, win_left, win_right, BLOCK_N, CAUSAL, VAR,
                       layout)  # fmt: skip
@@ -153,6 +154,8 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
         lo_full = 0
     rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    posf, colf = alibi_positions(rows, seq_k - seq_q, BLOCK_N, VAR, s_layout)
+    vr = (vr[0], vr[1], vr[2], vr[3], posf, colf)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)

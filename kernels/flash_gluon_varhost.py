@@ -84,8 +84,9 @@ def variant_config(cfg: GluonConfig, head_dim: int) -> GluonConfig:
     kernel; a persistent one without persistence (one Q buffer, the deepest ring that
     then fits); the "pipelined" kernel (causal d64) becomes the plain "ws" launch (128-key
     steps, 64 at d256, the deepest ring): the variants exist in the non-persistent "ws"
-    kernel only."""
-    if cfg.variant != "ws":
+    kernel only. Three consumers (non-causal d64's heuristic since session 5's call C)
+    also become that plain launch: the variants were built and measured with two."""
+    if cfg.variant != "ws" or cfg.consumers != 2:
         return _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
     if cfg.persistent:
         return _deepest(dataclasses.replace(cfg, persistent=False, q_buffers=1), head_dim)
@@ -150,7 +151,7 @@ def variant_forward(
     lse2 = torch.empty((batch, heads_q, seq_q), device=q.device, dtype=torch.float32)
     sc, extra = _kernel_args(variant, scale, o)
     packed = variant.varlen
-    o_desc = None if packed is not None else _descriptor(o, cfg.block_m)
+    o_desc = _descriptor(o, cfg.block_m)
     rows = cfg.rows_per_cta
     if packed is not None:  # query tiles on the slow axis: every sequence's heaviest first
         grid = (packed.batch * heads_q, -(-packed.max_q // rows))

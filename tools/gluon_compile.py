@@ -119,16 +119,15 @@ VAR_BITS = (*range(1, 16), 18, 31)
 
 def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:
     """The compiled variant kernel (flash_gluon_var_ws._fwd_ws_var) for one combination;
-    `var` the VAR bits. A packed call has no O descriptor (masked pointer stores)."""
-    packed = bool(var & 8)
+    `var` the VAR bits."""
     sig: dict[str, str] = dict(
         q_desc=_desc(dtype, [1, 1, cfg.block_m, head_dim]),
         k_desc=_desc(dtype, [1, 1, cfg.block_n, head_dim]),
         v_desc=_desc(dtype, [1, 1, cfg.block_n, head_dim]),
-        o_desc="constexpr" if packed else _desc(dtype, [1, 1, cfg.block_m, head_dim]),
+        o_desc=_desc(dtype, [1, 1, cfg.block_m, head_dim]),
         lse_ptr="*fp32", heads_q="i32", group="i32", seq_q="i32", seq_k="i32", sc="fp32",
     )  # fmt: skip
-    consts: dict[str, object] = {"o_desc": None} if packed else {}
+    consts: dict[str, object] = {}
     for name, kind, bit in _VAR_ARGS:
         sig[name] = kind.format(dtype=dtype) if var & bit else "constexpr"
         if not var & bit:
