@@ -129,3 +129,18 @@ def test_the_decode_suite_at_cpu_sizes() -> None:
     # heads and dtype groups fold into the baseline under the overrides
     assert len(cases) == 3 * 2 * 3 + 2 * 2 == 22
     assert max(tensor_bytes(c) for c in cases) < 2**20
+
+
+def test_the_gpu_targets_file_is_the_suite_where_the_issue_sets_a_target() -> None:
+    """tools/gpu/decode_targets.toml (the last GPU call's run): cases of the suite, with the
+    same ids, at every shape of its baseline where issue 20 sets a bandwidth target."""
+    path = Path(__file__).parents[1] / "tools" / "gpu" / "decode_targets.toml"
+    targets = load_suite(path, known_impls=KNOWN).cases
+    suite = {c.id for c in load_suite("decode", known_impls=KNOWN).cases}
+    assert len(targets) == 48 and all(c.id in suite for c in targets)
+    shapes = {(c.batch, c.seqlen_k, c.page_size) for c in targets}
+    kv64 = {(b, sk, p) for b in (8, 64) for sk in (8192, 32768, 131072) for p in (0, 64, 256)}
+    b1 = {(1, sk, p) for sk in (32768, 131072) for p in (0, 64, 256)}
+    assert shapes == kv64 | b1 and {c.impl for c in targets} == {"triton", "sdpa"}
+    first = interleave_impls(targets)[0]
+    assert (first.batch, first.seqlen_k, first.page_size) == (8, 8192, 0)

@@ -104,4 +104,4 @@ def test_the_gpu_script_parses_and_refuses_an_unknown_mode(tmp_path: Path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     env = {"MODE": "x", "OUT": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "MODE must be ab or suite, got 'x'" in done.stderr
+    assert done.returncode == 2 and "MODE must be ab, suite or targets, got 'x'" in done.stderr

@@ -7,8 +7,11 @@
 #     2. tools/gpu/decode_fused_ab.py: two-kernel vs fused combine, zeroing vs reading L2
 #        flush, SDPA beside them, over issue 20's target shapes, and the fused launch at
 #        other split counts where a target is missed;
-#   [TESTS=1] MODE=suite LIMIT=300 bash tools/gpu/decode_s5.sh   (call D: ~300 s; TESTS=1
+#   [TESTS=1] MODE=suite LIMIT=300 bash tools/gpu/decode_s5.sh   (~300 s; TESTS=1
 #     runs step 1 first)
+#   MODE=targets LIMIT=150 bash tools/gpu/decode_s5.sh   (the last call: ~150 s)
+#     step 1, then steps 3-4 on tools/gpu/decode_targets.toml (the suite's cases where
+#     issue 20 sets a bandwidth target, triton and sdpa: 48 cases, ~90 s)
 #     3. `fa-bench run -s decode` under the time left, into $OUT/decode-s5-suite/run; a
 #        later call continues it with RUN=<that folder, carried> (copied, then --resume);
 #     4. tools/gpu/decode_summary.py: each issue-20 target met or missed, with the numbers
@@ -24,7 +27,8 @@ MODE=${MODE:-ab}
 case "$MODE" in
   ab) LIMIT=${LIMIT:-100} ;;
   suite) LIMIT=${LIMIT:-300} ;;
-  *) echo "MODE must be ab or suite, got '$MODE'" >&2; exit 2 ;;
+  targets) LIMIT=${LIMIT:-150} TESTS=${TESTS:-1} ;;
+  *) echo "MODE must be ab, suite or targets, got '$MODE'" >&2; exit 2 ;;
 esac
 W=$OUT/decode-s5-$MODE
 mkdir -p "$W"
@@ -41,7 +45,7 @@ source tools/gpu/steps.sh
 if [ "$MODE" = ab ] || [ -n "${TESTS:-}" ]; then
   # -rfE: the failures' one-line reasons before the summary; --maxfail keeps a broken
   # kernel from eating the step's time
-  step tests 60 python3 -m pytest -q -rfE --maxfail 4 -m gpu -n 4 -p no:cacheprovider \
+  step tests 45 python3 -m pytest -q -rfE --maxfail 4 -m gpu -n 4 -p no:cacheprovider \
     tests/test_decode_fused.py tests/test_decode_kernel_plan.py tests/test_timing_flush.py \
     > "$W/tests.log" 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests.log" | tail -12 | tee -a "$STEPS"
@@ -58,7 +62,9 @@ else
     echo "resuming $RUN (copied to $RUN_DIR)" | tee -a "$STEPS"
     step run 600 fa-bench run --resume "$RUN_DIR" --no-report > "$W/run.log" 2>&1
   else
-    step run 600 fa-bench run -s decode --max-time 0.2 --warmup 200 --no-report \
+    SUITE=decode
+    [ "$MODE" = targets ] && SUITE=tools/gpu/decode_targets.toml
+    step run 600 fa-bench run -s "$SUITE" --max-time 0.2 --warmup 200 --no-report \
       --out "$RUN_DIR" > "$W/run.log" 2>&1
   fi
   tail -4 "$W/run.log" | tee -a "$STEPS"
