@@ -105,3 +105,15 @@ def test_the_gpu_script_parses_and_refuses_an_unknown_mode(tmp_path: Path):
     env = {"MODE": "x", "OUT": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "MODE must be ab, suite or targets, got 'x'" in done.stderr
+
+
+def test_runs_merge_by_case_id_the_later_run_winning():
+    first = _doc([_rec("triton", 1, 32768, 0, 3000.0), _rec("sdpa", 1, 32768, 0, 2600.0)])
+    second = {"run": {}, "env": {}, "cases": [_rec("triton", 1, 32768, 0, 3200.0),
+                                              _rec("triton", 8, 8192, 0, 3800.0)]}  # fmt: skip
+    merged = decode_summary.merge([first, second])
+    assert merged["env"] == first["env"] and len(merged["cases"]) == 3
+    s = decode_summary.summarize(merged)
+    assert s["copy_gbps"] == 4000.0
+    assert s["bandwidth"]["0.7"]["cases"][0]["gbps"] == 3200.0
+    assert s["peers"]["exceptions"] == [] and s["peers"]["compared"] == 1

@@ -11,7 +11,8 @@ or any run with decode cases), with the numbers behind each verdict:
 
 then each implementation's statuses and its reasons for `unsupported`.
 
-    python tools/gpu/decode_summary.py results.json [--copy-gbps N] [--json out.json]
+    python tools/gpu/decode_summary.py results.json [more.json ...] [--copy-gbps N]
+        [--json out.json]
 
 The copy bandwidth is the run's calibration (env.telemetry.calibration.gbps_copy), else
 --copy-gbps. A development tool, not installed.
@@ -177,14 +178,29 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(docs: list[dict]) -> dict:
+    """Several runs' results as one: their cases by id (a later run's case replaces an
+    earlier one's) and the env of the first run that measured a copy bandwidth, which
+    then divides every case's GB/s (the runs are meant to be calls of one session on one
+    GPU model)."""
+    cases: dict[str, dict] = {}
+    for doc in docs:
+        cases.update((rec["id"], rec) for rec in doc["cases"])
+    env = next((d.get("env") for d in docs if _copy_gbps(d)), docs[0].get("env"))
+    return {"run": docs[0].get("run", {}), "env": env, "cases": list(cases.values())}
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="issue 20's targets from a results.json")
-    ap.add_argument("results")
+    ap = argparse.ArgumentParser(description="issue 20's targets from results.json files")
+    ap.add_argument("results", nargs="+", help="results.json of one run, or of several")
     ap.add_argument("--copy-gbps", type=float, default=None)
     ap.add_argument("--json", help="also write the summary here")
     args = ap.parse_args(argv)
-    with open(args.results) as f:
-        s = summarize(json.load(f), args.copy_gbps)
+    docs = []
+    for path in args.results:
+        with open(path) as f:
+            docs.append(json.load(f))
+    s = summarize(merge(docs), args.copy_gbps)
     print(markdown(s), end="")
     if args.json:
         with open(args.json, "w") as f:
