@@ -205,9 +205,19 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
       tile's Q loads while this one's O is stored; a 2-deep ring then fits) measured
       642 / 636 TFLOP/s against 589 / 614 for `_ws_base` at bf16 d128 4k / 16k (session 5,
       call A, tools/gpu/gluon_check.py), and 631 against 602 in `fa-bench sweep` at 4k.
-      Causal it was slower (510 / 536 against 515 / 595), and at d64 within the noise."""
+      Causal it was slower (510 / 536 against 515 / 595), and at d64 within the noise;
+    - non-causal head_dim <= 64: three consumers over 128-key steps (FA3's d64 shape: 192
+      rows per CTA, no ping-pong, 160 registers each, 4 stages): on the H200 (session 5
+      call C, tools/gpu/gluon_d64.py, every launch through the accuracy rule first) bf16
+      458.5 / 497.6 TFLOP/s at 4k / 16k against 443.0 / 460.1 for `_ws_base` (fp16 449.4 /
+      479.3 against 434.8 / 447.3), cuDNN 475.0 / 464.7 (fp16 451.9 / 444.4) in the same
+      process: 1.07-1.08x cuDNN at 16k, 0.965 / 0.995 at 4k. Its 148 bytes of ptxas spills
+      are the mask's column offsets, reloaded only in the masked last key block."""
     if causal and head_dim <= 64:
         return GluonConfig(variant="pipelined", block_m=128, num_warps=8, block_n=128, stages=2)
+    if not causal and head_dim <= 64:
+        three = GluonConfig(block_n=128, consumers=3, pingpong=False, consumer_regs=160)
+        return _deepest(three, head_dim)
     if not causal and 64 < head_dim <= 128:
         base = dataclasses.replace(_ws_base(head_dim), persistent=True, q_buffers=2)
         return _deepest(base, head_dim)

@@ -240,8 +240,9 @@ def test_exp2_emu_field_values_and_labels():
     with pytest.raises(ValueError, match=r"emu=0: expected one of \(2, 4, 8\)"):
         gluon_exp2.split_asm(0)
     # 0 keeps every existing label; the split is a suffix on every kind of launch
-    assert gluon_config(64).label() == "ws-m64-n128-s4"
-    assert dataclasses.replace(gluon_config(64), exp2_emu=8).label() == "ws-m64-n128-s4-e8"
+    ws64 = GluonConfig(stages=4)
+    assert ws64.label() == "ws-m64-n128-s4"
+    assert dataclasses.replace(ws64, exp2_emu=8).label() == "ws-m64-n128-s4-e8"
     pq2 = dataclasses.replace(gluon_config(128), exp2_emu=4)
     assert pq2.label() == "ws-m64-n128-s2-q2-persist-e4"
     pipe = dataclasses.replace(gluon_config(64, causal=True), exp2_emu=2)
@@ -298,9 +299,11 @@ def test_the_study_launches_are_valid_and_distinct():
         assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in roles.values())
         assert {c.exp2_emu for c in roles.values()} >= {0, 8}
         assert {c.tree_reduce for c in roles.values()} == {False, True}
-    assert {"pq2", "pq2-e8-t", "e2", "e4", "c3", "c3-e8-t"} <= set(cands[(64, False)])
+    d64 = cands[(64, False)]
+    assert {"ws", "pq2", "pq2-e8-t", "ws-e2", "ws-e4", "c3-n64", "e8-t"} <= set(d64)
+    assert d64["heuristic"].consumers == 3 and d64["ws"].consumers == 2
     # the timing diagnostic: no exponentials (gluon_exp2 decodes it to EMU -1: x itself)
-    diag = cands[(64, False)]["diag-noexp2"]
+    diag = d64["diag-ws-noexp2"]
     assert diag.label() == "ws-m64-n128-s4-noexp2" and diag.exp2_emu == 0
     assert gluon_exp2.softmax_emu(diag.softmax_code()) == -1
     assert pickle.loads(pickle.dumps(diag)) == diag  # the compile workers unpickle it

@@ -84,7 +84,7 @@ def test_partial_fields_lay_over_the_heuristic():
     assert c3 == candidate_configs(64)["ws-c3"]
     # causal d64's heuristic is pipelined; a forced ws takes the ws rule (deepest ring)
     ws = gluon_fields.resolve({"gluon_variant": "ws"}, 64, True)
-    assert ws == gluon_config(64, False)
+    assert ws == candidate_configs(64)["ws"]
 
 
 def test_a_forced_launch_that_cannot_run_is_a_value_error_naming_it():
@@ -217,7 +217,9 @@ def test_the_plan_keeps_a_gluon_sweeps_fields_and_space(tmp_path):
     back = load_plan(tmp_path)
     assert [p.fields for p in back.points] == [p.fields for p in points]
     assert [p.id for p in back.points] == [p.id for p in points]
-    assert back.points[1].fields["gluon_pingpong"] is False  # a bool, not 0
+    # bools, not 0: the heuristic's three consumers and ws-nopp run without ping-pong
+    assert back.points[0].fields["gluon_pingpong"] is False
+    assert back.points[2].fields["gluon_pingpong"] is False
 
 
 def _doc(points, tflops):

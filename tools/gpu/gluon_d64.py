@@ -80,11 +80,12 @@ def diagnostic(cfg: GluonConfig) -> NoExp2:
 
 
 def candidates() -> dict[tuple[int, bool], dict[str, object]]:
-    """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config`, "t"
-    adds tree reductions, "eN" the exp2 split (every N-th exponential emulated), "pq2" the
-    persistent two-Q-buffer kernel, "c3" three consumers over 128-key steps (d64
-    non-causal; its ptxas spills are the mask's column offsets, reloaded only in the
-    masked last key block)."""
+    """{(head_dim, causal): {role: GluonConfig}}; role "heuristic" is `gluon_config` (at
+    d64 non-causal three consumers over 128-key steps since call C: its ptxas spills are
+    the mask's column offsets, reloaded only in the masked last key block), "t" adds tree
+    reductions, "eN" the exp2 split (every N-th exponential emulated); at d64 "ws" is the
+    two-consumer ping-pong launch (the heuristic before call C), "pq2" its persistent
+    two-Q-buffer form, "c3-n64" three consumers over 64-key steps."""
     from fa_bench.kernels.flash_gluon import candidate_configs, gluon_config
 
     def vary(cfg, tag: str, **fields) -> tuple[str, object]:
@@ -97,25 +98,20 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
             roles = dict([("heuristic", base), vary(base, "t", tree_reduce=True),
                           vary(base, "e8", exp2_emu=8),
                           vary(base, "e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
+            ws = candidate_configs(head_dim)["ws"]
+            pq2 = candidate_configs(head_dim)["ws-persist-q2"]
             if head_dim == 64 and not causal:  # where the softmax bounds the most
-                pq2 = candidate_configs(head_dim)["ws-persist-q2"]
-                roles.update([vary(base, "e4", exp2_emu=4), vary(base, "e2", exp2_emu=2),
-                              vary(base, "e4-t", exp2_emu=4, tree_reduce=True), ("pq2", pq2),
+                roles.update([("ws", ws), vary(ws, "ws-e8", exp2_emu=8),
+                              vary(ws, "ws-e4", exp2_emu=4), vary(ws, "ws-e2", exp2_emu=2),
+                              vary(ws, "ws-t", tree_reduce=True), ("pq2", pq2),
                               vary(pq2, "pq2-t", tree_reduce=True),
-                              vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
-                # FA3's d64 shape: three consumers (192 rows) over 128-key steps
-                c3 = GluonConfig(block_n=128, stages=4, consumers=3, pingpong=False,
-                                 consumer_regs=160)  # fmt: skip
-                roles.update([("c3", c3), vary(c3, "c3-t", tree_reduce=True),
-                              vary(c3, "c3-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
-                # the ring one stage shallower, and the two consumers without ping-pong
-                roles.update([vary(base, "s3", stages=3), vary(base, "nopp", pingpong=False)])
-                # timing diagnostics (no exponentials, wrong results): the exp2's share
-                roles.update([("diag-noexp2", diagnostic(base)),
-                              ("diag-c3-noexp2", diagnostic(c3))])  # fmt: skip
+                              vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True),
+                              ("c3-n64", candidate_configs(head_dim)["ws-c3"]),
+                              vary(ws, "ws-s3", stages=3), vary(ws, "ws-nopp", pingpong=False),
+                              # timing diagnostics (no exponentials, wrong results)
+                              ("diag-noexp2", diagnostic(base)),
+                              ("diag-ws-noexp2", diagnostic(ws))])  # fmt: skip
             if head_dim == 64 and causal:  # the warp-specialised kernels, beside "pipelined"
-                ws = candidate_configs(head_dim)["ws"]
-                pq2 = candidate_configs(head_dim)["ws-persist-q2"]
                 roles.update([vary(ws, "ws-t", tree_reduce=True),
                               vary(ws, "ws-e8-t", exp2_emu=8, tree_reduce=True),
                               vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True)])  # fmt: skip
