@@ -399,3 +399,31 @@ def test_gpu_auto_runs_a_variant_in_the_gluon_kernel():
     tl = flash_attention(q, k, v, config=FlashConfig(forward="tl"), **kw)
     assert torch.equal(auto, forced)
     assert not torch.equal(auto, tl)  # two kernels: not the same rounding everywhere
+
+
+def test_the_call_d_summary_pairs_each_variant_with_its_control():
+    summary = _tool("variants_gluon_summary")
+    base = dict(impl="triton", mode="fwd", dtype="bf16", heads_q=32, head_dim=128,
+                status="ok", backend="triton:gluon-ws", accuracy={"passed": True})  # fmt: skip
+    win = "triton/fwd/bf16/b2-hq32-hkv8-sq32768-sk32768-d128/causal"
+    eq = "triton/fwd/bf16/b8-hq32-hkv8-sq2048-sk2048-d128/causal"
+    cases = [
+        dict(base, id=win, tflops=600.0, seqlen_q=32768, varlen=""),
+        dict(base, id=f"{win}/win4096.0", tflops=540.0, seqlen_q=32768, varlen=""),
+        dict(base, id=eq, tflops=500.0, seqlen_q=2048, varlen=""),
+        dict(
+            base,
+            id="triton/fwd/bf16/b8-hq32-hkv8-sq3433-sk3433-d128/causal/var-u256.3840",
+            tflops=440.0,
+            seqlen_q=3433,
+            varlen="uniform:256-3840",
+        ),
+    ]
+    table = summary.rows({"cases": cases})
+    assert [(r["variant"], round(r["ratio"], 3), r["met"]) for r in table] == [
+        ("window 4k causal", 0.9, True),
+        ("packed (vs equal lengths)", 0.88, False),
+    ]
+    text = summary.markdown(table, {"speed": [{"variant": "w", "gluon": 540.0, "flex": 450.0}]})
+    assert "| window 4k causal | 540.0 | 600.0 | 0.900 | >= 0.85 | yes |" in text
+    assert "- w: ours / flex 1.200" in text

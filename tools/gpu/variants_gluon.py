@@ -40,7 +40,7 @@ from variants_gluon_checks import (
     _dev_cases,
     correctness,
 )
-from variants_gluon_speed import N_SPECS
+from variants_gluon_speed import N_MAIN, N_SPECS
 
 
 def _job(job: tuple) -> dict | None:
@@ -73,6 +73,7 @@ def parallel(
     flex: bool = False,
     deadline: float = math.inf,
     out_dir: str = "",
+    rows: int = N_SPECS,
 ) -> list[dict]:
     """The checks (and the speed rows' compiles, flex's too with `flex`: torch.compile's
     caches then serve the timing process) in `workers` spawned processes, each with its
@@ -82,9 +83,9 @@ def parallel(
     import multiprocessing as mp
 
     cases = _cases(dtypes) + _dev_cases(dtypes, dev)
-    jobs: list[tuple] = [("warm", i, flex) for i in range(N_SPECS)] if warm else []
+    jobs: list[tuple] = [("warm", i, flex) for i in range(rows)] if warm else []
     jobs += [("check", dtypes, dev, i) for i in range(len(cases))]
-    rows: dict[int, dict] = {}
+    done: dict[int, dict] = {}
     pool = mp.get_context("spawn").Pool(workers)
     try:
         results = pool.imap_unordered(_indexed, list(enumerate(jobs)), chunksize=1)
@@ -94,17 +95,17 @@ def parallel(
             except mp.TimeoutError:
                 break
             if row is not None:
-                rows[i] = row
+                done[i] = row
                 if out_dir:
-                    _write(out_dir, [rows[k] for k in sorted(rows)], [])
+                    _write(out_dir, [done[k] for k in sorted(done)], [])
     finally:
         pool.terminate()
     first = len(jobs) - len(cases)
     for i in range(first, len(jobs)):
-        if i not in rows:
+        if i not in done:
             why = "did not finish within the checks' time budget (a hang, or slow compiles)"
-            rows[i] = {"check": cases[i - first][0], "passed": False, "error": why}
-    return [rows[k] for k in sorted(rows)]
+            done[i] = {"check": cases[i - first][0], "passed": False, "error": why}
+    return [done[k] for k in sorted(done)]
 
 
 def _time_row(i: int, flex: bool) -> dict:
@@ -114,7 +115,9 @@ def _time_row(i: int, flex: bool) -> dict:
     return next(iter(sp.speed(flex, math.inf, only=i)))
 
 
-def timed_rows(flex: bool, row_timeout: float, deadline: float) -> Iterator[dict]:
+def timed_rows(
+    flex: bool, row_timeout: float, deadline: float, rows: int = N_SPECS
+) -> Iterator[dict]:
     """The speed rows one at a time in one spawned worker (the GPU to itself), each
     given `row_timeout` seconds: a row that hangs is an error row and its worker is
     replaced; rows not started by `deadline` are skipped."""
@@ -123,7 +126,7 @@ def timed_rows(flex: bool, row_timeout: float, deadline: float) -> Iterator[dict
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(1)
     try:
-        for i in range(N_SPECS):
+        for i in range(rows):
             if time.time() > deadline:
                 yield {"variant": f"row {i}", "shape": "", "gluon": "skipped: time budget"}
                 continue
@@ -207,6 +210,7 @@ def main() -> int:
         default=180.0,
         help="seconds in all: the checks get 55%%, no speed row starts after it",
     )
+    ap.add_argument("--no-dev-rows", action="store_true", help="time the four target rows only")
     ap.add_argument("--row-timeout", type=float, default=45.0, help="seconds per speed row")
     ap.add_argument("--checks-only", action="store_true")
     ap.add_argument(
@@ -238,16 +242,17 @@ def main() -> int:
         ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
     dtypes = tuple(args.dtypes.split(","))
     flex = not args.no_flex
+    n_rows = N_MAIN if args.no_dev_rows else N_SPECS
     if args.workers > 1:
         checks = parallel(dtypes, dev, not args.checks_only, args.workers, flex,
-                          start + 0.55 * args.budget, out_dir)  # fmt: skip
+                          start + 0.55 * args.budget, out_dir, n_rows)  # fmt: skip
     else:
         checks = correctness(dtypes, dev)
     print(f"checks: {time.time() - start:.0f} s", flush=True)
     _write(out_dir, checks, [])  # the checks survive a later crash or timeout
     rows: list[dict] = []
     if not args.checks_only:
-        for row in timed_rows(flex, args.row_timeout, start + args.budget):
+        for row in timed_rows(flex, args.row_timeout, start + args.budget, n_rows):
             print(row, flush=True)
             rows.append(row)
             _write(out_dir, checks, rows)

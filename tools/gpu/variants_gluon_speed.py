@@ -103,6 +103,7 @@ def _specs() -> list[tuple]:
 
 
 N_SPECS = 8  # len(_specs()), without building it (it needs CUDA)
+N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
 def speed(flex: bool, deadline: float, only: int | None = None) -> Iterator[dict]:
