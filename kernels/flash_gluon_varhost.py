@@ -39,6 +39,10 @@ TANH_F16X2 = False
 # exponential of P on the FMA pipes, kernels/gluon_exp2.py), for the MUFU unit the
 # softcap's tanh also needs; 0 = the config's own.
 SOFTCAP_EMU = 0
+# A development switch: the tree-shaped row reductions (GluonConfig.tree_reduce,
+# kernels/gluon_exp2.py) for every variant launch: the softcap's tanh and ALiBi's terms
+# lengthen the chain the row max waits for.
+TREE = False
 
 
 def variant_bits(variant: Variant, softmax: int = 0) -> int:
@@ -48,6 +52,8 @@ def variant_bits(variant: Variant, softmax: int = 0) -> int:
     launch takes SOFTCAP_EMU's split when that is set)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
+    if TREE:
+        softmax |= 16
     bits = softmax << 5
     bits |= _WINDOW if variant.window is not None else 0
     bits |= _SOFTCAP if variant.softcap > 0 else 0

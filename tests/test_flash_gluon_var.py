@@ -84,6 +84,9 @@ def test_the_development_switches_mark_softcap_launches_only(monkeypatch):
     assert vh.variant_bits(_variant(softcap=50.0), softmax=4) == 2 | 16 | 2 << 5
     assert vh.variant_bits(_variant(softcap=50.0), softmax=24) == 2 | 16 | 18 << 5
     assert vh.variant_bits(_variant(window=(4, -1))) == 1
+    monkeypatch.setattr(vh, "TREE", True)  # tree reductions for every variant launch
+    assert vh.variant_bits(_variant(window=(4, -1))) == 1 | 16 << 5
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=2) == 2 | 16 | 18 << 5
 
 
 def test_the_gpu_script_runs_each_development_mode_with_its_switches(monkeypatch):

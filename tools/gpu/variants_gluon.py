@@ -211,6 +211,7 @@ def main() -> int:
         help="seconds in all: the checks get 55%%, no speed row starts after it",
     )
     ap.add_argument("--no-dev-rows", action="store_true", help="time the four target rows only")
+    ap.add_argument("--rows", type=int, default=0, help="time the first N speed rows (0: all)")
     ap.add_argument("--row-timeout", type=float, default=45.0, help="seconds per speed row")
     ap.add_argument("--checks-only", action="store_true")
     ap.add_argument(
@@ -242,7 +243,7 @@ def main() -> int:
         ap.error(f"--dev {','.join(unknown)}: expected some of {', '.join(DEV_MODES)}")
     dtypes = tuple(args.dtypes.split(","))
     flex = not args.no_flex
-    n_rows = N_MAIN if args.no_dev_rows else N_SPECS
+    n_rows = N_MAIN if args.no_dev_rows else (args.rows or N_SPECS)
     if args.workers > 1:
         checks = parallel(dtypes, dev, not args.checks_only, args.workers, flex,
                           start + 0.55 * args.budget, out_dir, n_rows)  # fmt: skip

@@ -3,7 +3,8 @@
 # targets measured. ~2.5 minutes on one H200:
 #   1. tools/gpu/variants_gluon.py: the checks at bf16 and fp16 (every variant and
 #      combination against float64 under the accuracy rule) and the four target shapes
-#      timed beside the dense Gluon kernel, our `tl` kernel and flex;
+#      timed beside the dense Gluon kernel, our `tl` kernel and flex, then softcap,
+#      ALiBi and the window with tree-shaped row reductions (a development switch);
 #   2. fa-bench run of tools/gpu/variants_gluon_d.toml (`triton` only: its variant cases
 #      and their dense controls, the backend naming the kernel), then the targets' table
 #      (tools/gpu/variants_gluon_summary.py).
@@ -13,7 +14,7 @@ set -u
 OUT="${OUT:-fa-bench-out/out}"
 mkdir -p "$OUT"
 timeout 110 python tools/gpu/variants_gluon.py --dtypes bf16,fp16 --budget 95 \
-  --row-timeout 30 --no-dev-rows > "$OUT/variants_gluon.log" 2>&1
+  --row-timeout 30 --rows 7 > "$OUT/variants_gluon.log" 2>&1
 echo "variants_gluon.py: exit $?"
 timeout 60 fa-bench run -s tools/gpu/variants_gluon_d.toml -i triton --max-time 0.3 \
   -o "$OUT/variants_d" > "$OUT/variants_d.log" 2>&1

@@ -94,7 +94,10 @@ def _specs() -> list[tuple]:
         ("softcap 50 causal", 8, 8192, dict(softcap=50.0), dict(softcap=50.0)),
         ("alibi causal", 8, 8192, dict(alibi_slopes=slopes), dict(slopes=slopes)),
         ("packed", 0, 0, {}, {}),
-        # development modes of the softcap (flash_gluon_varhost's switches)
+        # development modes (flash_gluon_varhost's switches): tree-shaped row reductions
+        ("softcap 50 causal [tree]", 8, 8192, dict(softcap=50.0), {}),
+        ("alibi causal [tree]", 8, 8192, dict(alibi_slopes=slopes), {}),
+        ("window 4096 causal [tree]", 2, 32768, dict(window=(4096, -1)), {}),
         ("softcap 50 causal [tanh f16x2]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [emu 2]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [emu 4]", 8, 8192, dict(softcap=50.0), {}),
@@ -102,7 +105,7 @@ def _specs() -> list[tuple]:
     ]
 
 
-N_SPECS = 8  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 11  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
@@ -142,7 +145,8 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     dense_flops = 4.0 * window_pairs(n, n, True) * D * b * HQ
     row: dict = {"variant": name, "shape": f"{b} x {n}"}
     row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
-    dev = name.startswith("softcap") and name.endswith("]")  # "[tanh f16x2, emu N]"
+    dev = name.endswith("]")  # a development mode: "[tanh f16x2, emu N]", "[tree]"
+    vh.TREE = dev and "tree" in name
     vh.TANH_F16X2 = dev and "tanh f16x2" in name
     vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
@@ -150,7 +154,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
             flops, lambda: flash_attention(q, k, v, causal=True, config=GLUON, **kw)
         )
     finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU = False, 0
+        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE = False, 0, False
     if dev:  # the other columns are the softcap row's
         return row
     row["tl"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=TL, **kw))
