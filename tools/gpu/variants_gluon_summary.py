@@ -87,12 +87,18 @@ def main() -> int:
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
-    with open(sys.argv[1]) as f:
-        results = json.load(f)
+    try:
+        with open(sys.argv[1]) as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:  # the run did not get to write its results
+        print(f"no fa-bench results to summarise: {e}")
+        return 1
     flex = None
-    if len(sys.argv) > 2:
+    try:
         with open(sys.argv[2]) as f:
             flex = json.load(f)
+    except (IndexError, OSError, ValueError):
+        flex = None
     print(markdown(rows(results), flex))
     return 0
 
