@@ -18,7 +18,18 @@ from fa_bench.kernels import FlashConfig, flash_attention, flash_attention_varle
 from fa_bench.kernels import flash_gluon_varhost as vh
 from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
 
-GLUON, TL = FlashConfig(forward="gluon"), FlashConfig(forward="tl")
+GLUON = FlashConfig(forward="gluon")
+
+
+def _tl(n: int) -> FlashConfig:
+    """Our `tl` kernel with the tiles the library picks for this shape (the variants run
+    the dense config of their shape: flash_attention._resolve_config), forced to tl."""
+    import dataclasses
+
+    from fa_bench.kernels.flash_config import heuristic_config
+
+    cfg = heuristic_config(D, torch.bfloat16, True, torch.device("cuda"), n)
+    return dataclasses.replace(cfg, forward="tl")
 
 
 def _rand(shape, dtype, g):
@@ -157,7 +168,8 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
         vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE = False, 0, False
     if dev:  # the other columns are the softcap row's
         return row
-    row["tl"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=TL, **kw))
+    tl = _tl(n)
+    row["tl"] = _tflops(flops, lambda: flash_attention(q, k, v, causal=True, config=tl, **kw))
     if flex:
         try:
             row["flex"] = _tflops(flops, _flex(q, k, v, **fkw))
@@ -174,7 +186,7 @@ def _packed_speed(g, flex: bool) -> dict:
     cu = torch.tensor(_cumulative(lens), dtype=torch.int32, device="cuda")
     flops = 4.0 * sum(window_pairs(n, n, True) for n in lens) * D * HQ
     row: dict = {"variant": f"packed {t} tokens uniform:256-3840", "shape": f"{lens}"}
-    for label, cfg in (("gluon", GLUON), ("tl", TL)):
+    for label, cfg in (("gluon", GLUON), ("tl", _tl(max(lens)))):
 
         def fn(cfg: FlashConfig = cfg) -> object:
             return flash_attention_varlen(
