@@ -43,6 +43,10 @@ VARLEN = gl.constexpr(8)
 # with SOFTCAP: tanh.approx.f16x2 (two per MUFU op) instead of tanh.approx.f32; a
 # development switch (flash_gluon_varhost.TANH_F16X2), not the default
 TANH_F16X2 = gl.constexpr(16)
+# with SOFTCAP: each consumer scales its Q tile by scale / c once (in shared memory, rounded
+# to the input dtype), so a score's tanh needs no multiply; a development switch
+# (flash_gluon_varhost.QSCALE)
+QSCALE = gl.constexpr(32)
 
 
 @gluon.jit
@@ -91,7 +95,10 @@ def _var_scores(s, j, cap_mul, alibi_k, posf, colf, BLOCK_N: gl.constexpr, VAR: 
     fp32, made once per tile (`alibi_positions`): int-to-float conversions run on the
     pipe that also computes exp2, so none is made per score."""
     if VAR & SOFTCAP:
-        s = _tanh(s * cap_mul, VAR & TANH_F16X2)
+        if VAR & QSCALE:  # Q already carries scale / c (scale_q)
+            s = _tanh(s, VAR & TANH_F16X2)
+        else:
+            s = _tanh(s * cap_mul, VAR & TANH_F16X2)
     if VAR & ALIBI:
         # distances as exact small integers in fp32: no large intermediate to round
         rel = posf - (j * BLOCK_N).to(gl.float32)
@@ -108,6 +115,17 @@ def alibi_positions(rows, diag, BLOCK_N: gl.constexpr, VAR: gl.constexpr, layout
         return (rows + diag).to(gl.float32), colf
     else:
         return 0, 0
+
+
+@gluon.jit
+def scale_q(q_tile, cap_mul, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Q ← Q · cap_mul in shared memory (rounded to Q's dtype), once per tile, before the
+    first QKᵀ reads it: the softcap's tanh argument then comes out of the matmul."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    q2 = q_tile.reshape([BLOCK_M, HEAD_DIM])
+    q = q2.load(layout)
+    q2.store((q.to(gl.float32) * cap_mul).to(q.dtype))
+    fence_async_shared()
 
 
 @gluon.jit

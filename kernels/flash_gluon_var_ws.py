@@ -39,6 +39,7 @@ from fa_bench.kernels.flash_gluon_kernels import (
 )
 from fa_bench.kernels.flash_gluon_var import (
     ALIBI,
+    QSCALE,
     SOFTCAP,
     VARLEN,
     WINDOW,
@@ -48,6 +49,7 @@ from fa_bench.kernels.flash_gluon_var import (
     _var_scores,
     _window_bounds,
     alibi_positions,
+    scale_q,
 )
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
 
@@ -124,7 +126,7 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-    SOFTMAX: gl.constexpr = VAR >> 5  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
+    SOFTMAX: gl.constexpr = VAR >> 6  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
     m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
@@ -166,7 +168,7 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(0), count=1)
         s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-        SOFTMAX: gl.constexpr = VAR >> 5
+        SOFTMAX: gl.constexpr = VAR >> 6
         m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):
             acc, m_i, l_i, p = _var_step(j, j - lo, q2, acc, m_i, l_i, p, smem, bars, rows,
@@ -191,6 +193,8 @@ def _var_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, vr,
     my_row0 = row0 + ME * BLOCK_M
     q_tile = q_smem.index(ME)
     mbarrier.wait(bars[0].index(ME), 0)
+    if VAR & QSCALE:
+        scale_q(q_tile, vr[2], BLOCK_M, HEAD_DIM)
     acc, m_i, l_i = _var_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, lo,
                               n_end, scalars, vr, ME, CAUSAL, PINGPONG, VAR)  # fmt: skip
     _var_epilogue(acc, m_i, l_i, scalars[2], out, lse_base, h, my_row0, scalars[0], q_start,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _LOG2E = 1.4426950408889634
 # The VAR constexpr's bits (flash_gluon_var.WINDOW, SOFTCAP, ALIBI, VARLEN, TANH_F16X2; a
 # test checks).
-_WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2 = 1, 2, 4, 8, 16
+_WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2, _QSCALE = 1, 2, 4, 8, 16, 32
 # A development switch (tools/gpu/variants_gluon.py times it): the softcap's tanh as
 # tanh.approx.f16x2, two per MUFU op, instead of tanh.approx.f32. Not the default until
 # measured faster and within the accuracy rule on the H200.
@@ -43,6 +43,9 @@ SOFTCAP_EMU = 0
 # kernels/gluon_exp2.py) for every variant launch: the softcap's tanh and ALiBi's terms
 # lengthen the chain the row max waits for.
 TREE = False
+# A development switch: a softcap launch scales Q by scale / c once per tile (rounded to
+# the input dtype) instead of each score by it: one multiply per score less.
+QSCALE = False
 
 
 def variant_bits(variant: Variant, softmax: int = 0) -> int:
@@ -54,10 +57,11 @@ def variant_bits(variant: Variant, softmax: int = 0) -> int:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
         softmax |= 16
-    bits = softmax << 5
+    bits = softmax << 6
     bits |= _WINDOW if variant.window is not None else 0
     bits |= _SOFTCAP if variant.softcap > 0 else 0
     bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
+    bits |= _QSCALE if variant.softcap > 0 and QSCALE else 0
     bits |= _ALIBI if variant.slopes is not None else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 

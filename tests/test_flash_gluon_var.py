@@ -77,16 +77,21 @@ def test_the_development_switches_mark_softcap_launches_only(monkeypatch):
     assert vh.variant_bits(_variant(window=(4, -1))) == 1  # no softcap: no tanh at all
     # the softmax code above the variant bits: the config's (exp2 split + 16 for tree
     # reductions), or SOFTCAP_EMU's split for a softcap (the tree kept)
-    assert vh.variant_bits(_variant(window=(4, -1)), softmax=4) == 1 | 4 << 5
+    assert vh.variant_bits(_variant(window=(4, -1)), softmax=4) == 1 | 4 << 6
     cfg = dataclasses.replace(gluon_config(128, causal=True), exp2_emu=8, tree_reduce=True)
-    assert vh.variant_bits(_variant(window=(4, -1)), cfg.softmax_code()) == 1 | 24 << 5
+    assert vh.variant_bits(_variant(window=(4, -1)), cfg.softmax_code()) == 1 | 24 << 6
     monkeypatch.setattr(vh, "SOFTCAP_EMU", 2)
-    assert vh.variant_bits(_variant(softcap=50.0), softmax=4) == 2 | 16 | 2 << 5
-    assert vh.variant_bits(_variant(softcap=50.0), softmax=24) == 2 | 16 | 18 << 5
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=4) == 2 | 16 | 2 << 6
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=24) == 2 | 16 | 18 << 6
     assert vh.variant_bits(_variant(window=(4, -1))) == 1
+    monkeypatch.setattr(vh, "SOFTCAP_EMU", 0)
+    monkeypatch.setattr(vh, "QSCALE", True)  # Q scaled once per tile: softcap launches
+    assert vh.variant_bits(_variant(softcap=50.0)) == 2 | 16 | 32
+    assert vh.variant_bits(_variant(window=(4, -1))) == 1
+    monkeypatch.setattr(vh, "QSCALE", False)
     monkeypatch.setattr(vh, "TREE", True)  # tree reductions for every variant launch
-    assert vh.variant_bits(_variant(window=(4, -1))) == 1 | 16 << 5
-    assert vh.variant_bits(_variant(softcap=50.0), softmax=2) == 2 | 16 | 18 << 5
+    assert vh.variant_bits(_variant(window=(4, -1))) == 1 | 16 << 6
+    assert vh.variant_bits(_variant(softcap=50.0), softmax=2) == 2 | 16 | 18 << 6
 
 
 def test_the_gpu_script_runs_each_development_mode_with_its_switches(monkeypatch):
@@ -99,7 +104,10 @@ def test_the_gpu_script_runs_each_development_mode_with_its_switches(monkeypatch
     for _name, _fn, args, kw in cases:
         tool._run_check(lambda **k: seen.append((vh.TANH_F16X2, vh.SOFTCAP_EMU)), args, kw)
     assert seen == [(True, 0), (False, 2)]
-    assert (vh.TANH_F16X2, vh.SOFTCAP_EMU) == (False, 0)  # switched back off
+    assert (vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE) == (False, 0, False)  # back off
+    qs = tool._dev_cases(("bf16",), ["qscale"])[0]
+    tool._run_check(lambda **k: seen.append(vh.QSCALE), qs[2], qs[3])
+    assert seen[-1] is True and vh.QSCALE is False
 
 
 def test_only_a_softcap_without_the_fast_tanh_is_refused(monkeypatch):
@@ -249,7 +257,7 @@ def test_every_variant_combination_compiles_for_sm90():
         timeout=1800,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "102 combinations, 0 failed" in out.stdout
+    assert "108 combinations, 0 failed" in out.stdout
 
 
 # --- the GPU script's checks ------------------------------------------------------------

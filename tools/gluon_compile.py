@@ -113,8 +113,9 @@ _VAR_ARGS = (
     ("stride_os", "i32", 8), ("stride_oh", "i32", 8),
 )  # fmt: skip
 # Every combination of window (1), softcap (2), ALiBi (4), packed (8), and the softcap
-# with the development f16x2 tanh (16) alone and with everything.
-VAR_BITS = (*range(1, 16), 18, 31)
+# with the development f16x2 tanh (16) alone and with everything, and with the
+# development Q scaling (32).
+VAR_BITS = (*range(1, 16), 18, 31, 34)
 
 
 def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:

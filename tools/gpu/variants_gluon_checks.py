@@ -266,8 +266,8 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
 
 
 # Development modes of the softcap (flash_gluon_varhost's switches): the check's name
-# tag -> (TANH_F16X2, SOFTCAP_EMU).
-DEV_MODES = {"tanh f16x2": (True, 0), "emu 2": (False, 2)}
+# tag -> (TANH_F16X2, SOFTCAP_EMU, QSCALE).
+DEV_MODES = {"tanh f16x2": (True, 0, False), "emu 2": (False, 2, False), "qscale": (False, 0, True)}
 
 
 def _dev_cases(dtypes: tuple[str, ...], modes: list[str]) -> list[tuple]:
@@ -285,11 +285,11 @@ def _run_check(fn, args, kw) -> dict:
     from fa_bench.kernels import flash_gluon_varhost as vh
 
     kw = dict(kw)
-    vh.TANH_F16X2, vh.SOFTCAP_EMU = DEV_MODES.get(kw.pop("dev", ""), (False, 0))
+    vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE = DEV_MODES.get(kw.pop("dev", ""), (False, 0, False))
     try:
         return fn(*args, **kw)
     finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU = False, 0
+        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE = False, 0, False
 
 
 def _check_row(name: str, fn, args: tuple, kw: dict) -> dict:

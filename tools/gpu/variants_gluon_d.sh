@@ -4,7 +4,8 @@
 #   1. tools/gpu/variants_gluon.py: the checks at bf16 and fp16 (every variant and
 #      combination against float64 under the accuracy rule) and the four target shapes
 #      timed beside the dense Gluon kernel, our `tl` kernel and flex, then softcap,
-#      ALiBi and the window with tree-shaped row reductions (a development switch);
+#      ALiBi and the window with tree-shaped row reductions and softcap with Q scaled
+#      once per tile (development switches; the softcap checks also run with the latter);
 #   2. fa-bench run of tools/gpu/variants_gluon_d.toml (`triton` only: its variant cases
 #      and their dense controls, the backend naming the kernel), then the targets' table
 #      (tools/gpu/variants_gluon_summary.py).
@@ -13,10 +14,10 @@
 set -u
 OUT="${OUT:-fa-bench-out/out}"
 mkdir -p "$OUT"
-timeout 110 python tools/gpu/variants_gluon.py --dtypes bf16,fp16 --budget 95 \
-  --row-timeout 30 --rows 7 > "$OUT/variants_gluon.log" 2>&1
+timeout 115 python tools/gpu/variants_gluon.py --dtypes bf16,fp16 --budget 100 \
+  --row-timeout 25 --rows 9 --dev qscale > "$OUT/variants_gluon.log" 2>&1
 echo "variants_gluon.py: exit $?"
-timeout 60 fa-bench run -s tools/gpu/variants_gluon_d.toml -i triton --max-time 0.3 \
+timeout 55 fa-bench run -s tools/gpu/variants_gluon_d.toml -i triton --max-time 0.3 \
   -o "$OUT/variants_d" > "$OUT/variants_d.log" 2>&1
 echo "fa-bench run: exit $?"
 python tools/gpu/variants_gluon_summary.py "$OUT/variants_d/results.json" \

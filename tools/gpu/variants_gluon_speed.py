@@ -109,6 +109,8 @@ def _specs() -> list[tuple]:
         ("softcap 50 causal [tree]", 8, 8192, dict(softcap=50.0), {}),
         ("alibi causal [tree]", 8, 8192, dict(alibi_slopes=slopes), {}),
         ("window 4096 causal [tree]", 2, 32768, dict(window=(4096, -1)), {}),
+        ("softcap 50 causal [qscale]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [qscale, tree]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [tanh f16x2]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [emu 2]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [emu 4]", 8, 8192, dict(softcap=50.0), {}),
@@ -116,7 +118,7 @@ def _specs() -> list[tuple]:
     ]
 
 
-N_SPECS = 11  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 13  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
@@ -158,6 +160,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
     dev = name.endswith("]")  # a development mode: "[tanh f16x2, emu N]", "[tree]"
     vh.TREE = dev and "tree" in name
+    vh.QSCALE = dev and "qscale" in name
     vh.TANH_F16X2 = dev and "tanh f16x2" in name
     vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
@@ -165,7 +168,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
             flops, lambda: flash_attention(q, k, v, causal=True, config=GLUON, **kw)
         )
     finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE = False, 0, False
+        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE, vh.QSCALE = False, 0, False, False
     if dev:  # the other columns are the softcap row's
         return row
     tl = _tl(n)
