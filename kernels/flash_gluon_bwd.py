@@ -139,10 +139,12 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
     blocks of 64 rows at head_dim 128 and of 128 rows at 64 (8-14% faster than 64-row
     blocks non-causal, -2 to +3% causal: bf16, 4k and 16k, H200, session 5 call B), the
     deepest Q/dO ring that fits (2 stages: 209 KB at d128, 195 KB at d64), a head's key
-    blocks together (see GluonBwdConfig.kb_major), dQ's first chunk queued early and,
-    non-causal, the rotated query order (call C, bf16 d128 4k: kernel 483 TFLOP/s, 521
-    with the early chunk, 502 rotated)."""
-    base = GluonBwdConfig(block_m=128 if head_dim <= 64 else 64, early_dq=True, rotate=not causal)
+    blocks together (see GluonBwdConfig.kb_major). At head_dim 128 also dQ's first chunk
+    queued early and, non-causal, the rotated query order (call C, bf16 d128 4k, kernel:
+    483 TFLOP/s plain, 521 early, 502 rotated); not at 64, where the two together
+    measured 0.82-0.89x cuDNN in call D against 0.89-0.98x for the plain kernel in C."""
+    wide = head_dim > 64
+    base = GluonBwdConfig(block_m=64 if wide else 128, early_dq=wide, rotate=wide and not causal)
     return _deepest(base, head_dim)
 
 

@@ -267,9 +267,9 @@ def triton_flash(
         "experimental: `triton` with deterministic=False, the one-pass backward (five "
         "matmuls per tile pair, dQ summed by fp32 adds: not bitwise reproducible); on sm_90 "
         "(fp16/bf16, head_dim 64/128) the warp-specialised Gluon backward (the backend "
-        "names it; H200: 1.04-1.20x triton's two-kernel backward, 0.88-0.98x cuDNN, bf16, "
-        "session 5), elsewhere the `tl` one-pass kernel; same forward; variant cases "
-        "forward only"
+        "names it; H200, bf16, session 5: 1.0-1.19x triton's two-kernel backward, "
+        "0.82-0.98x cuDNN), elsewhere the `tl` one-pass kernel; same forward; variant "
+        "cases forward only"
     ),
     **dict(_SUPPORT, check=_check_onepass),
 )

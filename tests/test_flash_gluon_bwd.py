@@ -83,7 +83,7 @@ def test_heuristic_stages_and_labels():
     # dQ's first chunk early, and non-causal the rotated query order (call C)
     assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-early"
     assert gluon_bwd_config(128, causal=True).label() == "gluon-bwd-m64-n128-s2-early"
-    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-rot-early"
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2"  # plain at 64 (call D)
     assert candidate_bwd_configs(128)["ws-plain"].label() == "gluon-bwd-m64-n128-s2"
     assert candidate_bwd_configs(64)["ws-m64"].label() == "gluon-bwd-m64-n128-s4"
     assert candidate_bwd_configs(64)["ws-m64"].smem_bytes(64) <= flash_gluon.SMEM_BYTES
@@ -95,7 +95,7 @@ def test_heuristic_stages_and_labels():
     assert (m128.block_m, m128.stages) == (128, 2)
     kbm = candidate_bwd_configs(128)["ws-kbmajor"]
     assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-rot-kbmajor-early"
-    assert candidate_bwd_configs(64)["ws-pp"].label() == "gluon-bwd-m128-n128-s2-rot-pp-early"
+    assert candidate_bwd_configs(64)["ws-pp"].label() == "gluon-bwd-m128-n128-s2-pp"
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.shared_dq=1: expected a bool"):
         GluonBwdConfig(shared_dq=1)
     with pytest.raises(ValueError, match=r"GluonBwdConfig\.rotate=None: expected a bool"):
@@ -107,7 +107,7 @@ def test_heuristic_stages_and_labels():
         "gluon-bwd-m64-n128-s2-early",
         3,
         1,
-        3,
+        0,
         0,
     )
     with pytest.raises(ValueError, match="one dQ schedule"):
