@@ -180,6 +180,13 @@ def smem_bytes(tile: Tile, block_n: int, num_stages: int) -> int:
     return kv + tile.block_rows * (tile.head_dim_pad + block_n) * tile.itemsize
 
 
+def slots(tile: Tile, block_n: int, num_stages: int) -> int:
+    """Split programs resident on one SM at once: as many as its shared memory holds, at
+    most `_MAX_SLOTS`."""
+    smem = smem_bytes(tile, block_n, num_stages) + _SMEM_RESERVED
+    return max(1, min(_MAX_SLOTS, _SMEM_PER_SM // smem))
+
+
 @functools.lru_cache(maxsize=4096)  # called per launch: a loop over up to 128 counts
 def choose_num_splits(
     programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
@@ -196,13 +203,12 @@ def choose_num_splits(
     blocks = _cdiv(capacity, block_n)
     per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
     saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
-    smem = smem_bytes(tile, block_n, num_stages) + _SMEM_RESERVED
-    slots = max(1, min(_MAX_SLOTS, _SMEM_PER_SM // smem))
+    resident = slots(tile, block_n, num_stages)
     most = min(MAX_SPLITS, max(1, blocks // _MIN_BLOCKS_PER_SPLIT))
     best, best_cost = 1, math.inf
     for s in range(1, most + 1):
         per_sm = _cdiv(programs * s, sms)
-        if s > 1 and per_sm > slots:
+        if s > 1 and per_sm > resident:
             break
         cost = _cdiv(blocks, s) * max(per_sm, saturation)
         if cost < best_cost * (1 - 1e-9):
@@ -228,6 +234,7 @@ def resolve(
     element): `config`'s and `num_splits`' set values, the heuristic's for the rest."""
     config = config or DecodeConfig()
     paged = page_size is not None
+    tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
     many = programs >= _MANY_WAVES * _MAX_SLOTS * sms
     block_n = config.block_n or block_n_for(page_size, capacity, many)
     if config.num_stages:
@@ -237,8 +244,19 @@ def resolve(
     else:
         few = programs * 4 < sms
         stages = _CONTIG_STAGES_FEW if few else _CONTIG_STAGES_MANY
+    long_block = block_n == _PAGED_BLOCK_N_LONG and not many
+    if (
+        not config.block_n
+        and paged
+        and long_block
+        and programs > slots(tile, block_n, stages) * sms
+    ):
+        # The long-context 64-key blocks at 5 stages fit 3 programs per SM (d128): with
+        # more programs than that wave holds, they ran a partial second wave (batch 64 x
+        # 128k, 512 programs: 0.80-0.86 x SDPA, session 5 call D), where the short blocks
+        # fit 4 per SM, one wave (batch 64 x 32k, the same kernel: 1.05 x copy).
+        block_n = min(block_n, block_n_for(page_size))
     if num_splits is None:
-        tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     return Launch(
         block_n=block_n,

@@ -222,3 +222,24 @@ def test_adapter_label_names_the_launch():
     )
     fixed = registry.get("triton").prepare(case, q, k, v, {"num_splits": 5}).backend
     assert "; fixed splits: 5 splits, block_n 32," in fixed
+
+
+def test_long_paged_blocks_give_way_to_one_wave():
+    """Session 5's call D: batch 64 x 128k paged (512 programs) at the long-context 64-key
+    blocks and 5 stages (3 programs per SM, d128 bf16) ran a partial second wave, 0.80-0.86
+    x SDPA; the 32-key blocks fit 4 per SM, one wave, as at batch 64 x 32k (1.05 x copy)."""
+    from fa_bench.kernels.decode_config import Tile, resolve, slots
+
+    tile = Tile(16, 128, 2, True)
+    assert (slots(tile, 64, 5), slots(tile, 32, 5)) == (3, 4)
+
+    def launch(batch, ctx, page, config=None):
+        got = resolve(config, None, programs=batch * 8, capacity=ctx, page_size=page, sms=132)
+        return got.block_n, got.num_stages, got.num_splits
+
+    for page in (16, 64, 256):
+        assert launch(64, 131072, page) == (32, 5, 1)
+    assert launch(8, 131072, 64)[:2] == (64, 5)  # 64 programs: one wave either way
+    assert launch(1, 131072, 16) == (64, 5, 33)  # the tuned batch-1 launch stays
+    assert launch(256, 65536, 64) == (64, 3, 1)  # two full waves or more: 64/3 stays
+    assert launch(64, 131072, 64, DecodeConfig(block_n=64)) == (64, 5, 1)  # fixed: kept
