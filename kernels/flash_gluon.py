@@ -211,8 +211,10 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
       call C, tools/gpu/gluon_d64.py, every launch through the accuracy rule first) bf16
       458.5 / 497.6 TFLOP/s at 4k / 16k against 443.0 / 460.1 for `_ws_base` (fp16 449.4 /
       479.3 against 434.8 / 447.3), cuDNN 475.0 / 464.7 (fp16 451.9 / 444.4) in the same
-      process: 1.07-1.08x cuDNN at 16k, 0.965 / 0.995 at 4k. Its 148 bytes of ptxas spills
-      are the mask's column offsets, reloaded only in the masked last key block."""
+      process: 1.07-1.08x cuDNN at 16k, 0.965 / 0.995 at 4k; in `fa-bench run` (call D)
+      479.4 / 510.2 (fp16 457.6 / 487.5) against cuDNN 462.0 / 456.2 (445.0 / 445.9):
+      1.03-1.12x. Its 148 bytes of ptxas spills are the mask's column offsets, reloaded
+      only in the masked last key block."""
     if causal and head_dim <= 64:
         return GluonConfig(variant="pipelined", block_m=128, num_warps=8, block_n=128, stages=2)
     if not causal and head_dim <= 64:
