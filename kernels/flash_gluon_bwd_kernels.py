@@ -22,7 +22,8 @@ Bounds come from the descriptors: Q/dO rows past seq_q load as zeros (their lse2
 delta as 0), the adds and the dK/dV stores are clipped; keys past seq_k load as zeros
 and their P is masked to 0 (an overflowing exp2 would reach dQ as inf · 0). Causal CTAs
 start at the first query block that sees their keys, mask only the diagonal blocks, and
-run heaviest first (the key block on the grid's slow axis).
+run heaviest first within their head; a head's key blocks run together (its dQ
+workspace stays in L2).
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
