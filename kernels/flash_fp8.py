@@ -315,7 +315,9 @@ def flash_attention_fp8(
         )
     gluon = flash_gluon_fp8.fp8_gluon_choice(q, k, v, causal, cfg)
     if gluon is not None:
-        o, lse2 = flash_gluon_fp8.fp8_gluon_forward(q, k, v, descales, causal, scale, gluon)
+        o, lse2 = flash_gluon_fp8.fp8_gluon_forward(
+            q, k, v, descales, causal, scale, gluon, checked=True
+        )
     else:
         o, lse2 = _forward_fp8(q, k, v, descales, causal, scale, cfg)
     if not return_lse:

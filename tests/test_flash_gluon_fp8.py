@@ -197,7 +197,8 @@ def _descales():
 def test_flash_attention_fp8_runs_the_kernel_it_chose(monkeypatch):
     calls = []
 
-    def fake_gluon(q, k, v, descales, causal, scale, cfg):
+    def fake_gluon(q, k, v, descales, causal, scale, cfg, checked=False):
+        assert checked  # the dispatch checked the inputs: no second check
         calls.append(("gluon", cfg, causal, scale, v.stride(2)))
         return torch.zeros(q.shape), torch.zeros(q.shape[:3])
 
@@ -268,3 +269,18 @@ def test_role_override_names_the_launch_per_causality(monkeypatch):
         fp8_gluon_config(128)
     monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV)
     assert fp8_gluon_config(128) == cands["ws"]
+
+
+def test_the_dispatch_resolves_a_launch_once_per_config(monkeypatch):
+    # it runs in every timed call: the launch is resolved once per (config, shape, override)
+    monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws,ws-lazy")
+    flash_gluon_fp8._resolved.cache_clear()
+    cfg = FlashConfig(gluon_stages=3)
+    first = fp8_gluon_choice(*_inputs(), True, cfg)
+    assert fp8_gluon_choice(*_inputs(), True, cfg) is first
+    assert flash_gluon_fp8._resolved.cache_info().hits == 1
+    assert first == dataclasses.replace(candidate_configs(128)["ws-lazy"], stages=3)
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws")  # another override: resolved again
+    assert fp8_gluon_choice(*_inputs(), True, cfg) == dataclasses.replace(first, lazy_rescale=False)
