@@ -38,10 +38,11 @@ PACKED_SCHEDULE = True
 # Its costs compared in bins of this many blocks, a sequence's pairs together inside a
 # bin (L2 reuse of its rows and keys); 1: strictly heaviest first (flash_varlen_sched).
 SCHEDULE_BIN = 1
-# The dK/dV table launch's axes: the table on the fast axis (one kv head's programs side
-# by side: the H200 ran a packed batch's backward at 0.76x the dense kernel's rate with
-# the heads on the fast axis, equal lengths, 2026-11-30 call C); False: the heads fast.
-PACKED_TABLE_FAST = True
+# The dK/dV table launch's axes: True puts the table on the fast axis (one kv head's
+# programs side by side, for L2 reuse of Q/dO); False (the default) the kv heads. The
+# H200 (2026-11-30, call D) measured the heads fast 2% faster (255.3 against 250.3
+# TFLOP/s, the variants suite's 16k-token packed batch, bf16 d128 causal).
+PACKED_TABLE_FAST = False
 # The dK/dV kernel issues dPᵀ = V·dOᵀ before P's elementwise work (flash_kernels_bwd
 # DP_FIRST): "variants" (a window, softcap or ALiBi: +3.1% softcap, +5.2% window on the
 # H200, 2026-11-30 call C), "all" (the dense kernel too: +1.1% there, within the noise,
@@ -274,8 +275,8 @@ def backward_grids(
     or query rows held per program; seq_q/seq_k a packed batch's token totals).
 
     Dense and unpacked: (blocks, batch × heads). A packed batch: its (sequence, block)
-    table, heaviest first, VARLEN = 2: dK/dV (entries, kv heads), dQ (q heads, entries)
-    (PACKED_TABLE_FAST off: VARLEN = 3, dK/dV (kv heads, entries)); or with
+    table, heaviest first, VARLEN = 3: dK/dV (kv heads, entries), dQ (q heads, entries)
+    (PACKED_TABLE_FAST: VARLEN = 2, dK/dV (entries, kv heads)); or with
     PACKED_SCHEDULE off, (sequences × heads, the longest's blocks). DP_FIRST: see
     DKDV_DP_FIRST."""
     extra = {} if variant is None else variant.kernel_args()

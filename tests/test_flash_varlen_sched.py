@@ -141,13 +141,13 @@ def test_backward_grids(monkeypatch):
     variant = _variant([40, 7, 90])
     extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
     entries = extra["Sched"].shape[1]
-    # the table on dK/dV's fast axis, the q heads on dQ's; no DP_FIRST without a mask
-    assert extra["VARLEN"] == 2 and dkdv == (entries, 2) and dq == (8, entries)
+    # the heads on both kernels' fast axis; no DP_FIRST without a mask
+    assert extra["VARLEN"] == 3 and dkdv == (2, entries) and dq == (8, entries)
     assert "DP_FIRST" not in extra
     assert backward_grids(variant, True, 1, 8, 2, 137, 137, 32)[0]["Sched"] is extra["Sched"]
-    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", False)
+    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", True)
     extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
-    assert extra["VARLEN"] == 3 and dkdv == (2, entries) and dq == (8, entries)
+    assert extra["VARLEN"] == 2 and dkdv == (entries, 2) and dq == (8, entries)
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)
     extra, dkdv, dq = backward_grids(variant, True, 1, 8, 2, 137, 137, 32)
     assert extra["VARLEN"] is True and "Sched" not in extra
@@ -212,11 +212,11 @@ def _reference_rule(inputs, ours, kw) -> None:
 def _same_as_first_grids(monkeypatch, len_q, len_k, kw) -> None:
     inputs, scheduled = _packed_grads(len_q, len_k, 4, 2, 16, kw)
     _reference_rule(inputs, scheduled, kw)
-    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", False)
-    _, heads_fast = _packed_grads(len_q, len_k, 4, 2, 16, kw)
+    monkeypatch.setattr(flash_validate, "PACKED_TABLE_FAST", True)
+    _, table_fast = _packed_grads(len_q, len_k, 4, 2, 16, kw)
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)
     _, first = _packed_grads(len_q, len_k, 4, 2, 16, kw)
-    for a, b, c in zip(scheduled, first, heads_fast, strict=True):
+    for a, b, c in zip(scheduled, first, table_fast, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
 
 

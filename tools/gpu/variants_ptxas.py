@@ -42,6 +42,7 @@ VARIANTS: dict[str, dict] = {
     "window": dict(WINDOW=True),
     "varlen": dict(VARLEN=True),
     "varlen-sched": dict(VARLEN=2),
+    "varlen-heads-fast": dict(VARLEN=3),
     "dense-dpfirst": dict(DP_FIRST=True),
     "softcap-dpfirst": dict(SOFTCAP=2, DP_FIRST=True),
     "alibi-dpfirst": dict(ALIBI=True, DP_FIRST=True),
