@@ -30,12 +30,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from fa_bench.kernels.flash_gluon_fp8_parts import (
     _acc_layout,
-    _kv_bounds,
-    _mask,
     _p_layout,
     _rescale,
     _softmax_fp8,
 )
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask
 
 
 @gluon.jit

@@ -42,14 +42,12 @@ from fa_bench.kernels.flash_gluon_fp8_ahead import _tile_ahead
 from fa_bench.kernels.flash_gluon_fp8_parts import (
     P_EXP,
     _acc_layout,
-    _kv_bounds,
-    _mask,
     _p_layout,
     _p_smem_layout,
-    _program,
     _rescale,
     _softmax_fp8,
 )
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask, _program
 
 
 @gluon.jit
@@ -278,7 +276,8 @@ def _consumer1(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
 @gluon.jit
 def _alloc_bars(STAGES: gl.constexpr):
     """Q (one per consumer), K/V ready (the producer's expect) and empty (one arrival per
-    consumer), and the ping-pong turn. (flash_gluon_ws' helper for two consumers.)"""
+    consumer), and the ping-pong turn. (flash_gluon_ws' helper for two consumers, kept:
+    its mbarriers are initialised in another order, and importing it changes the PTX.)"""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)

@@ -1,8 +1,8 @@
 """Helpers of the Gluon fp8 forward (kernels/flash_gluon_fp8_kernels.py): the 8-bit wgmma
 layouts, the program's coordinates, key bounds and masks, the exp2 that computes part of
-P on the FMA pipes, and the fp8 online-softmax step. The layout, coordinate, bound and
-mask helpers are flash_gluon_kernels' (fixed here to 8-bit operands), copied so that the
-fp8 kernel does not change while issue 19's variants are added to that module.
+P on the FMA pipes, and the fp8 online-softmax step. The layouts are flash_gluon_kernels'
+fixed to one warpgroup and 8-bit operands; the coordinate, bound and mask helpers are
+flash_gluon_kernels' own (imported from there by the fp8 kernels).
 
 The emulated exp2 (EMU = 2: every second exponential, 4: one in four; FlashAttention-4's
 idea): with fp8 matmuls twice as fast as bf16, a consumer's 64 × 128 softmax needs as many
@@ -21,18 +21,21 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from fa_bench.kernels.flash_gluon_kernels import _acc_layout as _acc_layout_any
+from fa_bench.kernels.flash_gluon_kernels import _p_layout as _p_layout_any
+
 
 @gluon.constexpr_function
 def _acc_layout(n):
     """The wgmma accumulator layout of a (64 × n) fp32 tile of one warpgroup: S (n = keys)
     or O (n = head_dim); k = 32 (256 bits of 8-bit operands)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 32])
+    return _acc_layout_any(n, 4, 8)
 
 
 @gluon.constexpr_function
 def _p_layout(head_dim):
     """P's register layout as wgmma's 8-bit A operand of PV (k_width 4)."""
-    return gl.DotOperandLayout(operand_index=0, parent=_acc_layout(head_dim), k_width=4)
+    return _p_layout_any(head_dim, 4, 8)
 
 
 @gluon.constexpr_function
@@ -54,15 +57,6 @@ def _rescale(acc, alpha, o_layout: gl.constexpr, SOFTMAX: gl.constexpr):
     else:
         acc = acc * gl.expand_dims(alpha_o, 1)
     return acc
-
-
-@gluon.jit
-def _program(heads_q, group):
-    """(batch, q head, kv head, flat row offset of this head in lse2) of this program."""
-    bh = gl.program_id(1)
-    b = bh // heads_q
-    h = bh % heads_q
-    return b, h, h // group, bh.to(gl.int64)
 
 
 # P's shift: exp2(s − m + P_EXP) ∈ [0, 256] (e4m3's largest finite value is 448).
@@ -110,33 +104,6 @@ def _exp2(x, EMU: gl.constexpr):
         )
     else:
         return gl.exp2(x)
-
-
-@gluon.jit
-def _kv_bounds(row0, rows: gl.constexpr, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """(n_full, n_end) for query rows [row0, row0 + rows): key blocks [0, n_full) are seen
-    whole by every row, [n_full, n_end) need the mask."""
-    n_blocks = gl.cdiv(seq_k, BLOCK_N)
-    if CAUSAL:
-        diag = seq_k - seq_q
-        n_end = gl.minimum(gl.maximum(gl.cdiv(row0 + rows + diag, BLOCK_N), 0), n_blocks)
-        n_full = gl.minimum(gl.maximum((row0 + diag + 1) // BLOCK_N, 0), seq_k // BLOCK_N)
-    else:
-        n_end = n_blocks
-        n_full = seq_k // BLOCK_N
-    n_full = gl.minimum(n_full, n_end)
-    return n_full, n_end
-
-
-@gluon.jit
-def _mask(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-          layout: gl.constexpr):  # fmt: skip
-    """Scores of keys past seq_k (and, causal, past each row's diagonal) set to −inf."""
-    cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
-    keep = gl.expand_dims(cols < seq_k, 0)
-    if CAUSAL:
-        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + (seq_k - seq_q), 1))
-    return gl.where(keep, s, float("-inf"))
 
 
 @gluon.jit

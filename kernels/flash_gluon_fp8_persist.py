@@ -20,30 +20,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _epilogue, _tile
-from fa_bench.kernels.flash_gluon_fp8_parts import _kv_bounds, _p_smem_layout
-
-
-@gluon.jit
-def _coords(t, sched, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Tile t of the fixed order: (b, h, kv head, flat (b, h) index, first row, n_end)."""
-    heads_q, group, seq_q, seq_k, n_bh = sched
-    n_m = gl.cdiv(seq_q, 2 * BLOCK_M)
-    if CAUSAL:  # heaviest first: the last query positions of every head, then the next
-        m = n_m - 1 - t // n_bh
-        bh = t % n_bh
-    else:
-        m = t % n_m
-        bh = t // n_m
-    row0 = m * (2 * BLOCK_M)
-    _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    h = bh % heads_q
-    return bh // heads_q, h, h // group, bh.to(gl.int64), row0, n_end
-
-
-@gluon.jit
-def _n_tiles(sched, BLOCK_M: gl.constexpr):
-    _heads_q, _group, seq_q, _seq_k, n_bh = sched
-    return gl.cdiv(seq_q, 2 * BLOCK_M) * n_bh
+from fa_bench.kernels.flash_gluon_fp8_parts import _p_smem_layout
+from fa_bench.kernels.flash_gluon_persist import _n_tiles
+from fa_bench.kernels.flash_gluon_persist import _tile as _coords
 
 
 @gluon.jit
