@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     import torch
@@ -129,18 +129,7 @@ class GluonConfig:
             raise ValueError(
                 f"GluonConfig(variant={self.variant!r}, persistent=True): only 'ws' is persistent"
             )
-        for name in ("producer_regs", "consumer_regs"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value % 8
-                or not _MIN_REGS <= value <= _MAX_REGS
-            ):
-                raise ValueError(
-                    f"GluonConfig.{name}={value!r}: expected a multiple of 8 in "
-                    f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
-                )
+        check_regs(self)
 
     @property
     def rows_per_cta(self) -> int:
@@ -181,13 +170,38 @@ class GluonConfig:
         return f"{text}{emu}"
 
 
-def _deepest(cfg: GluonConfig, head_dim: int) -> GluonConfig:
-    """`cfg` with the deepest ring (up to 4 stages) that fits shared memory."""
+def check_regs(cfg: Any) -> None:
+    """ValueError unless the config's producer_regs and consumer_regs are register counts
+    setmaxnreg takes (the forward's, the fp8 forward's and the backward's configs)."""
+    for name in ("producer_regs", "consumer_regs"):
+        value = getattr(cfg, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value % 8
+            or not _MIN_REGS <= value <= _MAX_REGS
+        ):
+            raise ValueError(
+                f"{type(cfg).__name__}.{name}={value!r}: expected a multiple of 8 in "
+                f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
+            )
+
+
+_Cfg = TypeVar("_Cfg")
+
+
+def deepest(cfg: _Cfg, head_dim: int) -> _Cfg:
+    """`cfg` (a config dataclass with `stages` and smem_bytes(head_dim): the forward's,
+    the fp8 forward's, the backward's) with the deepest ring (up to 4 stages) that fits
+    shared memory."""
     for stages in (4, 3, 2, 1):
-        deeper = dataclasses.replace(cfg, stages=stages)
+        deeper = dataclasses.replace(cast(Any, cfg), stages=stages)
         if deeper.smem_bytes(head_dim) <= SMEM_BYTES:
-            return deeper
-    return dataclasses.replace(cfg, stages=1)
+            return cast(_Cfg, deeper)
+    return cast(_Cfg, dataclasses.replace(cast(Any, cfg), stages=1))
+
+
+_deepest = deepest
 
 
 def _ws_base(head_dim: int) -> GluonConfig:

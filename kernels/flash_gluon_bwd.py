@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 _LOG2E = 1.4426950408889634
 BWD_HEAD_DIMS = (64, 128)
-# setmaxnreg takes multiples of 8 from 24 to 256
-_MIN_REGS, _MAX_REGS = 24, 256
 # Rows per program of the tl pre/postprocessing kernels (as flash_attention's)
 _ROWS = 64
 # head_dim columns per dQ reduce-add (the kernel's 64 × 64 fp32 dQ chunks)
@@ -84,18 +82,7 @@ class GluonBwdConfig:
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
         if self.shared_dq and self.early_dq:
             raise ValueError("GluonBwdConfig(shared_dq=True, early_dq=True): one dQ schedule")
-        for name in ("producer_regs", "consumer_regs"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value % 8
-                or not _MIN_REGS <= value <= _MAX_REGS
-            ):
-                raise ValueError(
-                    f"GluonBwdConfig.{name}={value!r}: expected a multiple of 8 in "
-                    f"[{_MIN_REGS}, {_MAX_REGS}] (setmaxnreg)"
-                )
+        flash_gluon.check_regs(self)
 
     @property
     def dq_mode(self) -> int:
@@ -125,13 +112,8 @@ class GluonBwdConfig:
         return f"{text}-early" if self.early_dq else text
 
 
-def _deepest(cfg: GluonBwdConfig, head_dim: int) -> GluonBwdConfig:
-    """`cfg` with the deepest Q/dO ring (up to 4 stages) that fits shared memory."""
-    for stages in (4, 3, 2, 1):
-        deeper = dataclasses.replace(cfg, stages=stages)
-        if deeper.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES:
-            return deeper
-    return dataclasses.replace(cfg, stages=1)
+# `cfg` with the deepest Q/dO ring (up to 4 stages) that fits shared memory.
+_deepest = flash_gluon.deepest
 
 
 def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:

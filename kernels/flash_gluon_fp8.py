@@ -20,13 +20,15 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels import flash_gluon
+
 if TYPE_CHECKING:
     import torch
 
 HEAD_DIMS = (64, 128)
 _TMA_ALIGN = 16
 # sm_90's shared memory per block (227 KB) less what the kernel keeps for mbarriers.
-SMEM_BYTES = 227 * 1024 - 1024
+SMEM_BYTES = flash_gluon.SMEM_BYTES
 _EMU = (0, 2, 4)
 
 
@@ -82,17 +84,7 @@ class Fp8GluonConfig:
                 f"persistent={self.persistent}): QKᵀ ahead takes P through shared memory, "
                 "without ping-pong, not persistent"
             )
-        for name in ("producer_regs", "consumer_regs"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value % 8
-                or not (24 <= value <= 256)
-            ):
-                raise ValueError(
-                    f"Fp8GluonConfig.{name}={value!r}: expected a multiple of 8 in [24, 256]"
-                )
+        flash_gluon.check_regs(self)
 
     def softmax_code(self) -> int:
         """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale, + 32 ahead."""
@@ -117,13 +109,8 @@ class Fp8GluonConfig:
         return f"{text}-persist" if self.persistent else text
 
 
-def deepest(cfg: Fp8GluonConfig, head_dim: int) -> Fp8GluonConfig:
-    """`cfg` with the deepest ring (up to 4 stages) that fits shared memory."""
-    for stages in (4, 3, 2, 1):
-        deeper = dataclasses.replace(cfg, stages=stages)
-        if deeper.smem_bytes(head_dim) <= SMEM_BYTES:
-            return deeper
-    return dataclasses.replace(cfg, stages=1)
+# `cfg` with the deepest ring (up to 4 stages) that fits shared memory.
+deepest = flash_gluon.deepest
 
 
 # A developer override of the heuristic: "<role>" or "<non-causal role>,<causal role>" of
@@ -204,8 +191,6 @@ def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str 
     import os
 
     import torch
-
-    from fa_bench.kernels import flash_gluon
 
     if q.device.type != "cuda":
         return f"q is on {q.device}: the Gluon kernel needs a CUDA device (sm_90)"
