@@ -33,8 +33,9 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _p_layout,
     _rescale,
     _softmax_fp8,
+    _tile_start,
 )
-from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask
+from fa_bench.kernels.flash_gluon_kernels import _mask
 
 
 @gluon.jit
@@ -120,12 +121,8 @@ def _tile_ahead(q2, smem, bars, my_row0, n_end, g0, scalars, ME: gl.constexpr,
     HEAD_DIM: gl.constexpr = k_bufs.shape[4]
     STAGES: gl.constexpr = k_bufs.shape[0]
     s_layout: gl.constexpr = _acc_layout(BLOCK_N)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
-    n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    n_full, rows, m_i, l_i, acc = _tile_start(my_row0, seq_q, seq_k, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                              CAUSAL)  # fmt: skip
     if n_end > 0:
         s = _issue_qk(q2, k_bufs, k_ready, g0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32,
                                                         layout=s_layout))  # fmt: skip

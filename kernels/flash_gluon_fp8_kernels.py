@@ -46,6 +46,7 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _p_smem_layout,
     _rescale,
     _softmax_fp8,
+    _tile_start,
 )
 from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask, _program
 
@@ -173,12 +174,8 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
     HEAD_DIM: gl.constexpr = k_bufs.shape[4]
     STAGES: gl.constexpr = k_bufs.shape[0]
     s_layout: gl.constexpr = _acc_layout(BLOCK_N)
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
-    n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    n_full, rows, m_i, l_i, acc = _tile_start(my_row0, seq_q, seq_k, BLOCK_M, BLOCK_N, HEAD_DIM,
+                                              CAUSAL)  # fmt: skip
     if n_end > 0:
         # block 0: S_0 and its softmax, nothing to overlap with yet
         mbarrier.wait(k_ready.index(g0 % STAGES), (g0 // STAGES) & 1)
@@ -297,6 +294,23 @@ def _alloc_bars(STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _alloc_smem(q_desc, k_desc, vt_desc, o_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    """The CTA's tiles: both consumers' fp8 Q, the K/Vᵀ ring, both bf16 O tiles and (P_SMEM)
+    the P buffers (o_smem again otherwise)."""
+    fp8: gl.constexpr = gl.float8e4nv
+    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
+        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+    else:  # not read: the registers carry P
+        p_smem = o_smem
+    return q_smem, k_bufs, vt_bufs, o_smem, p_smem
+
+
+@gluon.jit
 def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_descale_ptr,
                 v_descale_ptr, heads_q, group, seq_q, seq_k, sm_scale_log2,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
@@ -316,15 +330,9 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
     # both consumers step through the keys of the CTA's last row (the first masks its
     # extra diagonal block): they share every K/V tile and release it once each
     _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
-    fp8: gl.constexpr = gl.float8e4nv
-    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
-    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
-    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
-        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
-    else:  # not read: the registers carry P
-        p_smem = o_smem
+    q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
+                                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                                          P_SMEM)  # fmt: skip
     bars = _alloc_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)

@@ -22,6 +22,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout as _acc_layout_any
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
 from fa_bench.kernels.flash_gluon_kernels import _p_layout as _p_layout_any
 
 
@@ -123,3 +124,17 @@ def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, SOFTMAX: gl.cons
     else:
         p_op = gl.convert_layout(p.to(gl.float8e4nv), p_layout)
     return m_new, alpha, l_new, p_op
+
+
+@gluon.jit
+def _tile_start(my_row0, seq_q, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr):  # fmt: skip
+    """A consumer tile's start (flash_gluon_fp8_kernels._tile, flash_gluon_fp8_ahead's):
+    (n_full, its rows, m_i = −inf, l_i = 0, acc = 0)."""
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N)
+    n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=_acc_layout(HEAD_DIM))
+    return n_full, rows, m_i, l_i, acc

@@ -19,8 +19,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _epilogue, _tile
-from fa_bench.kernels.flash_gluon_fp8_parts import _p_smem_layout
+from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _alloc_smem, _epilogue, _tile
 from fa_bench.kernels.flash_gluon_persist import _n_tiles
 from fa_bench.kernels.flash_gluon_persist import _tile as _coords
 
@@ -118,15 +117,9 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                         P_SMEM: gl.constexpr):  # fmt: skip
     """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; the rest as _fwd_fp8_ws."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
-    fp8: gl.constexpr = gl.float8e4nv
-    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
-    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
-    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
-        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
-    else:  # not read: the registers carry P
-        p_smem = o_smem
+    q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
+                                                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                                          P_SMEM)  # fmt: skip
     bars = _alloc_bars(STAGES)
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(2):
