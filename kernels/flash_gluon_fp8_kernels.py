@@ -49,6 +49,7 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _tile_start,
 )
 from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask, _program
+from fa_bench.kernels.flash_gluon_ws import _qk
 
 
 @gluon.jit
@@ -80,14 +81,6 @@ def _producer(descs, smem, bars, coords):
         tma.async_copy_global_to_shared(
             vt_desc, [b, hk, 0, j * BLOCK_N], v_ready.index(slot), vt_bufs.index(slot)
         )
-
-
-@gluon.jit
-def _qk(q2, k_bufs, g, s_zero):
-    """S = Q Kᵀ issued asynchronously on the K tile in ring slot g % STAGES."""
-    STAGES: gl.constexpr = k_bufs.shape[0]
-    k_t = k_bufs.index(g % STAGES).reshape([k_bufs.shape[3], k_bufs.shape[4]]).permute((1, 0))
-    return warpgroup_mma(q2, k_t, s_zero, use_acc=False, is_async=True)
 
 
 @gluon.jit
