@@ -242,10 +242,12 @@ def gluon_config(head_dim: int, causal: bool = False) -> GluonConfig:
 
 def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     """What a sweep (and tools/gpu/gluon_check.py) should time at this head_dim, by role:
-    "ws" the heuristic's config, "ws-nopp" without ping-pong, "ws-persist" persistent,
-    "ws-shallow" a ring one stage shallower (when it has two), "ws-c3" three consumers
-    (head_dim 64), "pipelined" the fallback (8 warps × 128 rows up to head_dim 128, 4 × 64
-    above)."""
+    "ws" the plain warp-specialised launch (`_ws_base`: the heuristic's for causal head_dim
+    128 and for head_dim 256), "ws-nopp" without ping-pong, "ws-persist" persistent,
+    "ws-persist-q2" with two Q buffers (the non-causal head_dim 128 heuristic), "ws-shallow"
+    a ring one stage shallower (when it has two), "ws-c3" three consumers over 128-key steps
+    (head_dim 64: the non-causal heuristic), "pipelined" the fallback (8 warps × 128 rows up
+    to head_dim 128, 4 × 64 above; the causal head_dim 64 heuristic)."""
     base = _ws_base(head_dim)
     out = {
         "ws": base,
@@ -258,10 +260,9 @@ def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
     if base.stages > 1:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim <= 64:
-        # FA3's head_dim 64 shape: three consumers (192 rows), no ping-pong; 64-key steps
-        # keep a consumer within its 160 registers (128-key steps spilled 148 bytes)
-        three = GluonConfig(block_n=64, stages=4, consumers=3, pingpong=False, consumer_regs=160)
-        out["ws-c3"] = three
+        # FA3's head_dim 64 shape, as the non-causal heuristic takes it (the 64-key form,
+        # which kept clear of spills, measured 7-12% slower on the H200: docs/kernel.md)
+        out["ws-c3"] = gluon_config(head_dim, causal=False)
     warps = 8 if head_dim <= 128 else 4
     out["pipelined"] = GluonConfig(
         variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2

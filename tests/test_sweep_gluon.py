@@ -80,7 +80,7 @@ def test_partial_fields_lay_over_the_heuristic():
     pipe = gluon_fields.resolve({"gluon_variant": "pipelined"}, 256, False)
     assert (pipe.block_m, pipe.num_warps, pipe.stages, pipe.block_n) == (64, 4, 2, 64)
     # three consumers: no ping-pong, 160 registers each, the deepest ring that fits
-    c3 = gluon_fields.resolve({"gluon_consumers": 3, "gluon_block_n": 64}, 64, False)
+    c3 = gluon_fields.resolve({"gluon_consumers": 3, "gluon_block_n": 128}, 64, False)
     assert c3 == candidate_configs(64)["ws-c3"]
     # causal d64's heuristic is pipelined; a forced ws takes the ws rule (deepest ring)
     ws = gluon_fields.resolve({"gluon_variant": "ws"}, 64, True)

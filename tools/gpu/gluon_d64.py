@@ -106,7 +106,7 @@ def candidates() -> dict[tuple[int, bool], dict[str, object]]:
                               vary(ws, "ws-t", tree_reduce=True), ("pq2", pq2),
                               vary(pq2, "pq2-t", tree_reduce=True),
                               vary(pq2, "pq2-e8-t", exp2_emu=8, tree_reduce=True),
-                              ("c3-n64", candidate_configs(head_dim)["ws-c3"]),
+                              vary(base, "c3-n64", block_n=64),
                               vary(ws, "ws-s3", stages=3), vary(ws, "ws-nopp", pingpong=False),
                               # timing diagnostics (no exponentials, wrong results)
                               ("diag-noexp2", diagnostic(base)),
