@@ -29,11 +29,14 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_watch import emit as _emit
+from child_watch import run_watched
 
 STALL_S = 25.0
 # no child starts after this many seconds ($FP8_GLUON_BUDGET_S overrides)
@@ -59,11 +62,6 @@ SHAPES = (
 VARIANT_SHAPES = (SHAPES[0], SHAPES[3], SHAPES[6])
 # persistent roles also: more tiles (256) than SMs, so CTAs loop over several
 PERSIST_SHAPES = ((4, 8, 2, 1000, 1000, True), (4, 8, 2, 1000, 1000, False))
-
-
-def _emit(path: str, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def _quantised(batch, hq, hkv, sq, sk, head_dim, seed=0):
@@ -250,26 +248,10 @@ def child_baseline(out: str) -> None:
 
 def _run_child(role: str, lines: str, light: bool = False) -> dict:
     """One child, killed when its lines stop growing for STALL_S seconds."""
-    start = time.time()
     log_path = Path(lines).with_name(f"fp8-gluon-child-{role}.log")
-    with open(log_path, "w") as log:
-        args = [sys.executable, __file__, "--child", role, "--lines", lines]
-        args += ["--light"] if light else []
-        proc = subprocess.Popen(args, stdout=log, stderr=log)
-        last_size, last_change = -1, time.time()
-        while proc.poll() is None:
-            time.sleep(0.5)
-            size = os.path.getsize(lines) if os.path.exists(lines) else 0
-            if size != last_size:
-                last_size, last_change = size, time.time()
-            elif time.time() - last_change > STALL_S:
-                proc.kill()
-                proc.wait()
-                status = f"killed: no progress for {STALL_S:.0f} s"
-                return dict(child=role, status=status, seconds=round(time.time() - start, 1))
-    tail = log_path.read_text()[-1500:]
-    status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
-    return dict(child=role, status=status, seconds=round(time.time() - start, 1))
+    args = [sys.executable, __file__, "--child", role, "--lines", lines]
+    args += ["--light"] if light else []
+    return run_watched(args, lines, log_path, role, STALL_S)
 
 
 def parent(roles: list[str], light: bool = False) -> int:

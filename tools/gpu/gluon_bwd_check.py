@@ -30,11 +30,14 @@ import importlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_watch import emit as _emit
+from child_watch import run_watched
 
 STALL_S = 30.0
 BUDGET_S = 130.0
@@ -56,11 +59,6 @@ SHAPES = (
     (1, 4, 4, 2048, 2048, False),
 )
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-
-
-def _emit(path: str, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def _inputs(shape, dtype, head_dim, seed=0):
@@ -331,24 +329,8 @@ def bench_shape(which: str, head_dim: int, n: int, causal: bool) -> list[dict]:
 def _run_child(args: list[str], lines: str, label: str, script: str = __file__) -> dict:
     """One child, killed when its output stops growing for STALL_S seconds; its stdout
     and stderr go to a log beside the lines (a pipe could fill and block it)."""
-    start = time.time()
     log_path = Path(lines).with_name(f"gluon-bwd-{label}.log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, script, *args], stdout=log, stderr=log)
-        last_size, last_change = -1, time.time()
-        while proc.poll() is None:
-            time.sleep(0.5)
-            size = os.path.getsize(lines) if os.path.exists(lines) else 0
-            if size != last_size:
-                last_size, last_change = size, time.time()
-            elif time.time() - last_change > STALL_S:
-                proc.kill()
-                proc.wait()
-                return dict(child=label, status=f"killed: no progress for {STALL_S:.0f} s",
-                            seconds=round(time.time() - start, 1))  # fmt: skip
-    tail = log_path.read_text()[-1500:]
-    status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
-    return dict(child=label, status=status, seconds=round(time.time() - start, 1))
+    return run_watched([sys.executable, script, *args], lines, log_path, label, STALL_S)
 
 
 def markdown(doc: dict) -> str:

@@ -30,11 +30,14 @@ import importlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_watch import emit as _emit
+from child_watch import run_watched
 
 STALL_S = 30.0
 # the whole check stays near 3 minutes of GPU time: no child starts after this many seconds
@@ -61,11 +64,6 @@ SHAPES = (
     (1, 2, 2, 1, 1, False),
     (2, 4, 2, 128, 384, True),
 )
-
-
-def _emit(path: str, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def _inputs(shape, dtype, head_dim, seed=0):
@@ -306,24 +304,8 @@ def _cudnn(q, k, v, causal, sdpa_kernel, backend):
 def _run_child(args: list[str], lines: str, label: str) -> dict:
     """Run one child, killing it when its output stops growing for STALL_S seconds. Its
     stdout and stderr go to a log beside the lines (a pipe could fill and block it)."""
-    start = time.time()
     log_path = Path(lines).with_name(f"gluon-child-{label}.log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, __file__, *args], stdout=log, stderr=log)
-        last_size, last_change = -1, time.time()
-        while proc.poll() is None:
-            time.sleep(0.5)
-            size = os.path.getsize(lines) if os.path.exists(lines) else 0
-            if size != last_size:
-                last_size, last_change = size, time.time()
-            elif time.time() - last_change > STALL_S:
-                proc.kill()
-                proc.wait()
-                status = f"killed: no progress for {STALL_S:.0f} s"
-                return dict(child=label, status=status, seconds=round(time.time() - start, 1))
-    tail = log_path.read_text()[-1500:]
-    status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
-    return dict(child=label, status=status, seconds=round(time.time() - start, 1))
+    return run_watched([sys.executable, __file__, *args], lines, log_path, label, STALL_S)
 
 
 def main() -> int:
