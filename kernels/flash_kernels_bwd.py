@@ -41,11 +41,21 @@ def _bwd_dkdv_inner(
     win_left=None, win_right=None, softcap2=None, slope2=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
     DP_FIRST: tl.constexpr = False,
+    # CLAMP (a packed batch): Q/dO rows load unmasked from row indices clamped to
+    # row_cap (the packed tensor's last row, relative to this sequence's start): rows
+    # past the sequence read the next sequence's (finite) rows, whose lse2 loads as +inf
+    # (masked 1-D load), so their P is 0 and they add nothing; no 2-D row mask in the loop
+    row_cap=None, CLAMP: tl.constexpr = False,
 ):  # fmt: skip
     for start_m in range(lo, hi, BLOCK_STREAMED):
         offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
-        q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
-        do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+        if CLAMP:
+            rows = tl.minimum(offs_m, row_cap)
+            q = load_rows(q_base, rows, stride_qs, offs_d, seq_q, HEAD_DIM, False, MASK_D)
+            do = load_rows(do_base, rows, stride_dos, offs_d, seq_q, HEAD_DIM, False, MASK_D)
+        else:
+            q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
+            do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
         if EVEN_Q:
             lse2 = tl.load(lse_base + offs_m)
             delta = tl.load(delta_base + offs_m)
@@ -94,7 +104,7 @@ def _bwd_dkdv_kernel(
     win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
     CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
-    VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,
+    VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False, CLAMP: tl.constexpr = False,
 ):  # fmt: skip
     """One program: BLOCK_HELD keys of one (batch, kv head); streams BLOCK_STREAMED query
     rows at a time and loops over the group's q heads."""
@@ -163,6 +173,10 @@ def _bwd_dkdv_kernel(
         m_mid = 0
     if not WINDOW:
         m_full_end = seq_q
+    if CLAMP:
+        row_cap = total_q - 1 - q_start  # the packed tensor's last row, sequence-relative
+    else:
+        row_cap = None
     for g in range(group):
         off_h = off_hk * group + g
         if VARLEN:
@@ -182,12 +196,14 @@ def _bwd_dkdv_kernel(
             m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
             win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
+            row_cap, CLAMP,
         )  # fmt: skip
         dk, dv = _bwd_dkdv_inner(
             dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
             m_mid, m_full_end, offs_n, offs_d, seq_q, causal_off, qk_scale,
             HEAD_DIM, BLOCK_STREAMED, False, EVEN_Q, MASK_D, DOT_PREC,
             win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
+            row_cap, CLAMP,
         )  # fmt: skip
         if WINDOW:
             dk, dv = _bwd_dkdv_inner(
@@ -195,6 +211,7 @@ def _bwd_dkdv_kernel(
                 stride_dos, m_full_end, m_hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
                 HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
                 win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
+                row_cap, CLAMP,
             )  # fmt: skip
     dk = dk * sm_scale
     if VARLEN:
@@ -285,6 +302,7 @@ def _bwd_dq_kernel(
     CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
     VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,  # DP_FIRST: dK/dV's only
+    CLAMP: tl.constexpr = False,  # dK/dV's only: its streamed rows (dQ's full blocks load unmasked)
 ):  # fmt: skip
     """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
     BLOCK_STREAMED at a time."""

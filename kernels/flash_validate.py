@@ -48,6 +48,11 @@ PACKED_TABLE_FAST = False
 # H200, 2026-11-30 call C), "all" (the dense kernel too: +1.1% there, within the noise,
 # not measured at head_dim 64, so not the default) or "off".
 DKDV_DP_FIRST = "variants"
+# A packed batch's dK/dV kernel loads its streamed Q/dO rows unmasked, from row indices
+# clamped into the packed tensor (flash_kernels_bwd CLAMP): the 2-D row masks of every
+# streamed load held registers (sm_90: 736 bytes of spills against the dense kernel's
+# 172). False: the masked loads (the first packed kernel, kept for timing).
+PACKED_CLAMP = True
 
 
 def interpreting() -> bool:
@@ -290,6 +295,8 @@ def backward_grids(
             (-(-seq_k // block), batch * heads_kv),
             (-(-seq_q // block), batch * heads_q),
         )
+    if PACKED_CLAMP:
+        extra["CLAMP"] = True
     if not PACKED_SCHEDULE:
         blocks_k, blocks_q = -(-vl.max_k // block), -(-vl.max_q // block)
         return extra, (vl.batch * heads_kv, blocks_k), (vl.batch * heads_q, blocks_q)

@@ -11,7 +11,9 @@ Rows: dense causal 8 x 8k, softcap 50, ALiBi; dense causal 2 x 32k, window 4096;
 and packed equal lengths). The library's defaults, and its development switches the
 other way (flash_validate): DKDV_DP_FIRST off for the softcap; the packed table on
 dK/dV's fast axis (PACKED_TABLE_FAST on), in bins of 4 blocks
-(SCHEDULE_BIN) and the first grid (PACKED_SCHEDULE off). Each switch's gradients are
+(SCHEDULE_BIN), the first grid (PACKED_SCHEDULE off) and the packed dK/dV kernel's
+masked Q/dO loads (PACKED_CLAMP off). PACKED=1: the packed rows only (8 x 2048 dense and
+packed, the mixed batch; clamped and masked loads). Each switch's gradients are
 compared bit for bit with the default's (they change no arithmetic). The kernels are
 compiled first by parallel child processes (one wave of up to 16, into triton's disk
 cache), then timed in ROUNDS interleaved rounds (default 2; the table has the mean, the
@@ -61,7 +63,18 @@ CASES: dict[str, tuple] = {
     "packed mixed, table fast": ("packed", MIXED, 0, {}, {"PACKED_TABLE_FAST": True}),
     "packed mixed, bins of 4": ("packed", MIXED, 0, {}, {"SCHEDULE_BIN": 4}),
     "packed mixed, first grid": ("packed", MIXED, 0, {}, {"PACKED_SCHEDULE": False}),
+    # the packed dK/dV kernel's masked Q/dO loads (before PACKED_CLAMP) against the default
+    "packed equal 8x2048, masked loads": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": False}),
+    "packed mixed, masked loads": ("packed", MIXED, 0, {}, {"PACKED_CLAMP": False}),
 }
+# PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
+PACKED_NAMES = [
+    "equal 8x2048",
+    "packed equal 8x2048",
+    "packed equal 8x2048, masked loads",
+    "packed mixed",
+    "packed mixed, masked loads",
+]
 # (what, numerator, denominator, issue's ask)
 RATIOS = [
     ("softcap / dense", "softcap 50 8x8k", "dense 8x8k", 0.9),
@@ -73,6 +86,14 @@ RATIOS = [
     ("packed mixed, table fast / equal", "packed mixed, table fast", "equal 8x2048", 0.9),
     ("packed mixed, bins of 4 / equal", "packed mixed, bins of 4", "equal 8x2048", 0.9),
     ("packed mixed, first grid / equal", "packed mixed, first grid", "equal 8x2048", 0.9),
+    ("packed mixed, masked loads / equal", "packed mixed, masked loads", "equal 8x2048", 0.9),
+    (
+        "packed equal, masked loads / equal",
+        "packed equal 8x2048, masked loads",
+        "equal 8x2048",
+        None,
+    ),
+    ("packed mixed / masked loads", "packed mixed", "packed mixed, masked loads", None),
 ]
 # pairs whose gradients must agree bit for bit
 BITWISE = [
@@ -80,6 +101,8 @@ BITWISE = [
     ("packed mixed", "packed mixed, bins of 4"),
     ("packed mixed", "packed mixed, first grid"),
     ("softcap 50 8x8k", "softcap 50 8x8k, dp-first off"),
+    ("packed mixed", "packed mixed, masked loads"),
+    ("packed equal 8x2048", "packed equal 8x2048, masked loads"),
 ]
 
 
@@ -88,6 +111,7 @@ def _switches(values: dict) -> None:
     flash_validate.PACKED_TABLE_FAST = values.get("PACKED_TABLE_FAST", False)
     flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", "variants")
     flash_validate.SCHEDULE_BIN = values.get("SCHEDULE_BIN", 1)
+    flash_validate.PACKED_CLAMP = values.get("PACKED_CLAMP", True)
 
 
 def _flops(kind: str, size: object, n: int, kw: dict) -> float:
@@ -170,7 +194,8 @@ def main() -> int:
     out = os.environ.get("OUT", "fa-bench-out/out")
     os.makedirs(out, exist_ok=True)
     rounds = int(os.environ.get("ROUNDS", "2"))
-    names = [n for n in CASES if not sys.argv[1:] or n in sys.argv[1:]]
+    picked = sys.argv[1:] or (PACKED_NAMES if os.environ.get("PACKED") == "1" else [])
+    names = [n for n in CASES if not picked or n in picked]
     t0 = time.time()
     warm = _precompile(names) if os.environ.get("PRECOMPILE", "1") == "1" and not CPU else []
     setups, times, bits = {}, {n: [] for n in names}, {}

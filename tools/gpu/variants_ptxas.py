@@ -43,6 +43,8 @@ VARIANTS: dict[str, dict] = {
     "varlen": dict(VARLEN=True),
     "varlen-sched": dict(VARLEN=2),
     "varlen-heads-fast": dict(VARLEN=3),
+    # the packed dK/dV kernel's clamped, unmasked Q/dO loads (flash_validate.PACKED_CLAMP)
+    "varlen-clamp": dict(VARLEN=3, CLAMP=True),
     "dense-dpfirst": dict(DP_FIRST=True),
     "softcap-dpfirst": dict(SOFTCAP=2, DP_FIRST=True),
     "alibi-dpfirst": dict(ALIBI=True, DP_FIRST=True),
@@ -105,7 +107,7 @@ def _consts(fn: object, flags: dict, kernel: str, even: bool = True) -> dict:
                         CAUSAL=True, EVEN_Q=even, DOT_PREC="tf32")  # fmt: skip
     if kernel == "dkdv":
         consts["EVEN_K"] = even
-    for flag in ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST"):
+    for flag in ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST", "CLAMP"):
         if flag in names:
             consts[flag] = flags.get(flag, False)
     off = {
