@@ -47,6 +47,13 @@ TANH_F16X2 = gl.constexpr(16)
 # to the input dtype), so a score's tanh needs no multiply; a development switch
 # (flash_gluon_varhost.QSCALE)
 QSCALE = gl.constexpr(32)
+# with ALIBI, where every visible key j <= i + o (causal, or a window whose right bound is
+# 0): −m·|i + o − j| = m·(j − base) − m·(i + o − base) for any base, and the row term
+# drops out of the softmax, so each score takes one per-COLUMN bias (a vector per key
+# block) in place of the |·| distance; base = the consumer's first row + o keeps the
+# visible keys' biases small in fp32, and the epilogue adds the row term to lse2.
+# Above the softmax code's bits (6 .. 10: GluonConfig.softmax_code() < 32).
+ALIBI_COL = gl.constexpr(4096)
 
 
 @gluon.jit
@@ -91,28 +98,39 @@ def _tanh(x, F16X2: gl.constexpr):
 @gluon.jit
 def _var_scores(s, j, cap_mul, alibi_k, posf, colf, BLOCK_N: gl.constexpr, VAR: gl.constexpr):
     """The softcap, then ALiBi, on the raw scores of key block j (see the module
-    docstring for the units). posf: the rows' i + o and colf: 0 .. BLOCK_N − 1, both as
-    fp32, made once per tile (`alibi_positions`): int-to-float conversions run on the
-    pipe that also computes exp2, so none is made per score."""
+    docstring for the units). posf: the rows' i + o (ALIBI_COL: the scalar base) and
+    colf: 0 .. BLOCK_N − 1, both as fp32, made once per tile (`alibi_positions`):
+    int-to-float conversions run on the pipe that also computes exp2, so none is made
+    per score."""
     if VAR & SOFTCAP:
         if VAR & QSCALE:  # Q already carries scale / c (scale_q)
             s = _tanh(s, VAR & TANH_F16X2)
         else:
             s = _tanh(s * cap_mul, VAR & TANH_F16X2)
     if VAR & ALIBI:
-        # distances as exact small integers in fp32: no large intermediate to round
-        rel = posf - (j * BLOCK_N).to(gl.float32)
-        dist = gl.expand_dims(rel, 1) - gl.expand_dims(colf, 0)
-        s = s - alibi_k * gl.abs(dist)
+        if VAR & ALIBI_COL:
+            # m·(j − base) once per key (a BLOCK_N vector), one FADD per score
+            bias = alibi_k * (((j * BLOCK_N).to(gl.float32) - posf) + colf)
+            s = s + gl.expand_dims(bias, 0)
+        else:
+            # distances as exact small integers in fp32: no large intermediate to round
+            rel = posf - (j * BLOCK_N).to(gl.float32)
+            dist = gl.expand_dims(rel, 1) - gl.expand_dims(colf, 0)
+            s = s - alibi_k * gl.abs(dist)
     return s
 
 
 @gluon.jit
-def alibi_positions(rows, diag, BLOCK_N: gl.constexpr, VAR: gl.constexpr, layout: gl.constexpr):
-    """(posf, colf) of _var_scores for a tile (0, 0 without ALiBi)."""
+def alibi_positions(rows, row0, diag, BLOCK_N: gl.constexpr, VAR: gl.constexpr,
+                    layout: gl.constexpr):  # fmt: skip
+    """(posf, colf) of _var_scores for a tile (0, 0 without ALiBi); ALIBI_COL: posf is
+    the scalar base row0 + diag."""
     if VAR & ALIBI:
         colf = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout)).to(gl.float32)
-        return (rows + diag).to(gl.float32), colf
+        if VAR & ALIBI_COL:
+            return (row0 + diag).to(gl.float32), colf
+        else:
+            return (rows + diag).to(gl.float32), colf
     else:
         return 0, 0
 
@@ -168,9 +186,10 @@ def _store_rows(o, o_ptr, row0, seq_q, q_start, h, stride_os, stride_oh,
 
 @gluon.jit
 def _var_epilogue(acc, m_i, l_i, sc, out, lse_base, h, row0, seq_q, q_start, q_tile,
-                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VAR: gl.constexpr,
+                  alibi_k, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, VAR: gl.constexpr,
                   o_layout: gl.constexpr):  # fmt: skip
-    """O = acc / l and lse2 = m · sc + log2(l) (+inf and O = 0 where a row saw no key).
+    """O = acc / l and lse2 = m · sc + log2(l) (+inf and O = 0 where a row saw no key;
+    ALIBI_COL: minus the dropped row term alibi_k · (i − row0) · sc).
     Dense-layout calls store O with a TMA copy clipped at seq_q; packed ones with a TMA
     copy where the tile lies inside its sequence, else masked pointer stores."""
     o_desc, lse_ptr, o_ptr, stride_os, stride_oh, b = out
@@ -194,6 +213,9 @@ def _var_epilogue(acc, m_i, l_i, sc, out, lse_base, h, row0, seq_q, q_start, q_t
         tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], q_tile)
     m_o = gl.convert_layout(m_i, row_layout)
     lse2 = gl.where(empty, float("inf"), m_o * sc + gl.log2(l_safe))
+    if VAR & ALIBI_COL:
+        off = gl.arange(0, BLOCK_M, layout=row_layout).to(gl.float32)
+        lse2 = lse2 - (alibi_k * sc) * off
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
     gl.store(lse_ptr + lse_base + rows, lse2, mask=rows < seq_q)
     if not (VAR & VARLEN):

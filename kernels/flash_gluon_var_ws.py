@@ -126,7 +126,7 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-    SOFTMAX: gl.constexpr = VAR >> 6  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
+    SOFTMAX: gl.constexpr = (VAR >> 6) & 31  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
     m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
     acc, p = warpgroup_mma_wait(0, deps=[acc, p])
     mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
@@ -156,7 +156,7 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         n_full, _n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
         lo_full = 0
     rows = my_row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    posf, colf = alibi_positions(rows, seq_k - seq_q, BLOCK_N, VAR, s_layout)
+    posf, colf = alibi_positions(rows, my_row0, seq_k - seq_q, BLOCK_N, VAR, s_layout)
     vr = (vr[0], vr[1], vr[2], vr[3], posf, colf)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -168,7 +168,7 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(0), count=1)
         s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-        SOFTMAX: gl.constexpr = VAR >> 6
+        SOFTMAX: gl.constexpr = (VAR >> 6) & 31
         m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):
             acc, m_i, l_i, p = _var_step(j, j - lo, q2, acc, m_i, l_i, p, smem, bars, rows,
@@ -198,7 +198,7 @@ def _var_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, vr,
     acc, m_i, l_i = _var_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, lo,
                               n_end, scalars, vr, ME, CAUSAL, PINGPONG, VAR)  # fmt: skip
     _var_epilogue(acc, m_i, l_i, scalars[2], out, lse_base, h, my_row0, scalars[0], q_start,
-                  q_tile, BLOCK_M, HEAD_DIM, VAR, o_layout)  # fmt: skip
+                  q_tile, vr[3], BLOCK_M, HEAD_DIM, VAR, o_layout)  # fmt: skip
 
 
 @gluon.jit

@@ -31,6 +31,7 @@ _LOG2E = 1.4426950408889634
 # The VAR constexpr's bits (flash_gluon_var.WINDOW, SOFTCAP, ALIBI, VARLEN, TANH_F16X2; a
 # test checks).
 _WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2, _QSCALE = 1, 2, 4, 8, 16, 32
+_ALIBI_COL = 4096  # flash_gluon_var.ALIBI_COL: above the softmax code's bits
 # A development switch (tools/gpu/variants_gluon.py times it): the softcap's tanh as
 # tanh.approx.f16x2, two per MUFU op, instead of tanh.approx.f32. Not the default until
 # measured faster and within the accuracy rule on the H200.
@@ -46,13 +47,26 @@ TREE = False
 # A development switch: a softcap launch scales Q by scale / c once per tile (rounded to
 # the input dtype) instead of each score by it: one multiply per score less.
 QSCALE = False
+# A development switch: ALiBi's |i + o − j| per score even where every visible key is at
+# or left of the diagonal (session 5's form), in place of the per-column bias
+# (flash_gluon_var.ALIBI_COL); for timing the two side by side.
+ALIBI_ABS = False
 
 
-def variant_bits(variant: Variant, softmax: int = 0) -> int:
+def alibi_columns(variant: Variant, causal: bool) -> bool:
+    """Whether ALiBi takes the per-column bias: slopes on a causal call (every visible key
+    j <= i + o; a window on it has the right bound 0, checked all the same)."""
+    if variant.slopes is None or ALIBI_ABS or not causal:
+        return False
+    return variant.window is None or variant.window[1] <= 0
+
+
+def variant_bits(variant: Variant, softmax: int = 0, causal: bool = False) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
-    the variant bits, and from the sixth bit on the softmax's code (the launch's
+    the variant bits, from the sixth bit on the softmax's code (the launch's
     GluonConfig.softmax_code(): its exp2 split, + 16 for tree reductions; a softcap
-    launch takes SOFTCAP_EMU's split when that is set)."""
+    launch takes SOFTCAP_EMU's split when that is set), and ALIBI_COL for a causal ALiBi
+    (`alibi_columns`)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -63,6 +77,7 @@ def variant_bits(variant: Variant, softmax: int = 0) -> int:
     bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
     bits |= _QSCALE if variant.softcap > 0 and QSCALE else 0
     bits |= _ALIBI if variant.slopes is not None else 0
+    bits |= _ALIBI_COL if alibi_columns(variant, causal) else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 
 
@@ -173,6 +188,6 @@ def variant_forward(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
-        VAR=variant_bits(variant, cfg.softmax_code()), num_warps=4,
+        VAR=variant_bits(variant, cfg.softmax_code(), causal), num_warps=4,
     )  # fmt: skip
     return o, lse2

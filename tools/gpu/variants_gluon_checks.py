@@ -210,6 +210,18 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
                     (dt, d, 2, 4, 2, 1000, 1000),
                     dict(causal=True, alibi="h"),
                 ),
+                (  # the per-column ALiBi (causal): Sq != Sk, (B, H) slopes, GQA 4/1
+                    f"{p} alibi (B,H) causal 700x2100",
+                    dc,
+                    (dt, d, 2, 4, 1, 700, 2100),
+                    dict(causal=True, alibi="bh"),
+                ),
+                (  # ... with a left window alone, keys 4.6k long (2 heads: slopes 1/16, 1/256)
+                    f"{p} alibi window (512,0) causal 4600",
+                    dc,
+                    (dt, d, 1, 2, 2, 4600, 4600),
+                    dict(causal=True, window=(512, -1), alibi="h"),
+                ),
                 (
                     f"{p} alibi (B,H) 1300x700",
                     dc,

@@ -105,7 +105,10 @@ def _specs() -> list[tuple]:
         ("softcap 50 causal", 8, 8192, dict(softcap=50.0), dict(softcap=50.0)),
         ("alibi causal", 8, 8192, dict(alibi_slopes=slopes), dict(slopes=slopes)),
         ("packed", 0, 0, {}, {}),
-        # development modes (flash_gluon_varhost's switches): tree-shaped row reductions
+        # development modes (flash_gluon_varhost's switches): ALiBi's session 5 form
+        # (|i + o − j| per score) beside the default per-column bias
+        ("alibi causal [abs]", 8, 8192, dict(alibi_slopes=slopes), {}),
+        # tree-shaped row reductions
         ("softcap 50 causal [tree]", 8, 8192, dict(softcap=50.0), {}),
         ("alibi causal [tree]", 8, 8192, dict(alibi_slopes=slopes), {}),
         ("window 4096 causal [tree]", 2, 32768, dict(window=(4096, -1)), {}),
@@ -118,7 +121,7 @@ def _specs() -> list[tuple]:
     ]
 
 
-N_SPECS = 13  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 14  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
@@ -162,6 +165,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     vh.TREE = dev and "tree" in name
     vh.QSCALE = dev and "qscale" in name
     vh.TANH_F16X2 = dev and "tanh f16x2" in name
+    vh.ALIBI_ABS = dev and "abs" in name
     vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
         row["gluon"] = _tflops(
@@ -169,6 +173,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
         )
     finally:
         vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE, vh.QSCALE = False, 0, False, False
+        vh.ALIBI_ABS = False
     if dev:  # the other columns are the softcap row's
         return row
     tl = _tl(n)
