@@ -7,7 +7,10 @@ p, p + P, ... of a fixed order (causal: by query position from the last, every
 indices and ping-pong turns run on across tiles. What differs from bf16: O has its own
 shared-memory tile (Q's fp8 tile is too small for it), so a consumer frees its Q buffer
 as soon as its last QKᵀ is done, and the producer loads the next tile's Q while this
-tile's last PV and epilogue run (no second Q buffer needed).
+tile's last PV and epilogue run (no second Q buffer needed). The O tile's TMA store is not
+waited for at the end of its epilogue (the non-persistent kernel's _epilogue does): the
+wait comes before the next tile's O is written into the same buffer, so the store runs
+under the next tile's matmuls, and once after the last tile.
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -17,11 +20,38 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _alloc_smem, _epilogue, _tile
+from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _alloc_smem, _tile
+from fa_bench.kernels.flash_gluon_fp8_parts import P_EXP, _acc_layout
 from fa_bench.kernels.flash_gluon_persist import _n_tiles
 from fa_bench.kernels.flash_gluon_persist import _tile as _coords
+
+
+@gluon.jit
+def _epilogue_deferred(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
+    """flash_gluon_fp8_kernels._epilogue (a copy of its lines) with the store's wait moved
+    before the O tile is written: the previous tile's store must have left the buffer,
+    this tile's may still be in flight when the consumer returns."""
+    o_desc, lse_ptr = out
+    b, h, bh, row0 = coords
+    seq_q, qk_scale = scalars
+    BLOCK_M: gl.constexpr = o_tile.shape[2]
+    HEAD_DIM: gl.constexpr = o_tile.shape[3]
+    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    l_o = gl.convert_layout(l_i, row_layout)
+    empty = l_o == 0.0
+    l_safe = gl.where(empty, 1.0, l_o)
+    o = acc * gl.expand_dims(v_descale / l_safe, 1)
+    tma.store_wait(0)
+    o_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(gl.bfloat16))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile)
+    m_o = gl.convert_layout(m_i, row_layout)
+    lse2 = gl.where(empty, float("inf"), m_o * qk_scale + gl.log2(l_safe) - P_EXP)
+    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    gl.store(lse_ptr + bh * seq_q + rows, lse2, mask=rows < seq_q)
 
 
 @gluon.jit
@@ -86,11 +116,12 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, 
                               P_SMEM)  # fmt: skip
         # every QKᵀ of the tile is done: the producer may load the next tile's Q
         mbarrier.arrive(q_empty.index(ME), count=1)
-        _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
-                  v_descale)  # fmt: skip
+        _epilogue_deferred(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0),
+                           (seq_q, qk_scale), v_descale)  # fmt: skip
         g += n_end
         tc += gl.maximum(n_end - 1, 0)
         it += 1
+    tma.store_wait(0)
 
 
 @gluon.jit

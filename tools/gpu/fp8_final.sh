@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 21 part 3 (the Gluon fp8 forward), the last H200 call of session 5, one command
+# Issue 21 part 3 (the Gluon fp8 forward), one command
 # under LIMIT seconds (150):
-#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws, ws-ahead,
-#      ws-persist): each launch's correctness (check_fp8_accuracy on every (batch, kv head)
-#      slice; the persistent one also with more tiles than SMs) and do_bench TFLOP/s at
+#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-persist, ws; the
+#      budget cuts from the end): each launch's correctness (check_fp8_accuracy on every
+#      (batch, kv head) slice; the persistent one also with more tiles than SMs) and do_bench TFLOP/s at
 #      head_dim 128, 4k/16k, causal and not ($OUT/fp8_gluon.md; no bf16 baseline here:
 #      (3) times it);
 #  (2) tools/gpu/fp8_pick.py: per causality the role with the best fp8 ÷ bf16 that passed,
@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-150}
-ROLES=${ROLES:-ws,ws-ahead,ws-persist}
+ROLES=${ROLES:-ws-persist,ws}
 FILES="$OUT/fp8-final"
 rm -rf "$FILES" fa-bench-out/fp8-final-run "$OUT/fp8_gluon.json"
 mkdir -p "$FILES"
