@@ -120,24 +120,35 @@ def test_records_with_and_without_the_field_load() -> None:
     assert back.to_json()["timing"]["l2_flush_op"] == "read"
 
 
+# GPU spin ahead of each timed call (`before`, outside the timed span): about 100 us at
+# the H200's 1.98 GHz, longer than the host takes to enqueue a flush and a call
+_SPIN_CYCLES = 200_000
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_the_read_flush_evicts_the_l2() -> None:
     # 16 MB fits the H200's 50 MB L2 (even held in both of its halves): back to back it is
     # read from the L2, behind either flush from HBM (the zeroing one also pays its
     # write-back). The read flush evicts.
+    # Session 6's call A measured "none" slower than both flushes (30.1 against 13.0 us)
+    # under `pytest -n 4`: with nothing queued ahead of it, an unflushed call's span holds
+    # the host's launch of the sum, which other workers slowed. So every variant gets a GPU
+    # spin ahead of it (the span then holds GPU work only), and the variants run
+    # interleaved, three rounds, each judged by its best round's median, so a burst of
+    # contention in one round cannot decide the comparison.
     x = torch.ones(4 << 20, dtype=torch.float32, device="cuda")
     out = torch.empty((), device="cuda")
     cfg = dict(target_noise=0.02, min_samples=50, min_time_s=0.0, max_time_s=0.5, warmup_ms=50)
-    median = {}
-    for name, kw in (
-        ("none", {"flush_l2": False}),
-        ("read", {}),
-        ("zero", {"l2_flush_op": "zero"}),
-    ):
-        t = timing.measure(lambda: torch.sum(x, dim=0, out=out), device=torch.device("cuda"),
-                           config=TimingConfig(**cfg, **kw))  # fmt: skip
-        assert t.l2_flush_op == (None if name == "none" else name)
-        median[name] = t.stats()["median"]
-    assert median["read"] > 1.15 * median["none"], median
-    assert median["zero"] > 1.15 * median["none"], median
+    variants = (("none", {"flush_l2": False}), ("read", {}), ("zero", {"l2_flush_op": "zero"}))
+    medians: dict[str, list[float]] = {name: [] for name, _ in variants}
+    for _ in range(3):
+        for name, kw in variants:
+            t = timing.measure(lambda: torch.sum(x, dim=0, out=out), device=torch.device("cuda"),
+                               config=TimingConfig(**cfg, **kw),
+                               before=lambda: torch.cuda._sleep(_SPIN_CYCLES))  # fmt: skip
+            assert t.l2_flush_op == (None if name == "none" else name)
+            medians[name].append(t.stats()["median"])
+    median = {name: min(m) for name, m in medians.items()}
+    assert median["read"] > 1.15 * median["none"], medians
+    assert median["zero"] > 1.15 * median["none"], medians
