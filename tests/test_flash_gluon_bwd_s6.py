@@ -1,0 +1,77 @@
+"""Issue 18, session 6: the Gluon backward's A/B tool (tools/gpu/gluon_bwd_ab.py) and
+every candidate launch's correctness on the GPU (each role against the float64 reference
+with fa_bench.run.accuracy's rule on every (batch, kv head) slice, causal both, GQA, odd
+lengths, Sq ≠ Sk)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_bench.kernels.flash_gluon_bwd import candidate_bwd_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
+
+
+def _tool(name: str):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools" / "gpu"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "gpu" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ab_table_ratios_errors_and_cut_children():
+    tool = _tool("gluon_bwd_ab")
+    rows = [
+        dict(kind="start", head_dim=128, n=4096, causal=True),
+        dict(kind="bench", impl="ws", head_dim=128, n=4096, causal=True, ms=2.0, tflops=440.0),
+        dict(kind="bench", impl="ws-sdq", head_dim=128, n=4096, causal=True, error="Hang"),
+        dict(kind="bench", impl="cudnn", head_dim=128, n=4096, causal=True, ms=1.8, tflops=550.0),
+        dict(kind="bench", impl="ws", head_dim=64, n=16384, causal=False, ms=3.0, tflops=300.0),
+    ]
+    children = [dict(child="d128", status="killed: no progress for 40 s", seconds=41)]
+    roles = {"128": ["ws", "ws-sdq"], "64": ["ws"]}
+    text = tool.markdown(dict(env={}, children=children, rows=rows, roles=roles))
+    assert "| 4k | yes | 440.0 (2.0) [0.800] | Hang | – | – | 550.0 (1.8) [1.000] |" in text
+    assert "| 16k | no | 300.0 (3.0) | – |" in text  # no cuDNN figure: no ratio
+    assert "child d128: killed" in text
+    assert text.index("head_dim 128") < text.index("| 4k | yes") < text.index("head_dim 64")
+
+
+def test_ab_default_roles_exist():
+    tool = _tool("gluon_bwd_ab")
+    for d, names in tool.ROLES.items():
+        assert set(names.split(",")) <= set(candidate_bwd_configs(d)), d
+
+
+# --- GPU ----------------------------------------------------------------------------------
+
+# (batch, heads_q, heads_kv, seq_q, seq_k, bshd): GQA 4:1 at an odd length, Sq ≠ Sk both
+# ways (rows without keys under causal), GQA 2:1 in a (B, S, H, D) layout
+ROLE_SHAPES = [
+    (1, 4, 1, 4097, 4097, False),
+    (1, 2, 2, 300, 1000, False),
+    (1, 2, 2, 1000, 300, False),
+    (2, 4, 2, 128, 384, True),
+]
+ROLES = [(d, r) for d in (128, 64) for r in candidate_bwd_configs(d) if r != "ws"]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ROLE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(("head_dim", "role"), ROLES, ids=lambda x: str(x))
+def test_gpu_every_role_within_the_accuracy_rule(head_dim, role, shape, causal):
+    check = _tool("gluon_bwd_check")
+    res = check.check_one(shape, "bf16", head_dim, causal, against_det=False, role=role)
+    assert res["ok"], res
