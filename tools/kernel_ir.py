@@ -57,7 +57,7 @@ def _strip(text: str) -> str:
 # argument whose flag is off is None (a constexpr), as the launchers pass them.
 # The backward's DP_FIRST (dK/dV's order) is a flag too, and a packed batch's work table
 # (Sched) an argument of its table launch only (VARLEN = 2).
-_VARIANT_FLAGS = ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST")
+_VARIANT_FLAGS = ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST", "CLAMP")
 _VARIANT_ARGS = {
     "win_left": ("WINDOW", "i32"), "win_right": ("WINDOW", "i32"),
     "softcap2": ("SOFTCAP", "fp32"), "Slopes": ("ALIBI", "*fp32"),
@@ -74,7 +74,7 @@ def _fingerprint(fn: object, consts: dict, dtype: str, warps: int, stages: int) 
         if flag in names:
             consts.setdefault(flag, False)
     for name, (flag, ty) in _VARIANT_ARGS.items():
-        off = consts.get(flag) != 2 if name == "Sched" else not consts.get(flag)
+        off = consts.get(flag) not in (2, 3) if name == "Sched" else not consts.get(flag)
         if name in names and off:
             consts[name] = None
         elif name in names:
@@ -137,10 +137,12 @@ def _variant_grid(grid: dict[str, tuple]) -> None:
         ("varlen-softcap", dict(SOFTCAP=2, VARLEN=True)),
         ("softcap-bf16x2", dict(SOFTCAP=3)),
         ("varlen-table", dict(VARLEN=2)),
+        # the default packed launch: kv heads fast, clamped Q/dO loads (flash_validate)
+        ("varlen-heads-clamp", dict(VARLEN=3, CLAMP=True)),
     ):
         fwd = dict(base, **flags, BLOCK_M=128, BLOCK_N=128, EVEN_Q=False, USE_TMA=False,
                    WARP_SPECIALIZE=False)  # fmt: skip
-        if flags.get("VARLEN") != 2:
+        if flags.get("VARLEN") not in (2, 3):
             grid[f"fwd-{tag}"] = (flash_kernels._fwd_kernel, fwd, "bf16", 8, 3)
         bwd = dict(base, **flags, BLOCK_HELD=128, BLOCK_STREAMED=64, EVEN_Q=False)
         grid[f"dkdv-{tag}"] = (flash_kernels_bwd._bwd_dkdv_kernel, dict(bwd, EVEN_K=False),
