@@ -39,6 +39,8 @@ from fa_bench.kernels.flash_gluon_kernels import (
 )
 from fa_bench.kernels.flash_gluon_var import (
     ALIBI,
+    FIXED_MAX,
+    HEADROOM,
     QSCALE,
     SOFTCAP,
     VARLEN,
@@ -50,6 +52,7 @@ from fa_bench.kernels.flash_gluon_var import (
     _window_bounds,
     alibi_positions,
     scale_q,
+    softmax_fixed,
 )
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
 
@@ -127,10 +130,15 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
     SOFTMAX: gl.constexpr = (VAR >> 6) & 31  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
-    m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
-    acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-    mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    if VAR & FIXED_MAX:  # a fixed offset: no row max, nothing to rescale
+        l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+        mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
+    else:
+        m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+        mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, m_i, l_i, p_next
 
 
@@ -169,7 +177,11 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         mbarrier.arrive(k_empty.index(0), count=1)
         s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
         SOFTMAX: gl.constexpr = (VAR >> 6) & 31
-        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
+        if VAR & FIXED_MAX:
+            l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
+            m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
+        else:
+            m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):
             acc, m_i, l_i, p = _var_step(j, j - lo, q2, acc, m_i, l_i, p, smem, bars, rows,
                                          lo_full, n_full, scalars, vr, ME, CAUSAL, PINGPONG,

@@ -32,6 +32,11 @@ _LOG2E = 1.4426950408889634
 # test checks).
 _WINDOW, _SOFTCAP, _ALIBI, _VARLEN, _TANH_F16X2, _QSCALE = 1, 2, 4, 8, 16, 32
 _ALIBI_COL = 4096  # flash_gluon_var.ALIBI_COL: above the softmax code's bits
+_FIXED_MAX = 8192  # flash_gluon_var.FIXED_MAX
+# flash_gluon_var.HEADROOM, and the largest softcap (c · log2(e) ≤ this) whose fixed
+# offset keeps every p a normal number: 2 · c · log2(e) − HEADROOM ≤ 126.
+_HEADROOM = 64.0
+FIXED_MAX_SC = (126.0 + _HEADROOM) / 2
 # A development switch (tools/gpu/variants_gluon.py times it): the softcap's tanh as
 # tanh.approx.f16x2, two per MUFU op, instead of tanh.approx.f32. Not the default until
 # measured faster and within the accuracy rule on the H200.
@@ -51,6 +56,24 @@ QSCALE = False
 # or left of the diagonal (session 5's form), in place of the per-column bias
 # (flash_gluon_var.ALIBI_COL); for timing the two side by side.
 ALIBI_ABS = False
+# A development switch: a softcap launch (bf16, no ALiBi, c·log2(e) ≤ FIXED_MAX_SC)
+# subtracts a fixed offset in place of the running row max (flash_gluon_var.FIXED_MAX):
+# no row max and no rescale of O per key block.
+FIXED_MAX = False
+
+
+def fixed_max(variant: Variant, dtype: Any) -> bool:
+    """Whether a softcap launch takes the fixed offset (`FIXED_MAX`): tanh bounds the
+    scores; bf16 only (P of up to 2^HEADROOM overflows fp16); ALiBi unbounds them."""
+    import torch
+
+    return (
+        FIXED_MAX
+        and variant.softcap > 0
+        and variant.slopes is None
+        and dtype == torch.bfloat16
+        and variant.softcap * _LOG2E <= FIXED_MAX_SC
+    )
 
 
 def alibi_columns(variant: Variant, causal: bool) -> bool:
@@ -61,12 +84,14 @@ def alibi_columns(variant: Variant, causal: bool) -> bool:
     return variant.window is None or variant.window[1] <= 0
 
 
-def variant_bits(variant: Variant, softmax: int = 0, causal: bool = False) -> int:
+def variant_bits(
+    variant: Variant, softmax: int = 0, causal: bool = False, dtype: Any = None
+) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
     the variant bits, from the sixth bit on the softmax's code (the launch's
     GluonConfig.softmax_code(): its exp2 split, + 16 for tree reductions; a softcap
-    launch takes SOFTCAP_EMU's split when that is set), and ALIBI_COL for a causal ALiBi
-    (`alibi_columns`)."""
+    launch takes SOFTCAP_EMU's split when that is set), ALIBI_COL for a causal ALiBi
+    (`alibi_columns`), FIXED_MAX for a bounded softcap (`fixed_max`, by q's dtype)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -78,6 +103,7 @@ def variant_bits(variant: Variant, softmax: int = 0, causal: bool = False) -> in
     bits |= _QSCALE if variant.softcap > 0 and QSCALE else 0
     bits |= _ALIBI if variant.slopes is not None else 0
     bits |= _ALIBI_COL if alibi_columns(variant, causal) else 0
+    bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 
 
@@ -188,6 +214,6 @@ def variant_forward(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
-        VAR=variant_bits(variant, cfg.softmax_code(), causal), num_warps=4,
+        VAR=variant_bits(variant, cfg.softmax_code(), causal, q.dtype), num_warps=4,
     )  # fmt: skip
     return o, lse2

@@ -137,3 +137,51 @@ def test_gpu_column_alibi_against_the_float64_reference(name, monkeypatch):
     res = fn(*args, **kw)
     assert all(r["passed"] for r in res.values()), res
     assert seen and all(b & vh._ALIBI_COL for b in seen), seen
+
+
+# --- the softcap's fixed offset (FIXED_MAX) -----------------------------------------------
+
+
+def _softcap_variant(c: float, slopes: bool = False):
+    q = torch.zeros((2, 4, 8, 64), dtype=torch.bfloat16)
+    return make_variant(
+        q, batch=2, seq_q=8, seq_k=8, causal=True, window=(-1, -1),
+        alibi_slopes=torch.ones(4) if slopes else None, softcap=c,
+    )  # fmt: skip
+
+
+def test_fixed_max_takes_bounded_bf16_softcaps_only(monkeypatch):
+    v50 = _softcap_variant(50.0)
+    assert not vh.variant_bits(v50, dtype=torch.bfloat16) & vh._FIXED_MAX  # off by default
+    monkeypatch.setattr(vh, "FIXED_MAX", True)
+    assert vh.variant_bits(v50, dtype=torch.bfloat16) == vh._SOFTCAP | vh._FIXED_MAX
+    assert not vh.fixed_max(v50, torch.float16)  # p up to 2^HEADROOM overflows fp16
+    assert not vh.fixed_max(_softcap_variant(50.0, slopes=True), torch.bfloat16)
+    # c · log2(e) past FIXED_MAX_SC would leave p below fp32's normal range
+    top = vh.FIXED_MAX_SC / LOG2E
+    assert vh.fixed_max(_softcap_variant(top * 0.999), torch.bfloat16)
+    assert not vh.fixed_max(_softcap_variant(top * 1.001), torch.bfloat16)
+    assert 2 * vh.FIXED_MAX_SC - vh._HEADROOM <= 126
+    kernel = pytest.importorskip("fa_bench.kernels.flash_gluon_var")
+    assert int(kernel.FIXED_MAX.value) == vh._FIXED_MAX
+    assert float(kernel.HEADROOM.value) == vh._HEADROOM
+
+
+@pytest.mark.parametrize("shift", [-1.0, 0.0, 1.0])
+def test_the_fixed_offset_gives_the_softmax_and_lse_in_fp32(shift):
+    """softmax_fixed's arithmetic in fp32 at the largest softcap it takes: rows whose
+    tanh sits at −1 (the smallest p, 2^(HEADROOM − 2·sc)), at 0 and at +1 (the largest)
+    give the float64 softmax and lse2 = (sc − HEADROOM) + log2(l); the running-max-free
+    sum stays finite and nonzero."""
+    sc = vh.FIXED_MAX_SC
+    g = torch.Generator().manual_seed(1)
+    t = (shift + 0.01 * torch.randn(4, 4096, generator=g, dtype=torch.float64)).clamp(-1, 1)
+    t32 = t.float()
+    p = torch.exp2(t32 * sc - (sc - vh._HEADROOM))
+    assert torch.isfinite(p).all() and (p > 0).all() and (p.abs() >= 2.0**-126).all()
+    l = p.sum(-1, dtype=torch.float32)
+    lse2 = (sc - vh._HEADROOM) + torch.log2(l.double())
+    ref_lse2 = torch.logsumexp(t * sc * math.log(2), -1) / math.log(2)
+    torch.testing.assert_close(lse2, ref_lse2, rtol=0, atol=1e-4)
+    torch.testing.assert_close((p / l[:, None]).double(), torch.softmax(t * sc * math.log(2), -1),
+                               rtol=1e-4, atol=1e-9)  # fmt: skip

@@ -278,8 +278,15 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
 
 
 # Development modes of the softcap (flash_gluon_varhost's switches): the check's name
-# tag -> (TANH_F16X2, SOFTCAP_EMU, QSCALE).
-DEV_MODES = {"tanh f16x2": (True, 0, False), "emu 2": (False, 2, False), "qscale": (False, 0, True)}
+# tag -> (TANH_F16X2, SOFTCAP_EMU, QSCALE, FIXED_MAX).
+DEV_MODES = {
+    "tanh f16x2": (True, 0, False, False),
+    "emu 2": (False, 2, False, False),
+    "qscale": (False, 0, True, False),
+    "fixed": (False, 0, False, True),
+    "fixed qscale": (False, 0, True, True),
+}
+_OFF = (False, 0, False, False)
 
 
 def _dev_cases(dtypes: tuple[str, ...], modes: list[str]) -> list[tuple]:
@@ -297,11 +304,11 @@ def _run_check(fn, args, kw) -> dict:
     from fa_bench.kernels import flash_gluon_varhost as vh
 
     kw = dict(kw)
-    vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE = DEV_MODES.get(kw.pop("dev", ""), (False, 0, False))
+    vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE, vh.FIXED_MAX = DEV_MODES.get(kw.pop("dev", ""), _OFF)
     try:
         return fn(*args, **kw)
     finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE = False, 0, False
+        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE, vh.FIXED_MAX = _OFF
 
 
 def _check_row(name: str, fn, args: tuple, kw: dict) -> dict:

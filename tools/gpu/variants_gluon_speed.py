@@ -108,6 +108,10 @@ def _specs() -> list[tuple]:
         # development modes (flash_gluon_varhost's switches): ALiBi's session 5 form
         # (|i + o − j| per score) beside the default per-column bias
         ("alibi causal [abs]", 8, 8192, dict(alibi_slopes=slopes), {}),
+        # softcap with a fixed offset for the row max (no max, no rescale), and with Q
+        # scaled once per tile too
+        ("softcap 50 causal [fixed]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [fixed, qscale]", 8, 8192, dict(softcap=50.0), {}),
         # tree-shaped row reductions
         ("softcap 50 causal [tree]", 8, 8192, dict(softcap=50.0), {}),
         ("alibi causal [tree]", 8, 8192, dict(alibi_slopes=slopes), {}),
@@ -121,7 +125,7 @@ def _specs() -> list[tuple]:
     ]
 
 
-N_SPECS = 14  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 16  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
@@ -166,6 +170,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     vh.QSCALE = dev and "qscale" in name
     vh.TANH_F16X2 = dev and "tanh f16x2" in name
     vh.ALIBI_ABS = dev and "abs" in name
+    vh.FIXED_MAX = dev and "fixed" in name
     vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
     try:
         row["gluon"] = _tflops(
@@ -173,7 +178,7 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
         )
     finally:
         vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE, vh.QSCALE = False, 0, False, False
-        vh.ALIBI_ABS = False
+        vh.ALIBI_ABS = vh.FIXED_MAX = False
     if dev:  # the other columns are the softcap row's
         return row
     tl = _tl(n)
