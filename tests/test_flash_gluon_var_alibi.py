@@ -183,5 +183,5 @@ def test_the_fixed_offset_gives_the_softmax_and_lse_in_fp32(shift):
     lse2 = (sc - vh._HEADROOM) + torch.log2(sums.double())
     ref_lse2 = torch.logsumexp(t * sc * math.log(2), -1) / math.log(2)
     torch.testing.assert_close(lse2, ref_lse2, rtol=0, atol=1e-4)
-    torch.testing.assert_close((p / sums[:, None]).double(), torch.softmax(t * sc * math.log(2), -1),
-                               rtol=1e-4, atol=1e-9)  # fmt: skip
+    want = torch.softmax(t * sc * math.log(2), -1)
+    torch.testing.assert_close((p / sums[:, None]).double(), want, rtol=1e-4, atol=1e-9)
