@@ -115,8 +115,9 @@ _VAR_ARGS = (
 # Every combination of window (1), softcap (2), ALiBi (4), packed (8), and the softcap
 # with the development f16x2 tanh (16) alone and with everything, and with the
 # development Q scaling (32); ALiBi's per-column form (4096, causal calls) alone, with a
-# window, with everything.
-VAR_BITS = (*range(1, 16), 18, 31, 34, 4100, 4101, 4103, 4111)
+# window, with everything; the softcap's fixed offset (8192) alone, with a window, packed,
+# with Q scaling.
+VAR_BITS = (*range(1, 16), 18, 31, 34, 4100, 4101, 4103, 4111, 8194, 8195, 8202, 8226)
 
 
 def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:
