@@ -380,10 +380,13 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     tiles = -(-seq_q // (2 * cfg.block_m))
     if cfg.persistent:
         from fa_bench.kernels.flash_gluon_fp8_persist import _fwd_fp8_persistent
+        from fa_bench.kernels.flash_gluon_fp8_table import persist_bh_group
 
+        n_bh = batch * heads_q
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        grid: tuple[int, ...] = (min(sms, tiles * batch * heads_q),)
-        _fwd_fp8_persistent[grid](*args, batch * heads_q, **consts)
+        grid: tuple[int, ...] = (min(sms, tiles * n_bh),)
+        group = persist_bh_group(n_bh, heads_q, heads_kv, seq_k, head_dim)
+        _fwd_fp8_persistent[grid](*args, n_bh, group, **consts)
     else:
         from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
 

@@ -2,8 +2,11 @@
 
 The partitions of flash_gluon_fp8_kernels.py looping over tiles, as the bf16 persistent
 kernel (kernels/flash_gluon_persist.py) does: one CTA per SM at most, CTA p takes tiles
-p, p + P, ... of a fixed order (causal: by query position from the last, every
-(batch, head) at one position before the next; otherwise (batch, head) major), the ring
+p, p + P, ... of a fixed order (causal: the (batch, head)s in groups of bh_group, whose
+K/V fit in L2 together, each group by query position from the last, every (batch, head)
+of the group at one position before the next (bh_group = batch · heads: the bf16 kernel's
+order, whose working set at 4k, 64 heads × 1 MB of fp8 K/V, is larger than the L2);
+otherwise (batch, head) major, as the bf16 kernel), the ring
 indices and ping-pong turns run on across tiles. What differs from bf16: O has its own
 shared-memory tile (Q's fp8 tile is too small for it), so a consumer frees its Q buffer
 as soon as its last QKᵀ is done, and the producer loads the next tile's Q while this
@@ -24,8 +27,29 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _alloc_smem, _tile
 from fa_bench.kernels.flash_gluon_fp8_parts import P_EXP, _acc_layout
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
 from fa_bench.kernels.flash_gluon_persist import _n_tiles
 from fa_bench.kernels.flash_gluon_persist import _tile as _coords
+
+
+@gluon.jit
+def _tile_at(t, sched, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+             CAUSAL: gl.constexpr):  # fmt: skip
+    """Tile t of the order above: (b, h, kv head, flat (b, h) index, first row, n_end)."""
+    if CAUSAL:
+        heads_q, group, seq_q, seq_k, n_bh = sched
+        n_m = gl.cdiv(seq_q, 2 * BLOCK_M)
+        grp = t // (n_m * bh_group)
+        first = grp * bh_group
+        size = gl.minimum(bh_group, n_bh - first)  # the last group may be smaller
+        r = t - grp * (n_m * bh_group)
+        row0 = (n_m - 1 - r // size) * (2 * BLOCK_M)
+        bh = first + r % size
+        _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+        h = bh % heads_q
+        return bh // heads_q, h, h // group, bh.to(gl.int64), row0, n_end
+    else:
+        return _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
 
 
 @gluon.jit
@@ -55,7 +79,7 @@ def _epilogue_deferred(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
 
 
 @gluon.jit
-def _producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
+def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr):
     """One warp: per tile, both Q tiles (once the consumers freed them), then K/Vᵀ."""
     q_desc, k_desc, vt_desc = descs
     q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
@@ -66,7 +90,7 @@ def _producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
     g = 0
     it = 0
     for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
-        b, h, hk, _bh, row0, n_end = _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
+        b, h, hk, _bh, row0, n_end = _tile_at(t, sched, bh_group, BLOCK_M, BLOCK_N, CAUSAL)
         for c in gl.static_range(2):
             mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
             mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
@@ -91,8 +115,8 @@ def _producer(descs, smem, bars, q_empty, sched, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, descales,
-              CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2,
+              descales, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
               P_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME over its tiles; the ring index g and turn count tc run on."""
     q_smem, o_smem = smem[0], smem[3]
@@ -107,7 +131,7 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, 
     tc = 0
     it = 0
     for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
-        b, h, _hk, bh, row0, n_end = _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
+        b, h, _hk, bh, row0, n_end = _tile_at(t, sched, bh_group, BLOCK_M, BLOCK_N, CAUSAL)
         my_row0 = row0 + ME * BLOCK_M
         mbarrier.wait(bars[0].index(ME), it & 1)
         q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
@@ -125,28 +149,31 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, sm_scale_log2, 
 
 
 @gluon.jit
-def _consumer0(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(0, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
-              SOFTMAX, P_SMEM)  # fmt: skip
+def _consumer0(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+               P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
+              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
 
 
 @gluon.jit
-def _consumer1(out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL: gl.constexpr,
-               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(1, out, smem, bars, q_empty, sched, sm_scale_log2, descales, CAUSAL, PINGPONG,
-              SOFTMAX, P_SMEM)  # fmt: skip
+def _consumer1(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+               P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
+              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
 
 
 @gluon.jit
 def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                         k_descale_ptr, v_descale_ptr, heads_q, group, seq_q, seq_k,
-                        sm_scale_log2, n_bh, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                        sm_scale_log2, n_bh, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                         P_SMEM: gl.constexpr):  # fmt: skip
-    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; the rest as _fwd_fp8_ws."""
+    """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; bh_group (1..n_bh): the
+    causal order's (batch, head)s per group; the rest as _fwd_fp8_ws."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
     q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
                                                           BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
@@ -160,15 +187,15 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
     gl.warp_specialize(
         [
             (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
+                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, sm_scale_log2,
                           (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), sm_scale_log2,
+                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, sm_scale_log2,
                           (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
                           P_SMEM)),
             (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
-                         bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), CAUSAL)),
+                         bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, CAUSAL)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],

@@ -62,7 +62,8 @@ python3 -c "import xdist" 2> /dev/null && XDIST=(-n 6)
 # (the Gluon launches of this call's roles, the dispatch, the adapter, and the tl kernel's)
 step "gpu tests" 60 python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" \
   -k "not preg and not lazy and not nopp and not s3" \
-  tests/test_flash_gluon_fp8_gpu.py tests/test_fp8_kernel.py > "$FILES/tests.log" 2>&1
+  tests/test_flash_gluon_fp8_persist_gpu.py tests/test_flash_gluon_fp8_gpu.py \
+  tests/test_fp8_kernel.py > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/fp8-final.tgz" -C "$FILES" .

@@ -26,6 +26,7 @@ CUDA; a developer tool, not installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -62,6 +63,9 @@ SHAPES = (
 VARIANT_SHAPES = (SHAPES[0], SHAPES[3], SHAPES[6])
 # persistent roles also: more tiles (256) than SMs, so CTAs loop over several
 PERSIST_SHAPES = ((4, 8, 2, 1000, 1000, True), (4, 8, 2, 1000, 1000, False))
+# ... and causal with the (batch, head)s in groups of 12, 12 and 8 (the L2 share set to
+# three kv heads' K/V; flash_gluon_fp8_table), a shorter last group included
+GROUPED_SHAPE = (4, 8, 2, 1000, 1000, True)
 
 
 def _quantised(batch, hq, hkv, sq, sk, head_dim, seed=0):
@@ -177,6 +181,19 @@ def _bench_shapes(role: str):
                 yield head_dim, n, causal
 
 
+@contextlib.contextmanager
+def _l2_share(share: int | None):
+    """flash_gluon_fp8_table.L2_SHARE set to `share` (None: left as it is) meanwhile."""
+    from fa_bench.kernels import flash_gluon_fp8_table
+
+    saved = flash_gluon_fp8_table.L2_SHARE
+    flash_gluon_fp8_table.L2_SHARE = share or saved
+    try:
+        yield
+    finally:
+        flash_gluon_fp8_table.L2_SHARE = saved
+
+
 def child_role(role: str, out: str, light: bool = False) -> None:
     """One role: its checks, then its timings. `light`: the heuristic's role too gets only
     the other roles' shapes (and one token), after a full run has passed."""
@@ -188,13 +205,18 @@ def child_role(role: str, out: str, light: bool = False) -> None:
         shapes = SHAPES if role == "ws" and not light else VARIANT_SHAPES
         if role == "ws" and light:
             shapes = (*shapes, SHAPES[4])
-        for shape in shapes + (PERSIST_SHAPES if "persist" in role else ()):
+        persist = (*PERSIST_SHAPES, GROUPED_SHAPE) if "persist" in role else ()
+        for i, shape in enumerate(shapes + persist):
+            grouped = "persist" in role and i == len(shapes) + len(PERSIST_SHAPES)
             try:
-                row = check_one(cfg, shape, head_dim, with_tl=role == "ws")
+                with _l2_share(3 * 2 * shape[4] * head_dim if grouped else None):
+                    row = check_one(cfg, shape, head_dim, with_tl=role == "ws")
             except Exception as e:
                 row = dict(kind="check", shape=list(shape), head_dim=head_dim, passed=False,
                            error=f"{type(e).__name__}: {e}"[:400])  # fmt: skip
             row.update(role=role, label=cfg.label())
+            if grouped:
+                row["bh_groups"] = "12,12,8"
             _emit(out, row)
             if not row["passed"]:
                 failed.add(head_dim)

@@ -1,0 +1,32 @@
+"""Host-side choices of the persistent Gluon fp8 launch (kernels/flash_gluon_fp8_persist.py):
+how many (batch, head)s its causal order takes at a time.
+
+The causal persistent order runs the heaviest query tiles first; taken over every
+(batch, head) at once, the K/V being read at one time is every head's (4 × 16 heads at
+4k, head_dim 128: 64 × 1 MB of fp8 K and V), more than the H200's L2 (50 MB, in two
+halves), so most of a tile's K/V loads would come from HBM. Grouping the (batch, head)s
+so that a group's K/V fits in a share of the L2 keeps the concurrent CTAs on the same
+heads, as the non-persistent grid's order does.
+"""
+
+from __future__ import annotations
+
+# the share of the L2 (bytes) one group's K and V may take: half of the H200's 50 MB,
+# leaving room for Q, O and the other half's copies
+L2_SHARE = 24 * 1024 * 1024
+
+
+def persist_bh_group(n_bh: int, heads_q: int, heads_kv: int, seq_k: int, head_dim: int) -> int:
+    """(batch, head)s per group of the causal persistent order: as many whole GQA groups
+    (heads_q // heads_kv query heads share one K/V) as fit L2_SHARE with their fp8 K and V
+    (2 · seq_k · head_dim bytes per kv head), at least one GQA group, at most n_bh."""
+    for name, value in (("n_bh", n_bh), ("heads_q", heads_q), ("heads_kv", heads_kv),
+                        ("seq_k", seq_k), ("head_dim", head_dim)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"persist_bh_group: {name}={value!r}: expected a positive int")
+    if heads_q % heads_kv:
+        raise ValueError(f"persist_bh_group: heads_q={heads_q} is not a multiple of "
+                         f"heads_kv={heads_kv}")  # fmt: skip
+    kv_bytes = 2 * seq_k * head_dim
+    kv_heads = max(1, L2_SHARE // kv_bytes)
+    return min(n_bh, kv_heads * (heads_q // heads_kv))
