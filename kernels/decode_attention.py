@@ -281,6 +281,7 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
     else:
         o_part = lse_part = o  # unused: SPLIT=False never touches them
     fused = split and launch.fused_combine
+    pdl = split and not fused and launch.pdl and _pdl_ok(q.device)
     # the fused combine's arrival counters, one per split program's (sequence, KV head,
     # row block): zero here, and put back to zero by the launch that used them
     counters = torch.zeros(programs, device=q.device, dtype=torch.int32) if fused else o
@@ -305,7 +306,7 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
         PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
         DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
         FUSED=fused, SPLITS_PAD=pad_pow2(num_splits) if fused else 1,
-        num_warps=launch.num_warps, num_stages=launch.num_stages,
+        PDL=pdl, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
     calls: list[tuple[Any, tuple[int, ...], tuple, dict]] = [
         (kernels.split, (programs, num_splits), split_args, split_kw)
@@ -316,9 +317,21 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
             o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
             heads_q, seq_q, num_splits,
         )  # fmt: skip
-        combine_kw = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits))
+        combine_kw: dict[str, Any] = dict(
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits), PDL=pdl
+        )
+        if pdl:  # the launch option (the combine starts before the split kernel ends)
+            combine_kw["launch_pdl"] = True
         calls.append((kernels.combine, (batch * seq_q * heads_q,), combine_args, combine_kw))
     return o, lse2, calls
+
+
+def _pdl_ok(device: torch.device) -> bool:
+    """Whether the combine can go by programmatic dependent launch on `device`: a compiled
+    launch (not the interpreter's) on sm_90 or later."""
+    if _interpreting() or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _launch(q, k_cache, v_cache, cache_seqlens, block_table, scale: float, launch: Launch):

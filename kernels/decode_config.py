@@ -14,6 +14,9 @@ is the heuristic's:
 - `fused_combine`: with several splits, the last split program of each (sequence, KV
   head, row block) to finish merges the splits (True: one launch), or a combine kernel
   does, launched after the split kernel (False);
+- `pdl`: with the combine kernel, launch it by programmatic dependent launch (sm_90 and
+  up; the split kernel lets it start at once, it waits on the split grid on the GPU), so
+  its launch and start-up overlap the split kernel instead of following it;
 
 and `num_splits` (decode_attention's own argument) the split count. `resolve` turns a
 config, the problem and the SM count into a complete `Launch`.
@@ -46,6 +49,9 @@ _INTERLEAVE = False  # interleaved splits measured within 1% of runs everywhere
 # 8k: 75.7 against 70.4): its last program merges the rows one by one, each waiting on
 # the L2, where the combine kernel (3.6 us with its launch) merges them all at once.
 _FUSED_COMBINE = False
+# Programmatic dependent launch of the combine kernel: off until the H200 measures it
+# (session 6, tools/gpu/decode_s6_ab.py).
+_PDL = False
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.
@@ -76,6 +82,7 @@ class DecodeConfig:
     num_stages: int | None = None
     interleave: bool | None = None
     fused_combine: bool | None = None
+    pdl: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class Launch:
     interleave: bool
     num_splits: int
     fused_combine: bool = _FUSED_COMBINE  # (no effect with one split)
+    pdl: bool = _PDL  # (only with the combine kernel, on sm_90 and up)
 
 
 def _cdiv(n: int, d: int) -> int:
@@ -132,6 +140,8 @@ def check_config(config: object, page_size: int | None) -> None:
     fused = config.fused_combine
     if fused is not None and not isinstance(fused, bool):
         raise ValueError(f"config.fused_combine must be a bool or None, got {fused!r}")
+    if config.pdl is not None and not isinstance(config.pdl, bool):
+        raise ValueError(f"config.pdl must be a bool or None, got {config.pdl!r}")
 
 
 def block_n_for(page_size: int | None, capacity: int = 0, many: bool = False) -> int:
@@ -265,4 +275,5 @@ def resolve(
         interleave=_INTERLEAVE if config.interleave is None else config.interleave,
         num_splits=num_splits,
         fused_combine=_FUSED_COMBINE if config.fused_combine is None else config.fused_combine,
+        pdl=_PDL if config.pdl is None else config.pdl,
     )

@@ -31,6 +31,7 @@ TRITON_INTERPRET must be set before this module (or triton) is first imported.
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fa_bench.kernels.flash_kernels import check_shapes
 
@@ -155,10 +156,17 @@ def _decode_split_kernel(
     # SPLIT only: the last split program of a row block to finish combines its rows
     # (FUSED), else the combine kernel does; SPLITS_PAD: the splits padded to a power of two
     FUSED: tl.constexpr = False, SPLITS_PAD: tl.constexpr = 1,
+    # programmatic dependent launch (sm_90): the combine kernel, launched with launch_pdl,
+    # may start once every split program has started (see `_decode_combine_kernel`)
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One program: the rows of one row block of one (sequence, KV head) against one
     split of that sequence's keys."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_ROWS, BLOCK_N)
+    if PDL:
+        # at the start: the combine's launch and its programs' start-up then overlap this
+        # kernel's whole run instead of following its last program
+        gdc_launch_dependents()
     if PAGED:
         tl.static_assert(
             PAGE_SIZE % BLOCK_N == 0 or BLOCK_N % PAGE_SIZE == 0,
@@ -329,8 +337,13 @@ def _decode_combine_kernel(
     heads_q, seq_q, num_splits,
     # constexpr: register tiles
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    # launched with launch_pdl after a split kernel with PDL: wait for that grid to finish
+    # (and its writes to be visible) before reading its partials
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """One program per output row (sequence b, token t, query head h), `_combine_row`."""
+    if PDL:
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)  # = (b * seq_q + t) * heads_q + h
     off_h = row % heads_q
     off_t = (row // heads_q) % seq_q

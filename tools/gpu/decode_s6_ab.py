@@ -32,7 +32,9 @@ FLUSH_BYTES = 256 << 20
 SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
     (8, 8192, 0): [
         ("heuristic", None, {}),
+        ("heuristic pdl", None, {"pdl": True}),
         ("s4 bn64 st3", 4, {"block_n": 64, "num_stages": 3}),
+        ("s4 bn64 st3 pdl", 4, {"block_n": 64, "num_stages": 3, "pdl": True}),
         ("s4 bn128 st2", 4, {"block_n": 128, "num_stages": 2}),
         ("s6 bn64 st2", 6, {"block_n": 64, "num_stages": 2}),
         ("s8 bn128 st2", 8, {"block_n": 128, "num_stages": 2}),
@@ -47,6 +49,7 @@ SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
     ],
     (8, 8192, 64): [
         ("heuristic", None, {}),
+        ("heuristic pdl", None, {"pdl": True}),
         ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
         ("s4 bn64 st5", 4, {"block_n": 64, "num_stages": 5}),
         ("s4 bn32 st5", 4, {"block_n": 32, "num_stages": 5}),
@@ -58,6 +61,7 @@ SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
     ],
     (8, 8192, 256): [
         ("heuristic", None, {}),
+        ("heuristic pdl", None, {"pdl": True}),
         ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
         ("s4 bn64 st5", 4, {"block_n": 64, "num_stages": 5}),
     ],
@@ -124,7 +128,8 @@ def _shape_rows(case: Case, candidates, flush, copy: float, deadline: float) -> 
         us = _median_us(plan.run, flush, calls)
         ln = plan.launch
         row = {"variant": label, "us": us, "gbps": nbytes / us / 1e3, "max_diff": err,
-               "launch": f"s{ln.num_splits} bn{ln.block_n} w{ln.num_warps} st{ln.num_stages}",
+               "launch": f"s{ln.num_splits} bn{ln.block_n} w{ln.num_warps} st{ln.num_stages}"
+                         f"{' pdl' if ln.pdl else ''}",
                "bound": plan.bound_reason}  # fmt: skip
         if plan.bound and ln.num_splits > 1:
             split_only = plan._bound[0]  # the split kernel's launch alone
