@@ -214,6 +214,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=0, help="time the first N speed rows (0: all)")
     ap.add_argument("--row-timeout", type=float, default=45.0, help="seconds per speed row")
     ap.add_argument("--checks-only", action="store_true")
+    ap.add_argument("--speed-only", action="store_true", help="no checks: the speed rows only")
     ap.add_argument(
         "--workers",
         type=int,
@@ -244,7 +245,9 @@ def main() -> int:
     dtypes = tuple(args.dtypes.split(","))
     flex = not args.no_flex
     n_rows = N_MAIN if args.no_dev_rows else (args.rows or N_SPECS)
-    if args.workers > 1:
+    if args.speed_only:
+        checks: list[dict] = []
+    elif args.workers > 1:
         checks = parallel(dtypes, dev, not args.checks_only, args.workers, flex,
                           start + 0.55 * args.budget, out_dir, n_rows)  # fmt: skip
     else:
