@@ -16,7 +16,7 @@ set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 LIMIT=${LIMIT:-120}
-ROWS=${ROWS:-7}
+ROWS=${ROWS:-9}
 FILES="$OUT/variants-gluon-c"
 rm -rf "$FILES" fa-bench-out/variants-gluon-c-run
 mkdir -p "$FILES"
