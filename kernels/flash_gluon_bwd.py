@@ -53,6 +53,9 @@ class GluonBwdConfig:
       (block kb at kb mod the count), so the CTAs' dQ reduce-adds do not all land on the
       same workspace rows at once (causal CTAs start at their diagonal anyway);
     early_dq: the first dQ chunk's matmul is queued before dV and dK are waited for;
+    early_dq_all: both dQ chunks (head_dim 128) are queued before dV and dK are waited for,
+      so no chunk's issue waits on the previous chunk's staging store and reduce-add
+      (two 64 × 64 fp32 accumulators live at once next to dK and dV);
     kb_major: the grid runs every head's first key blocks first (the first causal order)
       instead of one head's key blocks together: on the H200 (session 5, call B) it left
       the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
@@ -69,6 +72,7 @@ class GluonBwdConfig:
     shared_dq: bool = False
     rotate: bool = False
     early_dq: bool = False
+    early_dq_all: bool = False
     kb_major: bool = False
     pingpong: bool = False
 
@@ -77,16 +81,22 @@ class GluonBwdConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("shared_dq", "rotate", "early_dq", "kb_major", "pingpong"):
+        for name in ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
-        if self.shared_dq and self.early_dq:
-            raise ValueError("GluonBwdConfig(shared_dq=True, early_dq=True): one dQ schedule")
+        if sum((self.shared_dq, self.early_dq, self.early_dq_all)) > 1:
+            raise ValueError(
+                f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
+                f"early_dq_all={self.early_dq_all}): one dQ schedule"
+            )
         flash_gluon.check_regs(self)
 
     @property
     def dq_mode(self) -> int:
-        """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 0 neither."""
+        """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
+        early, 0 none of them."""
+        if self.early_dq_all:
+            return 4
         return 1 if self.shared_dq else 3 if self.early_dq else 0
 
     @property
@@ -109,6 +119,7 @@ class GluonBwdConfig:
         text = f"{text}-rot" if self.rotate else text
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
+        text = f"{text}-early2" if self.early_dq_all else text
         return f"{text}-early" if self.early_dq else text
 
 
@@ -137,7 +148,8 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     shared dQ (head_dim 128) with the deepest ring that fits, "ws-m64" query blocks of
     64 rows at head_dim 64 (its first heuristic), "ws-rot" the rotated query-block order,
     "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
-    "ws-pp" the consumers' ping-pong."""
+    "ws-pp" the consumers' ping-pong, "ws-early2" (head_dim 128) the heuristic with both
+    dQ chunks queued early."""
     base = gluon_bwd_config(head_dim)
     plain = dataclasses.replace(base, early_dq=False, rotate=False)
     out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
@@ -148,6 +160,7 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:
         out["ws-sdq"] = _deepest(dataclasses.replace(plain, shared_dq=True), head_dim)
+        out["ws-early2"] = dataclasses.replace(base, early_dq=False, early_dq_all=True)
     else:
         out["ws-m64"] = _deepest(dataclasses.replace(plain, block_m=64), head_dim)
     return out
@@ -250,6 +263,11 @@ def _check_args(cfg: Any, causal: Any, scale: Any, head_dim: int) -> GluonBwdCon
         raise ValueError(
             f"config={cfg.label()}: shared_dq splits dQ's {2 * DQ_CHUNK} columns between the "
             f"two consumers; head_dim={head_dim}"
+        )
+    if cfg.early_dq_all and head_dim != 2 * DQ_CHUNK:
+        raise ValueError(
+            f"config={cfg.label()}: early_dq_all queues dQ's two {DQ_CHUNK}-column chunks; "
+            f"head_dim={head_dim}"
         )
     if cfg.smem_bytes(head_dim) > flash_gluon.SMEM_BYTES:
         raise ValueError(

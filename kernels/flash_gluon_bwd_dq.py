@@ -50,14 +50,15 @@ def _dq_issue(ds_me, k_me, c: gl.constexpr, CHUNK: gl.constexpr):
 
 @gluon.jit
 def _dq_finish(dq, c: gl.constexpr, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0,
-               REDUCE: gl.constexpr):  # fmt: skip
+               REDUCE: gl.constexpr, PENDING: gl.constexpr = 0):  # fmt: skip
     """Chunk c of dQ_share into its staging tile and reduce-added into the workspace
-    (REDUCE False: a timing probe, no add)."""
+    (REDUCE False: a timing probe, no add). PENDING: wgmmas issued after this chunk's
+    that may still run (the next chunk's, when all were queued at once)."""
     BLOCK_M: gl.constexpr = dq_bufs.shape[3]
     CHUNK: gl.constexpr = dq_bufs.shape[4]
     CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
     tma.store_wait(CHUNKS - 1)  # the add issued from this tile one step ago has read it
-    dq = warpgroup_mma_wait(0, deps=[dq])
+    dq = warpgroup_mma_wait(PENDING, deps=[dq])
     tile = dq_bufs.index(ME * CHUNKS + c)
     tile.reshape([BLOCK_M, CHUNK]).store(dq)
     fence_async_shared()

@@ -206,12 +206,19 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     if DQ_MODE == 3:
         dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
         dv, dk, _p, _ds = warpgroup_mma_wait(1, deps=[dv, dk, p_op, ds_op])
+    elif DQ_MODE == 4:  # both chunks queued: the tensor cores never wait on a staging store
+        dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
+        dq1 = _dq_issue(ds_me, k_me, 1, dq_bufs.shape[4])
+        dv, dk, _p, _ds = warpgroup_mma_wait(2, deps=[dv, dk, p_op, ds_op])
     else:
         dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
     if DQ_MODE == 1:
         _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+    elif DQ_MODE == 4:
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
     elif DQ_MODE == 3:
         _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
         _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
@@ -304,7 +311,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
     first: the dQ workspaces of all heads at once, which thrashed L2 on the H200).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
-    (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for;
+    (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
+    4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for;
     2 a timing probe (0 without the reduce-adds: dQ left out).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
@@ -312,6 +320,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "query blocks of 64 or 128 rows")
     gl.static_assert(DQ_MODE != 1 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
+    gl.static_assert(DQ_MODE != 4 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
+                     "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     if KB_MAJOR:
         kb = gl.program_id(1)

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fa_bench.kernels.flash_gluon_bwd import candidate_bwd_configs
+from fa_bench.kernels import flash_gluon
+from fa_bench.kernels.flash_gluon_bwd import (
+    GluonBwdConfig,
+    _check_args,
+    candidate_bwd_configs,
+    gluon_bwd_config,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -45,6 +51,42 @@ def test_ab_table_ratios_errors_and_cut_children():
     assert "| 16k | no | 300.0 (3.0) | – |" in text  # no cuDNN figure: no ratio
     assert "child d128: killed" in text
     assert text.index("head_dim 128") < text.index("| 4k | yes") < text.index("head_dim 64")
+
+
+# --- early_dq_all (DQ_MODE 4) --------------------------------------------------------------
+
+
+def test_early_dq_all_is_its_own_dq_mode_and_role():
+    cfg = candidate_bwd_configs(128)["ws-early2"]
+    base = gluon_bwd_config(128)
+    assert cfg.dq_mode == 4 and cfg.early_dq_all and not cfg.early_dq
+    assert cfg.label() == "gluon-bwd-m64-n128-s2-rot-early2"
+    assert (cfg.block_m, cfg.stages, cfg.rotate) == (base.block_m, base.stages, base.rotate)
+    assert cfg.smem_bytes(128) <= flash_gluon.SMEM_BYTES
+    assert "ws-early2" not in candidate_bwd_configs(64)  # one dQ chunk there
+
+
+@pytest.mark.parametrize("other", [dict(early_dq=True), dict(shared_dq=True)])
+def test_early_dq_all_excludes_the_other_dq_schedules(other):
+    with pytest.raises(ValueError, match=r"early_dq_all=True.*one dQ schedule"):
+        GluonBwdConfig(early_dq_all=True, **other)
+    with pytest.raises(ValueError, match="early_dq_all='yes'"):
+        GluonBwdConfig(early_dq_all="yes")
+
+
+def test_early_dq_all_needs_two_chunks():
+    cfg = GluonBwdConfig(block_m=128, early_dq_all=True)
+    with pytest.raises(ValueError, match=r"early_dq_all.*head_dim=64"):
+        _check_args(cfg, False, 0.1, 64)
+    assert _check_args(GluonBwdConfig(early_dq_all=True), True, 0.1, 128).dq_mode == 4
+
+
+def test_ab_agreement_catches_changed_gradients():
+    tool = _tool("gluon_bwd_ab")
+    base = (torch.ones(4, 8), torch.ones(4), torch.ones(4))
+    assert tool.agreement(base, base) == dict(dq_rel=0.0, dkdv_same=True)
+    off = (base[0] * 1.5, base[1], base[2].clone().fill_(2.0))
+    assert tool.agreement(off, base) == dict(dq_rel=0.5, dkdv_same=False)
 
 
 def test_ab_default_roles_exist():

@@ -4,7 +4,9 @@
 
 For each shape (bf16, 16k tokens, hidden 2048; head_dim 128 then 64, 4k and 16k, causal
 and not) `triton.testing.do_bench` TFLOP/s (FLOPs 2.5 × the forward's) of the Gluon
-kernel alone for each role of `candidate_bwd_configs` named (the first is the baseline),
+kernel alone for each role of `candidate_bwd_configs` named (the first is the baseline;
+each role's gradients are compared with the baseline's: dK/dV bitwise, dQ's largest
+relative difference),
 the baseline's kernel without its dQ reduce-adds (probe=2: dQ wrong, the time the adds
 cost), with AB_WHOLE=1 the heuristic's whole backward (delta, kernel, dQ cast), and SDPA's
 cuDNN backward (`autograd.grad`
@@ -30,7 +32,7 @@ from child_watch import run_watched
 
 STALL_S = 60.0
 SHAPES = [(n, c) for n in (4096, 16384) for c in (False, True)]
-ROLES = {128: "ws,ws-sdq", 64: "ws,ws-early"}
+ROLES = {128: "ws,ws-early2,ws-sdq", 64: "ws,ws-early"}
 
 
 def _time(fn, case) -> dict:
@@ -76,14 +78,29 @@ def bench_shape(head_dim: int, n: int, causal: bool, roles: list[str]) -> Iterat
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         oc = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
     runs["cudnn"] = lambda: torch.autograd.grad(oc, leaves, do, retain_graph=True)
+    base_grads = None
     for name, fn in runs.items():  # each row as it comes: the watcher sees progress
         row = dict(kind="bench", impl=name, head_dim=head_dim, n=n, causal=causal)
         label = cands[name].label() if name in cands else ""
         try:
             row.update(_time(fn, case), label=label)
+            if name in cands:  # its gradients against the first role's (same compile)
+                grads_r = gb.gluon_backward(do, q, k, v, o, lse2, causal, scale, cands[name])
+                base_grads = base_grads or grads_r
+                row.update(agreement(grads_r, base_grads))
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {e}"[:400]
         yield row
+
+
+def agreement(grads, base) -> dict:
+    """How a role's (dq, dk, dv) differ from the baseline role's on the same inputs: dK
+    and dV bitwise (the same sums in the same order), dQ's largest difference relative
+    to its largest value (its reduce-adds land in any order: ~1e-3 at bf16)."""
+    dq, dk, dv = grads
+    rel = ((dq.float() - base[0].float()).abs().max() / base[0].float().abs().max()).item()
+    same = bool(dk.equal(base[1]) and dv.equal(base[2]))
+    return dict(dq_rel=float(f"{rel:.3g}"), dkdv_same=same)
 
 
 def child(lines: str, head_dim: int, roles: list[str]) -> None:
@@ -120,7 +137,9 @@ def markdown(doc: dict) -> str:
                 if "tflops" not in r:
                     return r.get("error", "–")[:50]
                 rel = f" [{r['tflops'] / ref:.3f}]" if ref else ""
-                return f"{r['tflops']} ({r['ms']}){rel}"
+                same = {True: "", False: " dK/dV DIFFER"}.get(r.get("dkdv_same"), "")
+                dq = f" dq {r['dq_rel']:.1e}{same}" if "dq_rel" in r else ""
+                return f"{r['tflops']} ({r['ms']}){rel}{dq}"
 
             out.append(f"| {n // 1024}k | {'yes' if c else 'no'} | "
                        + " | ".join(fig(x) for x in names) + " |")  # fmt: skip

@@ -97,13 +97,17 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
     return triton.compile(source, target=TARGET, options={"num_warps": 4})
 
 
-def grid(quick: bool) -> list[tuple[GluonBwdConfig, str, int, bool, int]]:
-    """`candidate_bwd_configs` for each dtype, head_dim and causal; the heuristic's bf16
-    kernel also as the GPU check's timing probe."""
+def grid(quick: bool, roles: str = "") -> list[tuple[GluonBwdConfig, str, int, bool, int]]:
+    """`candidate_bwd_configs` for each dtype, head_dim and causal (`roles`: a comma list
+    of the roles to take, all when empty); the heuristic's bf16 kernel also as the GPU
+    check's timing probe."""
     dtypes = ("bf16",) if quick else ("bf16", "fp16")
     combos = []
+    only = set(filter(None, roles.split(",")))
     for dtype, head_dim, causal in itertools.product(dtypes, BWD_HEAD_DIMS, (False, True)):
         for role, cfg in candidate_bwd_configs(head_dim).items():
+            if only and role not in only:
+                continue
             probes = (0, 2) if role == "ws" and dtype == "bf16" else (0,)
             combos += [(cfg, dtype, head_dim, causal, probe) for probe in probes]
     return combos
@@ -114,6 +118,8 @@ def main() -> int:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--quick", action="store_true", help="bf16 only")
     ap.add_argument("--asm", help="write each kernel's ttgir/ptx into this folder")
+    ap.add_argument("--roles", default="", help="only these roles (comma list)")
+    ap.add_argument("--dims", default="", help="only these head dims (comma list)")
     args = ap.parse_args()
     print(f"triton {triton.__version__}", flush=True)
     reason = version_reason(triton.__version__)
@@ -121,7 +127,10 @@ def main() -> int:
         print(f"{reason}: install it aside and run with PYTHONPATH set to it (see the docstring)")
         return 2
     rows, failed = [], 0
-    for cfg, dtype, head_dim, causal, probe in grid(args.quick):
+    dims = {int(d) for d in args.dims.split(",") if d}
+    for cfg, dtype, head_dim, causal, probe in grid(args.quick, args.roles):
+        if dims and head_dim not in dims:
+            continue
         row: dict[str, object] = dict(config=cfg.label(), dtype=dtype, head_dim=head_dim,
                                       causal=causal, probe=probe)  # fmt: skip
         start = time.time()
