@@ -1,6 +1,6 @@
 """The backward `@triton.jit` kernels of our FlashAttention-2, in the order they run:
 preprocessing (delta = rowsum(dO·O), in flash_kernels_bwd_pre.py, re-exported here),
-dK/dV, dQ. Names, flags and the compile-time shape
+dK/dV, dQ (in flash_kernels_bwd_dq.py, re-exported here). Names, flags and the compile-time shape
 checks are those of flash_kernels.py (the forward and the tile helpers, which these
 share); launched by fa_bench.kernels.flash_attention.
 
@@ -11,14 +11,13 @@ TRITON_INTERPRET must be set before this module (or triton) is first imported.
 import triton
 import triton.language as tl
 
-from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
+from fa_bench.kernels.flash_kernels import check_shapes, load_rows, store_rows
+from fa_bench.kernels.flash_kernels_bwd_dq import _bwd_dq_kernel  # noqa: F401
 from fa_bench.kernels.flash_kernels_bwd_pre import _bwd_preprocess_kernel  # noqa: F401
 from fa_bench.kernels.flash_kernels_variants import (
     alibi_slope2,
     dkdv_p_t,
     sequence,
-    variant_scores,
-    window_keep,
     window_ranges,
 )
 
@@ -46,8 +45,15 @@ def _bwd_dkdv_inner(
     # past the sequence read the next sequence's (finite) rows, whose lse2 loads as +inf
     # (masked 1-D load), so their P is 0 and they add nothing; no 2-D row mask in the loop
     row_cap=None, CLAMP: tl.constexpr = False,
+    # GAP (CLAMP 2): steps at or past gap_at run gap_by rows further (the diagonal blocks,
+    # then the sequence's tail block in the same masked loop)
+    gap_at=None, gap_by=None, GAP: tl.constexpr = False,
 ):  # fmt: skip
-    for start_m in range(lo, hi, BLOCK_STREAMED):
+    for step_m in range(lo, hi, BLOCK_STREAMED):
+        if GAP:
+            start_m = tl.where(step_m < gap_at, step_m, step_m + gap_by)
+        else:
+            start_m = step_m
         offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
         if CLAMP:
             rows = tl.minimum(offs_m, row_cap)
@@ -82,6 +88,35 @@ def _bwd_dkdv_inner(
             dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)
         ds_t = pg_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=DOT_PREC)
+    return dk, dv
+
+
+@triton.jit
+def _dkdv_packed_loops(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
+    m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_STREAMED: tl.constexpr, CAUSAL: tl.constexpr,
+    MASK_D: tl.constexpr, DOT_PREC: tl.constexpr, softcap2, slope2,
+    SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DP_FIRST: tl.constexpr, row_cap,
+):  # fmt: skip
+    """A packed sequence's query rows for dK/dV without a window (CLAMP 2), in two loops
+    as the dense kernel's: one masked loop over the diagonal blocks [m_lo, m_mid) (causal)
+    and then the sequence's ragged tail block, clamped loads; one over the whole blocks in
+    between, with no mask at all (every row in them is the sequence's)."""
+    m_even = tl.maximum((seq_q // BLOCK_STREAMED) * BLOCK_STREAMED, m_mid)
+    dk, dv = _bwd_dkdv_inner(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
+        m_lo, m_mid + tl.maximum(seq_q - m_even, 0), offs_n, offs_d, seq_q, causal_off,
+        qk_scale, HEAD_DIM, BLOCK_STREAMED, CAUSAL, False, MASK_D, DOT_PREC,
+        None, None, softcap2, slope2, False, SOFTCAP, ALIBI, DP_FIRST,
+        row_cap, 2, m_mid, m_even - m_mid, True,
+    )  # fmt: skip
+    dk, dv = _bwd_dkdv_inner(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
+        m_mid, m_even, offs_n, offs_d, seq_q, causal_off, qk_scale,
+        HEAD_DIM, BLOCK_STREAMED, False, True, MASK_D, DOT_PREC,
+        None, None, softcap2, slope2, False, SOFTCAP, ALIBI, DP_FIRST,
+    )  # fmt: skip
     return dk, dv
 
 
@@ -177,6 +212,9 @@ def _bwd_dkdv_kernel(
         row_cap = total_q - 1 - q_start  # the packed tensor's last row, sequence-relative
     else:
         row_cap = None
+    # CLAMP 2: a window's middle loop holds whole blocks of the sequence only: no mask
+    MID_EVEN: tl.constexpr = EVEN_Q or CLAMP == 2
+    MID_CLAMP: tl.constexpr = CLAMP == 1
     for g in range(group):
         off_h = off_hk * group + g
         if VARLEN:
@@ -191,28 +229,36 @@ def _bwd_dkdv_kernel(
             slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
         else:
             slope2 = None
-        dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
-            m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
-            row_cap, CLAMP,
-        )  # fmt: skip
-        dk, dv = _bwd_dkdv_inner(
-            dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
-            m_mid, m_full_end, offs_n, offs_d, seq_q, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, False, EVEN_Q, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
-            row_cap, CLAMP,
-        )  # fmt: skip
-        if WINDOW:
-            dk, dv = _bwd_dkdv_inner(
+        if CLAMP == 2 and not WINDOW:
+            dk, dv = _dkdv_packed_loops(
                 dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs,
-                stride_dos, m_full_end, m_hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
+                stride_dos, m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
+                HEAD_DIM, BLOCK_STREAMED, CAUSAL, MASK_D, DOT_PREC, softcap2, slope2,
+                SOFTCAP, ALIBI, DP_FIRST, row_cap,
+            )  # fmt: skip
+        else:
+            dk, dv = _bwd_dkdv_inner(
+                dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
+                m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
                 HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
                 win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
                 row_cap, CLAMP,
             )  # fmt: skip
+            dk, dv = _bwd_dkdv_inner(
+                dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs, stride_dos,
+                m_mid, m_full_end, offs_n, offs_d, seq_q, causal_off, qk_scale,
+                HEAD_DIM, BLOCK_STREAMED, False, MID_EVEN, MASK_D, DOT_PREC,
+                win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
+                row_cap, MID_CLAMP,
+            )  # fmt: skip
+            if WINDOW:
+                dk, dv = _bwd_dkdv_inner(
+                    dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs,
+                    stride_dos, m_full_end, m_hi, offs_n, offs_d, seq_q, causal_off, qk_scale,
+                    HEAD_DIM, BLOCK_STREAMED, True, EVEN_Q, MASK_D, DOT_PREC,
+                    win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI, DP_FIRST,
+                    row_cap, CLAMP,
+                )  # fmt: skip
     dk = dk * sm_scale
     if VARLEN:
         dk_base = DK + k_start.to(tl.int64) * stride_dks + off_hk * stride_dkh
@@ -227,184 +273,4 @@ def _bwd_dkdv_kernel(
     store_rows(
         dv_base, offs_n, stride_dvs, offs_d, seq_k, dv.to(DV.dtype.element_ty),
         HEAD_DIM, not EVEN_K, MASK_D,
-    )  # fmt: skip
-
-
-@triton.jit
-def _bwd_dq_inner(
-    # the held query rows' accumulator, tiles, lse2 and delta
-    dq, q, do, lse2, delta,
-    # K/V base pointers of this (batch, kv head), streamed
-    k_base, v_base, stride_ks, stride_vs,
-    # the keys [lo, hi) to stream; offsets; sizes and the log2-domain scale
-    lo, hi, offs_m, offs_d, seq_k, causal_off, qk_scale,
-    HEAD_DIM: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
-    # DIAGONAL_OR_TAIL: as in _fwd_inner (masked loads; causal mask on the scores)
-    DIAGONAL_OR_TAIL: tl.constexpr, CAUSAL: tl.constexpr, MASK_D: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-    # the variants, as in _bwd_dkdv_inner
-    win_left=None, win_right=None, softcap2=None, slope2=None,
-    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
-):  # fmt: skip
-    for start_n in range(lo, hi, BLOCK_STREAMED):
-        offs_n = start_n + tl.arange(0, BLOCK_STREAMED)
-        # Keys past the end load as k = v = 0: they add ds · 0 to dQ, so no score mask.
-        k = load_rows(k_base, offs_n, stride_ks, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
-                       MASK_D)  # fmt: skip
-        v = load_rows(v_base, offs_n, stride_vs, offs_d, seq_k, HEAD_DIM, DIAGONAL_OR_TAIL,
-                       MASK_D)  # fmt: skip
-        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
-        if SOFTCAP or ALIBI:
-            s2, th = variant_scores(
-                qk, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, False
-            )
-            p = tl.math.exp2(s2 - lse2[:, None])
-        else:
-            p = tl.math.exp2(qk * qk_scale - lse2[:, None])
-        if DIAGONAL_OR_TAIL and (WINDOW or SOFTCAP or ALIBI):
-            # a tail key's score is no longer bounded by the row's: exp2 may overflow,
-            # and inf · 0 would reach dQ, so the tail is masked too
-            keep = offs_n[None, :] < seq_k
-            if WINDOW:
-                keep = keep & window_keep(offs_m, offs_n, causal_off, win_left, win_right, False)
-            elif CAUSAL:
-                keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_off)
-            p = tl.where(keep, p, 0.0)
-        elif DIAGONAL_OR_TAIL and CAUSAL:
-            p = tl.where(offs_n[None, :] <= offs_m[:, None] + causal_off, p, 0.0)
-        if SOFTCAP:
-            # through c · tanh(s / c), folded into P before the dot: one tile lives across
-            # it, as without a softcap
-            p = p * (1.0 - th * th)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PREC)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PREC)
-    return dq
-
-
-@triton.jit
-def _bwd_dq_kernel(
-    # tensors: inputs, dO, the gradient to write, and the saved lse2 and delta
-    Q, K, V, DO, DQ, LSE, DELTA,
-    # strides in elements (batch, head, seq); the last dimension's stride is 1
-    stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-    stride_vb, stride_vh, stride_vs, stride_dob, stride_doh, stride_dos,
-    stride_dqb, stride_dqh, stride_dqs,
-    # sizes, scale · log2(e) for the scores and the plain scale for dQ (VARLEN: seq_q
-    # and seq_k are the packed totals)
-    heads_q, group, seq_q, seq_k, qk_scale, sm_scale,
-    # constexpr: register tile shapes (held query rows, streamed keys) and code paths
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_HELD: tl.constexpr, BLOCK_STREAMED: tl.constexpr,
-    CAUSAL: tl.constexpr, EVEN_Q: tl.constexpr, DOT_PREC: tl.constexpr,
-    # the variants, as in _fwd_kernel (None / False when off)
-    win_left=None, win_right=None, softcap2=None, Slopes=None, stride_slope_b=None,
-    CuQ=None, CuK=None, Sched=None,
-    WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
-    VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,  # DP_FIRST: dK/dV's only
-    CLAMP: tl.constexpr = False,  # dK/dV's only: its streamed rows (dQ's full blocks load unmasked)
-):  # fmt: skip
-    """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
-    BLOCK_STREAMED at a time."""
-    check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_HELD, BLOCK_STREAMED)
-    MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
-    if VARLEN >= 2:
-        # a packed batch's (sequence, row block) from its table, heaviest first (rows 2-3
-        # of Sched), the q heads on the fast axis (a GQA group's side by side); -1: none
-        seq_of = tl.load(Sched + 2 * tl.num_programs(1) + tl.program_id(1))
-        if seq_of < 0:
-            return
-        pid_m = tl.load(Sched + 3 * tl.num_programs(1) + tl.program_id(1))
-        off_bh = seq_of * heads_q + tl.program_id(0)
-    elif VARLEN:
-        # the row block on the slow axis, the last (causal: heaviest) first, over every
-        # sequence: a long sequence's heavy blocks do not trail the grid
-        if CAUSAL:
-            pid_m = tl.num_programs(1) - 1 - tl.program_id(1)
-        else:
-            pid_m = tl.program_id(1)
-        off_bh = tl.program_id(0)
-    else:
-        if CAUSAL:
-            pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
-        else:
-            pid_m = tl.program_id(0)
-        off_bh = tl.program_id(1)
-    off_b = (off_bh // heads_q).to(tl.int64)
-    off_h = (off_bh % heads_q).to(tl.int64)
-    off_hk = off_h // group
-    m0 = pid_m * BLOCK_HELD
-    offs_m = m0 + tl.arange(0, BLOCK_HELD)
-    offs_d = tl.arange(0, HEAD_DIM_PAD)
-    if VARLEN:
-        row0 = off_h * seq_q  # lse2 and delta are (H, T): seq_q is the total here
-        q_start, seq_q = sequence(CuQ, off_b)
-        k_start, seq_k = sequence(CuK, off_b)
-        if m0 >= seq_q:
-            return
-        row0 += q_start
-        q_base = Q + q_start.to(tl.int64) * stride_qs + off_h * stride_qh
-        do_base = DO + q_start.to(tl.int64) * stride_dos + off_h * stride_doh
-        k_base = K + k_start.to(tl.int64) * stride_ks + off_hk * stride_kh
-        v_base = V + k_start.to(tl.int64) * stride_vs + off_hk * stride_vh
-    else:
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        k_base = K + off_b * stride_kb + off_hk * stride_kh
-        v_base = V + off_b * stride_vb + off_hk * stride_vh
-    q = load_rows(q_base, offs_m, stride_qs, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
-    do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, not EVEN_Q, MASK_D)
-    if not VARLEN:
-        row0 = off_bh.to(tl.int64) * seq_q
-    if EVEN_Q:
-        lse2 = tl.load(LSE + row0 + offs_m)
-        delta = tl.load(DELTA + row0 + offs_m)
-    else:
-        lse2 = tl.load(LSE + row0 + offs_m, mask=offs_m < seq_q, other=float("inf"))
-        delta = tl.load(DELTA + row0 + offs_m, mask=offs_m < seq_q, other=0.0)
-    dq = tl.zeros([BLOCK_HELD, HEAD_DIM_PAD], dtype=tl.float32)
-
-    causal_off = seq_k - seq_q
-    if ALIBI:
-        slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
-    else:
-        slope2 = None
-    if WINDOW:
-        lo, n_lo_full, n_full, n_end = window_ranges(
-            m0, seq_k, causal_off - win_left, causal_off + win_right, BLOCK_HELD, BLOCK_STREAMED
-        )
-        dq = _bwd_dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-            lo, n_lo_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-        )  # fmt: skip
-        dq = _bwd_dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-            n_lo_full, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-        )  # fmt: skip
-    else:
-        n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_HELD, BLOCK_STREAMED, CAUSAL)
-        dq = _bwd_dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-        )  # fmt: skip
-    dq = _bwd_dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
-        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-    )  # fmt: skip
-    dq = dq * sm_scale
-    if VARLEN:
-        dq_base = DQ + q_start.to(tl.int64) * stride_dqs + off_h * stride_dqh
-    else:
-        dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
-    store_rows(
-        dq_base, offs_m, stride_dqs, offs_d, seq_q, dq.to(DQ.dtype.element_ty),
-        HEAD_DIM, not EVEN_Q, MASK_D,
     )  # fmt: skip

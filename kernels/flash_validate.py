@@ -51,8 +51,10 @@ DKDV_DP_FIRST = "variants"
 # A packed batch's dK/dV kernel loads its streamed Q/dO rows unmasked, from row indices
 # clamped into the packed tensor (flash_kernels_bwd CLAMP): the 2-D row masks of every
 # streamed load held registers (sm_90: 736 bytes of spills against the dense kernel's
-# 172). False: the masked loads (the first packed kernel, kept for timing).
-PACKED_CLAMP = True
+# 172). 2: also the sequence's whole row blocks in a loop with no mask at all, its tail
+# block in the diagonal's masked loop; 1: the clamped loads only; 0: the masked loads
+# (the first packed kernel, kept for timing).
+PACKED_CLAMP = 2
 
 
 def interpreting() -> bool:
@@ -296,7 +298,7 @@ def backward_grids(
             (-(-seq_q // block), batch * heads_q),
         )
     if PACKED_CLAMP:
-        extra["CLAMP"] = True
+        extra["CLAMP"] = int(PACKED_CLAMP)
     if not PACKED_SCHEDULE:
         blocks_k, blocks_q = -(-vl.max_k // block), -(-vl.max_q // block)
         return extra, (vl.batch * heads_kv, blocks_k), (vl.batch * heads_q, blocks_q)

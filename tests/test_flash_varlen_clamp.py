@@ -5,7 +5,9 @@ sequence reads the next sequence's rows, which must add nothing (their lse2 load
 +inf), and a block that runs past the tensor's end reads its last row, never beyond.
 
 CPU: the Triton interpreter in fp32, against the float64 reference under the accuracy
-rule (fa_bench.run.accuracy), and bit for bit against the masked loads. The tensors sit
+rule (fa_bench.run.accuracy), bit for bit against the masked loads (CLAMP 1) or itself
+(CLAMP 2, the default: a sequence's whole row blocks in a loop with no mask, its tail
+block in the diagonal's masked loop, another summation order). The tensors sit
 in buffers whose rows past the packed tokens are NaN, so a load past the tensor's end
 poisons the gradients. GPU runs: tests/test_flash_varlen_clamp_gpu.py.
 """
@@ -81,16 +83,25 @@ def _reference_rule(inputs, ours, kw) -> None:
         assert report["passed"], (name, report)
 
 
-def _clamped_within_rule_and_as_masked(monkeypatch, len_q, len_k, kw, hq=4, hk=2, d=16):
-    monkeypatch.setattr(flash_validate, "PACKED_CLAMP", True)
-    inputs, clamped = _grads(len_q, len_k, hq, hk, d, kw)
-    for name, t in zip(("o", "dq", "dk", "dv"), clamped, strict=True):
-        assert torch.isfinite(t).all(), f"{name}: a load read past the tensor's end"
-    _reference_rule(inputs, clamped, kw)
-    monkeypatch.setattr(flash_validate, "PACKED_CLAMP", False)
-    _, masked = _grads(len_q, len_k, hq, hk, d, kw)
-    for name, a, b in zip(("o", "dq", "dk", "dv"), clamped, masked, strict=True):
-        assert torch.equal(a, b), name
+def _clamped_within_rule(monkeypatch, len_q, len_k, kw, hq=4, hk=2, d=16, clamps=(2,)):
+    """Each CLAMP mode within the rule: 1 (clamped loads) bit for bit the masked loads (0);
+    2 (and the whole row blocks unmasked, the tail block summed before them: another
+    order) bit for bit itself on a second run."""
+    runs = {}
+    for clamp in (*clamps, 0):
+        monkeypatch.setattr(flash_validate, "PACKED_CLAMP", clamp)
+        inputs, runs[clamp] = _grads(len_q, len_k, hq, hk, d, kw)
+    for clamp in clamps:
+        for name, t in zip(("o", "dq", "dk", "dv"), runs[clamp], strict=True):
+            assert torch.isfinite(t).all(), f"{name}: a load read past the tensor's end"
+        _reference_rule(inputs, runs[clamp], kw)
+        if clamp == 2:
+            monkeypatch.setattr(flash_validate, "PACKED_CLAMP", 2)
+            same = _grads(len_q, len_k, hq, hk, d, kw)[1]
+        else:
+            same = runs[0]
+        for name, a, b in zip(("o", "dq", "dk", "dv"), runs[clamp], same, strict=True):
+            assert torch.equal(a, b), (clamp, name)
 
 
 def test_packed_launches_clamp_and_dense_ones_do_not(monkeypatch):
@@ -100,19 +111,20 @@ def test_packed_launches_clamp_and_dense_ones_do_not(monkeypatch):
         q, causal=True, window=(-1, -1), alibi_slopes=None, softcap=0.0, batch=3,
         seq_q=90, seq_k=90, varlen=Varlen(cu, cu, 90, 90),
     )  # fmt: skip
-    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] is True
+    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] == 2
     assert "CLAMP" not in backward_grids(None, True, 1, 8, 2, 137, 137, 32)[0]
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)  # the first grid too
-    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] is True
+    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] == 2
     monkeypatch.setattr(flash_validate, "PACKED_CLAMP", False)
     assert "CLAMP" not in backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
 
 
 @interpreter
 def test_clamped_loads_fast(monkeypatch):
-    # length 1, whole blocks (16, 32), ragged, the last sequence's block past the tensor end
-    lengths = [1, 32, 19, 16, 5]
-    _clamped_within_rule_and_as_masked(monkeypatch, lengths, lengths, dict(causal=True))
+    # length 1, whole blocks (16, 32), ragged (50: whole row blocks between the diagonal and
+    # the tail), the last sequence ragged, its block past the tensor end
+    lengths = [1, 32, 50, 16, 5]
+    _clamped_within_rule(monkeypatch, lengths, lengths, dict(causal=True))
 
 
 @interpreter
@@ -134,7 +146,7 @@ def test_clamped_loads_variants(monkeypatch, kw):
     if kw.pop("alibi", False):
         base = torch.tensor([0.5, 0.25, 0.125, 0.0625])
         kw["alibi_slopes"] = torch.stack([base * (1 + 0.5 * b) for b in range(len(len_q))])
-    _clamped_within_rule_and_as_masked(monkeypatch, len_q, len_k, kw)
+    _clamped_within_rule(monkeypatch, len_q, len_k, kw, clamps=(1, 2))
 
 
 @interpreter
@@ -142,4 +154,4 @@ def test_clamped_loads_variants(monkeypatch, kw):
 def test_clamped_loads_mha_whole_blocks(monkeypatch):
     # no GQA, every sequence a whole number of both blocks: the clamp's no-op case
     lengths = [32, 64, 32]
-    _clamped_within_rule_and_as_masked(monkeypatch, lengths, lengths, dict(causal=True), 2, 2)
+    _clamped_within_rule(monkeypatch, lengths, lengths, dict(causal=True), 2, 2)
