@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import flash_gluon
+from fa_bench.kernels.flash_gluon_fp8_table import range_start, table_range, table_role
 
 if TYPE_CHECKING:
     import torch
@@ -123,13 +124,12 @@ def _base_config(head_dim: int) -> Fp8GluonConfig:
     return deepest(Fp8GluonConfig(block_n=128, p_smem=True), head_dim)
 
 
-def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
-    """The heuristic: 128-key steps, P through shared memory, the deepest ring that fits
-    (4 stages: 208 KB at head_dim 128), ping-pong, every exponential on the MUFU (the
-    fastest of the candidates timed on the H200, 2026-11-30 calls B and C: P through
-    shared memory 799-853 TFLOP/s at d128 4k/16k against 588-616 with P in registers
-    and half the exponentials emulated, 790-830 with a quarter). $FA_BENCH_FP8_GLUON_ROLE
-    overrides it (ValueError naming an unknown role)."""
+def fp8_gluon_config(head_dim: int, causal: bool = False,
+                     seq_q: int | None = None) -> Fp8GluonConfig:  # fmt: skip
+    """The heuristic: the candidate_configs role flash_gluon_fp8_table.ROLE_TABLE gives
+    (seq_q None: its first range); "ws" is 128-key steps, P through shared memory, the
+    deepest ring that fits, ping-pong, every exp2 on the MUFU (measured in docs/kernel.md).
+    $FA_BENCH_FP8_GLUON_ROLE overrides it (ValueError naming an unknown role)."""
     import os
 
     override = os.environ.get(ROLE_ENV, "").strip()
@@ -140,7 +140,7 @@ def fp8_gluon_config(head_dim: int, causal: bool = False) -> Fp8GluonConfig:
         if role not in cands:
             raise ValueError(f"${ROLE_ENV}={override!r}: {role!r} is not one of {sorted(cands)}")
         return cands[role]
-    return _base_config(head_dim)
+    return dict(_candidates(head_dim))[table_role(head_dim, causal, seq_q)]
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
@@ -240,7 +240,7 @@ def fp8_gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
     return fp8_gluon_reason(q, k, v) is None
 
 
-def from_fields(cfg: Any, head_dim: int, causal: bool) -> Fp8GluonConfig:
+def from_fields(cfg: Any, head_dim: int, causal: bool, seq_q: int | None = None) -> Fp8GluonConfig:
     """The heuristic's launch with a FlashConfig's gluon_block_n / gluon_stages /
     gluon_pingpong / gluon_persistent laid over it (0 / None: the heuristic's; an unset
     ring depth: the deepest that fits). ValueError naming a field the fp8 kernel has no
@@ -253,7 +253,7 @@ def from_fields(cfg: Any, head_dim: int, causal: bool) -> Fp8GluonConfig:
                 "consumers, one Q buffer); it takes gluon_block_n, gluon_stages, "
                 "gluon_pingpong, gluon_persistent"
             )
-    base = fp8_gluon_config(head_dim, causal)
+    base = fp8_gluon_config(head_dim, causal, seq_q)
     if cfg.gluon_block_n:
         base = deepest(dataclasses.replace(base, block_n=cfg.gluon_block_n), head_dim)
     if cfg.gluon_stages:
@@ -285,15 +285,19 @@ def fp8_gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: Any) -> Fp8Gluon
         return None
     import os
 
-    return _resolved(cfg, q.shape[-1], bool(causal), os.environ.get(ROLE_ENV, ""))
+    head_dim, causal = q.shape[-1], bool(causal)
+    # the table's range (not seq_q) is the cache key: one entry per range
+    index = table_range(head_dim, causal, q.shape[2])
+    return _resolved(cfg, head_dim, causal, os.environ.get(ROLE_ENV, ""), index)
 
 
 @functools.lru_cache(maxsize=256)
-def _resolved(cfg: Any, head_dim: int, causal: bool, override: str) -> Fp8GluonConfig:
-    """from_fields, cached per (FlashConfig, head_dim, causal, role override): it runs in
-    every timed call, where rebuilding it cost ~40 µs of host time (CPU profile)."""
+def _resolved(cfg: Any, head_dim: int, causal: bool, override: str, index: int) -> Fp8GluonConfig:
+    """from_fields, cached per (FlashConfig, head_dim, causal, role override, table range):
+    it runs in every timed call, where rebuilding it cost ~40 µs of host time (CPU
+    profile)."""
     del override  # a key only: fp8_gluon_config reads it again
-    return from_fields(cfg, head_dim, causal)
+    return from_fields(cfg, head_dim, causal, range_start(head_dim, causal, index))
 
 
 def padded_v(v: torch.Tensor) -> torch.Tensor:
@@ -339,7 +343,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     if reason:
         raise ValueError(f"the Gluon fp8 forward cannot run these inputs: {reason}")
     head_dim = q.shape[-1]
-    cfg = config if config is not None else fp8_gluon_config(head_dim, causal)
+    cfg = config if config is not None else fp8_gluon_config(head_dim, causal, q.shape[2])
     if not isinstance(cfg, Fp8GluonConfig):
         raise TypeError(f"config={cfg!r}: expected an Fp8GluonConfig")
     if cfg.smem_bytes(head_dim) > SMEM_BYTES:

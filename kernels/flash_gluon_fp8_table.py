@@ -1,5 +1,6 @@
-"""Host-side choices of the persistent Gluon fp8 launch (kernels/flash_gluon_fp8_persist.py):
-how many (batch, head)s its causal order takes at a time.
+"""Host-side tables of the Gluon fp8 forward: which candidate launch the heuristic takes
+per (head_dim, causal, seqlen_q range) (ROLE_TABLE), and how many (batch, head)s the
+persistent launch's causal order (kernels/flash_gluon_fp8_persist.py) takes at a time.
 
 The causal persistent order runs the heaviest query tiles first; taken over every
 (batch, head) at once, the K/V being read at one time is every head's (4 × 16 heads at
@@ -10,6 +11,40 @@ heads, as the non-persistent grid's order does.
 """
 
 from __future__ import annotations
+
+# (head_dim, causal) -> ((first seqlen_q, role of flash_gluon_fp8.candidate_configs), ...)
+# in ascending order; the role of the last range that starts at or below seqlen_q runs.
+# Measured on the H200: see docs/kernel.md (the Gluon fp8 forward).
+ROLE_TABLE: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
+    (128, False): ((0, "ws"),),
+    (128, True): ((0, "ws"),),
+    (64, False): ((0, "ws"),),
+    (64, True): ((0, "ws"),),
+}
+
+
+def table_range(head_dim: int, causal: bool, seq_q: int | None) -> int:
+    """The index of ROLE_TABLE[(head_dim, causal)]'s range holding seq_q (None, or a
+    (head_dim, causal) not in the table: 0)."""
+    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    index = 0
+    for i, (start, _role) in enumerate(ranges):
+        if seq_q is not None and seq_q >= start:
+            index = i
+    return index
+
+
+def range_start(head_dim: int, causal: bool, index: int) -> int | None:
+    """The first seqlen_q of that range (None where the table has no entry)."""
+    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    return ranges[index][0] if index < len(ranges) else None
+
+
+def table_role(head_dim: int, causal: bool, seq_q: int | None) -> str:
+    """The heuristic's role for a call ("ws", the plain launch, where the table has none)."""
+    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    return ranges[table_range(head_dim, causal, seq_q)][1] if ranges else "ws"
+
 
 # the share of the L2 (bytes) one group's K and V may take: half of the H200's 50 MB,
 # leaving room for Q, O and the other half's copies

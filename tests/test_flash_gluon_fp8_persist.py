@@ -46,3 +46,74 @@ def test_bad_arguments_are_named(args, name):
 def test_heads_q_must_be_a_multiple_of_heads_kv():
     with pytest.raises(ValueError, match="heads_q=6 is not a multiple of heads_kv=4"):
         persist_bh_group(12, 6, 4, 1000, 128)
+
+
+# the dispatch table (ROLE_TABLE): the heuristic's role per (head_dim, causal, seqlen_q range)
+RANGES = {(128, False): ((0, "ws"), (2048, "ws-persist")), (128, True): ((0, "ws-lazy"),)}
+
+
+def test_table_picks_the_role_of_the_range_holding_seq_q(monkeypatch):
+    from fa_bench.kernels import flash_gluon_fp8
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.setattr(table, "ROLE_TABLE", RANGES)
+    cands = flash_gluon_fp8.candidate_configs(128)
+    assert [table.table_range(128, False, n) for n in (None, 1, 2047, 2048, 16384)] == [
+        0,
+        0,
+        0,
+        1,
+        1,
+    ]
+    assert table.range_start(128, False, 1) == 2048
+    assert flash_gluon_fp8.fp8_gluon_config(128, False, 1024) == cands["ws"]
+    assert flash_gluon_fp8.fp8_gluon_config(128, False, 4096) == cands["ws-persist"]
+    assert flash_gluon_fp8.fp8_gluon_config(128, False) == cands["ws"]  # no seq_q: the first
+    assert flash_gluon_fp8.fp8_gluon_config(128, True, 4096) == cands["ws-lazy"]
+    # a (head_dim, causal) the table lacks: the plain launch
+    assert (
+        flash_gluon_fp8.fp8_gluon_config(64, True, 4096)
+        == flash_gluon_fp8.candidate_configs(64)["ws"]
+    )
+    # the override still wins
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws-s3")
+    assert flash_gluon_fp8.fp8_gluon_config(128, False, 4096) == cands["ws-s3"]
+
+
+def test_every_table_role_is_a_candidate():
+    from fa_bench.kernels import flash_gluon_fp8
+
+    for (head_dim, _causal), ranges in table.ROLE_TABLE.items():
+        starts = [start for start, _ in ranges]
+        assert starts[0] == 0 and starts == sorted(set(starts))
+        assert {role for _, role in ranges} <= set(flash_gluon_fp8.candidate_configs(head_dim))
+
+
+def test_the_dispatch_resolves_once_per_range_and_names_the_persistent_launch(monkeypatch):
+    import torch
+
+    from fa_bench.kernels import flash_fp8, flash_gluon_fp8
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.setattr(table, "ROLE_TABLE", RANGES)
+    monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {(128, False): 1024})
+    flash_gluon_fp8._resolved.cache_clear()
+
+    def inputs(sq):
+        q, k, v = (torch.zeros(1, 2, n, 128).to(torch.float8_e4m3fn) for n in (sq, 1024, 1024))
+        return q, k, flash_fp8.fp8_v_layout(v)
+
+    cfg = FlashConfig()
+    short = flash_gluon_fp8.fp8_gluon_choice(*inputs(1000), False, cfg)
+    long = flash_gluon_fp8.fp8_gluon_choice(*inputs(4096), False, cfg)
+    assert not short.persistent and long.persistent
+    assert long.label().endswith("-persist")
+    assert flash_gluon_fp8.fp8_gluon_choice(*inputs(8192), False, cfg) is long
+    assert flash_gluon_fp8._resolved.cache_info().hits == 1
+    # a FlashConfig field still lays over the table's launch
+    forced = flash_gluon_fp8.fp8_gluon_choice(
+        *inputs(4096), False, FlashConfig(gluon_persistent=False)
+    )
+    assert not forced.persistent
