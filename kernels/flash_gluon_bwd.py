@@ -56,6 +56,8 @@ class GluonBwdConfig:
     early_dq_all: both dQ chunks (head_dim 128) are queued before dV and dK are waited for,
       so no chunk's issue waits on the previous chunk's staging store and reduce-add
       (two 64 × 64 fp32 accumulators live at once next to dK and dV);
+    dq_first: FlashAttention-3's order: dQ's matmuls issued between dV's and dK's, and
+      dQ staged and reduce-added while dK's matmul runs (the stores under a matmul);
     kb_major: the grid runs every head's first key blocks first (the first causal order)
       instead of one head's key blocks together: on the H200 (session 5, call B) it left
       the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
@@ -73,6 +75,7 @@ class GluonBwdConfig:
     rotate: bool = False
     early_dq: bool = False
     early_dq_all: bool = False
+    dq_first: bool = False
     kb_major: bool = False
     pingpong: bool = False
 
@@ -81,20 +84,24 @@ class GluonBwdConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong"):
+        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "dq_first", "kb_major",
+                 "pingpong")  # fmt: skip
+        for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
-        if sum((self.shared_dq, self.early_dq, self.early_dq_all)) > 1:
+        if sum((self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first)) > 1:
             raise ValueError(
                 f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
-                f"early_dq_all={self.early_dq_all}): one dQ schedule"
+                f"early_dq_all={self.early_dq_all}, dq_first={self.dq_first}): one dQ schedule"
             )
         flash_gluon.check_regs(self)
 
     @property
     def dq_mode(self) -> int:
         """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
-        early, 0 none of them."""
+        early, 5 dQ before dK, 0 none of them."""
+        if self.dq_first:
+            return 5
         if self.early_dq_all:
             return 4
         return 1 if self.shared_dq else 3 if self.early_dq else 0
@@ -120,6 +127,7 @@ class GluonBwdConfig:
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
         text = f"{text}-early2" if self.early_dq_all else text
+        text = f"{text}-dqfirst" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text
 
 
@@ -149,13 +157,14 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     64 rows at head_dim 64 (its first heuristic), "ws-rot" the rotated query-block order,
     "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
     "ws-pp" the consumers' ping-pong, "ws-early2" (head_dim 128) the heuristic with both
-    dQ chunks queued early."""
+    dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order."""
     base = gluon_bwd_config(head_dim)
     plain = dataclasses.replace(base, early_dq=False, rotate=False)
     out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
            "ws-early": dataclasses.replace(plain, early_dq=True),
            "ws-kbmajor": dataclasses.replace(base, kb_major=True),
-           "ws-pp": dataclasses.replace(base, pingpong=True)}  # fmt: skip
+           "ws-pp": dataclasses.replace(base, pingpong=True),
+           "ws-dqfirst": dataclasses.replace(base, early_dq=False, dq_first=True)}  # fmt: skip
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     if head_dim == 2 * DQ_CHUNK:

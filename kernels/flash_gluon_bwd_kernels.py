@@ -143,6 +143,34 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
+def _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME: gl.constexpr,
+                   dq_desc, where, ring):  # fmt: skip
+    """DQ_MODE 5, the end of a step after dV was issued: dSᵀ to shared memory, dQ's
+    chunks issued, then dK; once dV and dQ are done (dK may still run) the dO slot goes
+    back and dQ's chunks are staged and reduce-added while dK's matmul runs, so the
+    tensor cores have dK's work queued behind the dQ stores (FA3's dV, dQ, dK order)."""
+    b, hq, m0 = where
+    q_empty, do_empty, slot = ring
+    CHUNK: gl.constexpr = dq_bufs.shape[4]
+    CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
+    ds_me.store(ds_t)
+    fence_async_shared()
+    dq0 = _dq_issue(ds_me, k_me, 0, CHUNK)
+    if CHUNKS == 2:
+        dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
+    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    # in order: dV, the dQ chunks, dK; all but dK done
+    dv, _p = warpgroup_mma_wait(1, deps=[dv, p_op])
+    mbarrier.arrive(do_empty.index(slot), count=1)
+    _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+    if CHUNKS == 2:
+        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+    dk, _ds = warpgroup_mma_wait(0, deps=[dk, ds_op])
+    mbarrier.arrive(q_empty.index(slot), count=1)
+    return dk, dv
+
+
+@gluon.jit
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
               coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
               PINGPONG: gl.constexpr):  # fmt: skip
@@ -190,40 +218,44 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     ds_op = gl.convert_layout(ds_t, a_layout)
-    _turn(bars, ME, 3 * t + 2, PINGPONG)
-    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-    _pass(bars, ME, PINGPONG)
-    # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
-    if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
-        mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
-    ds_me.store(ds_t)
-    fence_async_shared()
-    if DQ_MODE == 1:
-        mbarrier.arrive(bars[5].index(ME), count=1)
-    # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
-    # first), and the ring slot goes back to the producer; DQ_MODE 3: dQ's first chunk
-    # is queued behind them first (wgmma waits are in order: it may still run)
-    if DQ_MODE == 3:
-        dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
-        dv, dk, _p, _ds = warpgroup_mma_wait(1, deps=[dv, dk, p_op, ds_op])
-    elif DQ_MODE == 4:  # both chunks queued: the tensor cores never wait on a staging store
-        dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
-        dq1 = _dq_issue(ds_me, k_me, 1, dq_bufs.shape[4])
-        dv, dk, _p, _ds = warpgroup_mma_wait(2, deps=[dv, dk, p_op, ds_op])
+    if DQ_MODE == 5:  # FA3's order: dQ's matmuls before dK's, its stores under dK's
+        dk, dv = _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME,
+                                dq_desc, (b, hq, m0), (q_empty, do_empty, slot))  # fmt: skip
     else:
-        dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
-    mbarrier.arrive(q_empty.index(slot), count=1)
-    mbarrier.arrive(do_empty.index(slot), count=1)
-    if DQ_MODE == 1:
-        _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
-    elif DQ_MODE == 4:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
-    elif DQ_MODE == 3:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-    else:
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
+        _turn(bars, ME, 3 * t + 2, PINGPONG)
+        dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+        _pass(bars, ME, PINGPONG)
+        # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
+        if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
+            mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
+        ds_me.store(ds_t)
+        fence_async_shared()
+        if DQ_MODE == 1:
+            mbarrier.arrive(bars[5].index(ME), count=1)
+        # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
+        # first), and the ring slot goes back to the producer; DQ_MODE 3: dQ's first chunk
+        # is queued behind them first (wgmma waits are in order: it may still run)
+        if DQ_MODE == 3:
+            dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
+            dv, dk, _p, _ds = warpgroup_mma_wait(1, deps=[dv, dk, p_op, ds_op])
+        elif DQ_MODE == 4:  # both chunks queued: the tensor cores never wait on a staging store
+            dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
+            dq1 = _dq_issue(ds_me, k_me, 1, dq_bufs.shape[4])
+            dv, dk, _p, _ds = warpgroup_mma_wait(2, deps=[dv, dk, p_op, ds_op])
+        else:
+            dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
+        mbarrier.arrive(q_empty.index(slot), count=1)
+        mbarrier.arrive(do_empty.index(slot), count=1)
+        if DQ_MODE == 1:
+            _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+        elif DQ_MODE == 4:
+            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+        elif DQ_MODE == 3:
+            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
+            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        else:
+            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
     return dk, dv
 
 
@@ -312,7 +344,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     first: the dQ workspaces of all heads at once, which thrashed L2 on the H200).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
-    4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for;
+    4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
+    chunks issued between dV and dK, staged and added while dK runs (`_tail_dq_first`);
     2 a timing probe (0 without the reduce-adds: dQ left out).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""

@@ -81,6 +81,24 @@ def test_early_dq_all_needs_two_chunks():
     assert _check_args(GluonBwdConfig(early_dq_all=True), True, 0.1, 128).dq_mode == 4
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_dq_first_is_fa3s_order_at_both_head_dims(head_dim):
+    cfg = candidate_bwd_configs(head_dim)["ws-dqfirst"]
+    base = gluon_bwd_config(head_dim)
+    assert cfg.dq_mode == 5 and cfg.dq_first and not cfg.early_dq
+    assert cfg.label() == base.label().removesuffix("-early") + "-dqfirst"
+    assert (cfg.block_m, cfg.stages, cfg.rotate) == (base.block_m, base.stages, base.rotate)
+    assert _check_args(cfg, True, 0.1, head_dim) is cfg
+
+
+def test_dq_first_excludes_the_other_dq_schedules():
+    for other in ("early_dq", "early_dq_all", "shared_dq"):
+        with pytest.raises(ValueError, match=r"dq_first=True\): one dQ schedule"):
+            GluonBwdConfig(dq_first=True, **{other: True})
+    with pytest.raises(ValueError, match="dq_first=1"):
+        GluonBwdConfig(dq_first=1)
+
+
 def test_ab_agreement_catches_changed_gradients():
     tool = _tool("gluon_bwd_ab")
     base = (torch.ones(4, 8), torch.ones(4), torch.ones(4))

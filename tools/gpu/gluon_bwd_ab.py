@@ -32,7 +32,7 @@ from child_watch import run_watched
 
 STALL_S = 60.0
 SHAPES = [(n, c) for n in (4096, 16384) for c in (False, True)]
-ROLES = {128: "ws,ws-early2,ws-sdq", 64: "ws,ws-early"}
+ROLES = {128: "ws,ws-early2,ws-dqfirst", 64: "ws,ws-dqfirst"}
 
 
 def _time(fn, case) -> dict:

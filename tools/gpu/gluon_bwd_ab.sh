@@ -14,8 +14,8 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-90}
-ROLES128=${ROLES128:-ws,ws-early2,ws-sdq}
-ROLES64=${ROLES64:-ws,ws-early}
+ROLES128=${ROLES128:-ws,ws-early2,ws-dqfirst}
+ROLES64=${ROLES64:-ws,ws-dqfirst}
 # the GPU tests run first on what the roles need (pytest -k; empty: none)
 TESTS_K=${TESTS_K:-}
 FILES="$OUT/gluon-bwd-ab"
