@@ -8,8 +8,10 @@
 #        count, key block, stages, warps; the split kernel alone beside the whole call)
 #        at batch 8 x 8k (contiguous, page 64, page 256) and paged batch 64 x 128k, SDPA
 #        beside them;
-#   MODE=targets LIMIT=90 bash tools/gpu/decode_s6.sh   (calls C, D)
-#     `fa-bench run` of issue 20's target cases, the batch-1 and batch-64 targets first
+#   [TESTS=1] MODE=targets LIMIT=90 bash tools/gpu/decode_s6.sh   (calls C, D)
+#     TESTS=1: first the flush test alone, then the decode GPU tests (the PDL combine bit
+#     for bit the two-kernel launch and re-launched, the fused combine, the planned
+#     launches) under -n 4 within 30 s; then `fa-bench run` of issue 20's target cases, the batch-1 and batch-64 targets first
 #     (tools/gpu/decode_targets_s6.toml), then tools/gpu/decode_summary.py and
 #     decode_check_report.py on what was measured.
 #
@@ -44,6 +46,15 @@ if [ "$MODE" = ab ]; then
     --json "$W/decode_s6_ab.json" > "$W/decode_s6_ab.md" 2> "$W/decode_s6_ab.err"
   cat "$W/decode_s6_ab.md"
 else
+  if [ "${TESTS:-0}" = 1 ]; then
+    STEP_MIN=5 step flush 20 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
+      tests/test_timing_flush.py > "$W/tests_flush.log" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests_flush.log" | tail -4 | tee -a "$STEPS"
+    STEP_MIN=10 step tests 30 python3 -m pytest -q -rfE --maxfail 4 -m gpu -n 4 \
+      -p no:cacheprovider tests/test_decode_pdl.py tests/test_decode_fused.py \
+      tests/test_decode_kernel_plan.py > "$W/tests.log" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests.log" | tail -12 | tee -a "$STEPS"
+  fi
   RUN_DIR=$W/run
   step run 600 fa-bench run -s tools/gpu/decode_targets_s6.toml --max-time 0.2 --warmup 200 \
     --no-report --out "$RUN_DIR" > "$W/run.log" 2>&1
