@@ -464,10 +464,10 @@ for dtype, group, sq, rows, page, split, bn, stages, inter, fused in [
     consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=rows,
                   BLOCK_N=bn, PAGED=bool(page), PAGE_SIZE=page, SPLIT=split,
                   DOT_PREC="tf32", INTERLEAVE=inter, FUSED=bool(fused),
-                  SPLITS_PAD=fused or 1)
+                  SPLITS_PAD=fused or 1, PDL=False)
     kernel = compile_sm90(dk._decode_split_kernel, consts, dtype, stages=stages)
     print("split", dtype, group, sq, page, bn, stages, fused, kernel)
-consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, SPLITS_PAD=128)
+consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, SPLITS_PAD=128, PDL=False)
 print("combine", compile_sm90(dk._decode_combine_kernel, consts, "bf16"))
 """
 
