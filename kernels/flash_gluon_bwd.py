@@ -135,15 +135,51 @@ class GluonBwdConfig:
 _deepest = flash_gluon.deepest
 
 
+# A developer override of the heuristic: "<role>" (every head_dim) or
+# "<head_dim>=<role>,..." (those head dims) of candidate_bwd_configs; tools/gpu's
+# GPU scripts set it to the role measured best for the `fa-bench run` that follows,
+# before the heuristic below is updated to match.
+ROLE_ENV = "FA_BENCH_GLUON_BWD_ROLE"
+
+
+def _override(head_dim: int, causal: bool) -> GluonBwdConfig | None:
+    """$FA_BENCH_GLUON_BWD_ROLE's launch at this head_dim, or None (ValueError naming an
+    unknown role or a malformed entry)."""
+    import os
+
+    text = os.environ.get(ROLE_ENV, "").strip()
+    if not text:
+        return None
+    role = None
+    for entry in text.split(","):
+        dim, sep, name = entry.strip().rpartition("=")
+        if sep and not dim.strip().isdigit():
+            raise ValueError(f"${ROLE_ENV}={text!r}: {entry!r} is not <head_dim>=<role>")
+        if not sep or int(dim) == head_dim:
+            role = name.strip()
+    if role is None:
+        return None
+    cands = candidate_bwd_configs(head_dim)
+    if role not in cands:
+        raise ValueError(f"${ROLE_ENV}={text!r}: {role!r} is not one of {sorted(cands)}")
+    # causal CTAs start at their diagonal: no rotation (the heuristic's causal label)
+    return dataclasses.replace(cands[role], rotate=cands[role].rotate and not causal)
+
+
 def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
-    """The heuristic: FA3's Hopper tiles, 128 keys per CTA in two consumers of 64, query
-    blocks of 64 rows at head_dim 128 and of 128 rows at 64 (8-14% faster than 64-row
-    blocks non-causal, -2 to +3% causal: bf16, 4k and 16k, H200, session 5 call B), the
-    deepest Q/dO ring that fits (2 stages: 209 KB at d128, 195 KB at d64), a head's key
-    blocks together (see GluonBwdConfig.kb_major). At head_dim 128 also dQ's first chunk
-    queued early and, non-causal, the rotated query order (call C, bf16 d128 4k, kernel:
-    483 TFLOP/s plain, 521 early, 502 rotated); not at 64, where the two together
-    measured 0.82-0.89x cuDNN in call D against 0.89-0.98x for the plain kernel in C."""
+    """The heuristic ($FA_BENCH_GLUON_BWD_ROLE overrides it): FA3's Hopper tiles, 128 keys
+    per CTA in two consumers of 64, query blocks of 64 rows at head_dim 128 and of 128
+    rows at 64 (8-14% faster than 64-row blocks non-causal, -2 to +3% causal: bf16, 4k
+    and 16k, H200, session 5 call B), the deepest Q/dO ring that fits (2 stages: 209 KB
+    at d128, 195 KB at d64), a head's key blocks together (see GluonBwdConfig.kb_major).
+    At head_dim 128 also dQ's first chunk queued early and, non-causal, the rotated query
+    order (call C, bf16 d128 4k, kernel: 483 TFLOP/s plain, 521 early, 502 rotated); not
+    at 64, where the two together measured 0.82-0.89x cuDNN in call D against 0.89-0.98x
+    for the plain kernel in C."""
+    return _override(head_dim, causal) or _heuristic(head_dim, causal)
+
+
+def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
     wide = head_dim > 64
     base = GluonBwdConfig(block_m=64 if wide else 128, early_dq=wide, rotate=wide and not causal)
     return _deepest(base, head_dim)
@@ -158,7 +194,7 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
     "ws-pp" the consumers' ping-pong, "ws-early2" (head_dim 128) the heuristic with both
     dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order."""
-    base = gluon_bwd_config(head_dim)
+    base = _heuristic(head_dim, False)
     plain = dataclasses.replace(base, early_dq=False, rotate=False)
     out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
            "ws-early": dataclasses.replace(plain, early_dq=True),

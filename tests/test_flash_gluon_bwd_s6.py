@@ -99,6 +99,33 @@ def test_dq_first_excludes_the_other_dq_schedules():
         GluonBwdConfig(dq_first=1)
 
 
+# --- $FA_BENCH_GLUON_BWD_ROLE ---------------------------------------------------------------
+
+
+def test_role_override_per_head_dim_and_causal(monkeypatch):
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_ROLE", "128=ws-dqfirst")
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-dqfirst"
+    assert gluon_bwd_config(128, causal=True).label() == "gluon-bwd-m64-n128-s2-dqfirst"
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2"  # not named: heuristic
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_ROLE", "ws-dqfirst")
+    assert gluon_bwd_config(64, causal=True).dq_first and gluon_bwd_config(128).dq_first
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_ROLE", "64=ws, 128=ws-early2")
+    assert gluon_bwd_config(128).early_dq_all and gluon_bwd_config(64) == gluon_bwd_config(64)
+    monkeypatch.delenv("FA_BENCH_GLUON_BWD_ROLE")
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-early"
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [("ws-nope", "'ws-nope' is not one of"), ("64=ws-early2", "'ws-early2' is not one of"),
+     ("x=ws", "'x=ws' is not <head_dim>=<role>")],
+)  # fmt: skip
+def test_role_override_rejects_unknown_roles(monkeypatch, value, match):
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_ROLE", value)
+    with pytest.raises(ValueError, match=match):
+        gluon_bwd_config(64)
+
+
 def test_ab_agreement_catches_changed_gradients():
     tool = _tool("gluon_bwd_ab")
     base = (torch.ones(4, 8), torch.ones(4), torch.ones(4))
