@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 from fa_bench.kernels import flash_gluon
 from fa_bench.kernels.flash_gluon_fp8_table import range_start, table_range, table_role
 
+# padded_v re-exported: its home was this module
+from fa_bench.kernels.flash_gluon_fp8_tma import _aligned, _descriptor
+from fa_bench.kernels.flash_gluon_fp8_tma import padded_v as padded_v
+
 if TYPE_CHECKING:
     import torch
 
 HEAD_DIMS = (64, 128)
-_TMA_ALIGN = 16
 # sm_90's shared memory per block (227 KB) less what the kernel keeps for mbarriers.
 SMEM_BYTES = flash_gluon.SMEM_BYTES
 _EMU = (0, 2, 4)
@@ -177,13 +180,6 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
     )
 
 
-def _aligned(t: Any, dims: tuple[int, ...], unit: int) -> bool:
-    size = t.element_size()
-    if t.stride(unit) != 1 or t.data_ptr() % _TMA_ALIGN:
-        return False
-    return not any((t.stride(d) * size) % _TMA_ALIGN for d in dims)
-
-
 def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str | None:
     """Why the Gluon fp8 kernel cannot run these (already validated) fp8 inputs, or None.
     `allow_v_copy`: a V not stored K-major with 16-byte aligned rows is accepted (the
@@ -298,38 +294,6 @@ def _resolved(cfg: Any, head_dim: int, causal: bool, override: str, index: int) 
     profile)."""
     del override  # a key only: fp8_gluon_config reads it again
     return from_fields(cfg, head_dim, causal, range_start(head_dim, causal, index))
-
-
-def padded_v(v: torch.Tensor) -> torch.Tensor:
-    """V (B, H, S, D) stored K-major with each (D, ·) row padded to a multiple of 16 bytes
-    (TMA's stride rule): the same values, a copy unless already so."""
-    import torch
-
-    if _aligned(v, (0, 1, 3), 2):
-        return v
-    batch, heads, seq, dim = v.shape
-    padded = -(-seq // _TMA_ALIGN) * _TMA_ALIGN
-    store = torch.empty((batch, heads, dim, padded), dtype=v.dtype, device=v.device)
-    view = store[..., :seq]
-    view.copy_(v.transpose(-1, -2))
-    return view.transpose(-1, -2)
-
-
-@functools.cache
-def _smem_layout(block: tuple[int, ...], bf16: bool) -> Any:
-    """The NVMMA shared layout of a TMA box (cached: it is asked for at every call)."""
-    from triton.experimental.gluon import language as gl
-
-    return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16 if bf16 else gl.float8e4nv)
-
-
-def _descriptor(t: torch.Tensor, block: list[int]) -> Any:
-    """A 4-D TMA descriptor over t with box `block`: bounds per (batch, head)."""
-    import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    layout = _smem_layout(tuple(block), t.dtype == torch.bfloat16)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
 def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: dict,
