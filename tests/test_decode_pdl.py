@@ -91,6 +91,7 @@ def test_the_interpreter_never_takes_pdl() -> None:
 
 
 @cpu_only
+@pytest.mark.slow  # the interpreter: ~3 s
 @pytest.mark.parametrize("page_size, sq, hq, hkv, splits", [
     (0, 1, 8, 2, 3), (16, 4, 8, 8, 5), (48, 2, 8, 1, 64),
 ])  # fmt: skip
