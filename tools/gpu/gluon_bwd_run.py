@@ -42,14 +42,15 @@ def _from_journal(folder: Path) -> Path | None:
     return path
 
 
-def run_dtype(dtype: str, out: Path, work: Path, timeout: float, max_time: float) -> str:
+def run_dtype(dtype: str, out: Path, work: Path, timeout: float, max_time: float,
+              impls: tuple[str, ...] = IMPLS) -> str:  # fmt: skip
     """One `fa-bench run` of the backward; the summary table or why there is none."""
     folder = work / f"run-{dtype}"
     shutil.rmtree(folder, ignore_errors=True)
     cmd = ["fa-bench", "run", "-s", "standard", "--mode", "bwd", "--seqlen", "4096,16384",
            "--dtype", dtype, "--tuning-cache", "off", "--no-report", "--max-time",
            str(max_time), "--out", str(folder)]  # fmt: skip
-    for impl in IMPLS:
+    for impl in impls:
         cmd += ["-i", impl]
     log = out / f"run-{dtype}.log"
     try:
@@ -78,6 +79,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=200.0, help="seconds for both dtypes")
     ap.add_argument("--max-time", type=float, default=1.0, help="fa-bench's --max-time")
     ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--impls", default=",".join(IMPLS), help="fa-bench run's -i, in order")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", "fa-bench-out/out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -90,7 +92,8 @@ def main() -> int:
         if left < 30:
             parts.append(f"{dtype}: not run (budget)\n")
             continue
-        parts.append(run_dtype(dtype, out, work, left, args.max_time))
+        impls = tuple(args.impls.split(","))
+        parts.append(run_dtype(dtype, out, work, left, args.max_time, impls))
     text = "\n".join(parts)
     (out / "gluon_bwd_run.md").write_text(text)
     print(text)
