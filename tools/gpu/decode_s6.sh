@@ -11,7 +11,9 @@
 #   [TESTS=1] MODE=targets LIMIT=90 bash tools/gpu/decode_s6.sh   (calls C, D)
 #     TESTS=1: first the flush test alone, then the decode GPU tests (the PDL combine bit
 #     for bit the two-kernel launch and re-launched, the fused combine, the planned
-#     launches) under -n 4 within 30 s; then `fa-bench run` of issue 20's target cases, the batch-1 and batch-64 targets first
+#     launches) under -n 4 within 30 s; AB_BATCH=8 [AB_S=25]: decode_s6_ab.py's
+#     candidates at that batch's shapes for AB_S seconds; then `fa-bench run` of issue
+#     20's target cases, the batch-1 and batch-64 targets first
 #     (tools/gpu/decode_targets_s6.toml), then tools/gpu/decode_summary.py and
 #     decode_check_report.py on what was measured.
 #
@@ -54,6 +56,13 @@ else
       -p no:cacheprovider tests/test_decode_pdl.py tests/test_decode_fused.py \
       tests/test_decode_kernel_plan.py > "$W/tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests.log" | tail -12 | tee -a "$STEPS"
+  fi
+  if [ -n "${AB_BATCH:-}" ]; then
+    # a short A/B of decode_s6_ab.py's candidates at one batch size's shapes
+    DEADLINE_S=${AB_S:-25} step ab $((${AB_S:-25} + 15)) python3 tools/gpu/decode_s6_ab.py \
+      --batch "$AB_BATCH" --json "$W/decode_s6_ab.json" > "$W/decode_s6_ab.md" \
+      2> "$W/decode_s6_ab.err"
+    cat "$W/decode_s6_ab.md"
   fi
   RUN_DIR=$W/run
   step run 600 fa-bench run -s tools/gpu/decode_targets_s6.toml --max-time 0.2 --warmup 200 \

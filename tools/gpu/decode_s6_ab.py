@@ -158,6 +158,7 @@ def _markdown(rows: list[dict], copy: float) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--batch", type=int, help="only the shapes of this batch size")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.dirname(__file__))
     from decode_fused_ab import copy_gbps
@@ -172,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     flush = l2_flush(buf, "read")
     rows: list[dict] = []
     for shape, candidates in SHAPES.items():
+        if args.batch is not None and shape[0] != args.batch:
+            continue
         if time.monotonic() > deadline:
             print(f"deadline: stopped before {shape}", file=sys.stderr)
             break
