@@ -59,6 +59,7 @@ CASES: dict[str, tuple] = {
     "dense 2x32k": ("dense", 2, 32768, {}, {}),
     "window 4096 2x32k": ("dense", 2, 32768, {"window": (4096, -1)}, {}),
     "equal 8x2048": ("dense", 8, 2048, {}, {}),
+    "equal 8x2048, BSHD": ("bshd", 8, 2048, {}, {}),
     "packed equal 8x2048": ("packed", (2048,) * 8, 0, {}, {}),
     "packed mixed": ("packed", MIXED, 0, {}, {}),
     "packed mixed, table fast": ("packed", MIXED, 0, {}, {"PACKED_TABLE_FAST": True}),
@@ -72,6 +73,7 @@ CASES: dict[str, tuple] = {
 # PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
 PACKED_NAMES = [
     "equal 8x2048",
+    "equal 8x2048, BSHD",
     "packed equal 8x2048",
     "packed equal 8x2048, masked loads",
     "packed mixed",
@@ -86,6 +88,8 @@ RATIOS = [
     ("window / dense", "window 4096 2x32k", "dense 2x32k", 0.85),
     ("packed mixed / equal", "packed mixed", "equal 8x2048", 0.9),
     ("packed equal / equal", "packed equal 8x2048", "equal 8x2048", None),
+    ("packed equal / equal BSHD", "packed equal 8x2048", "equal 8x2048, BSHD", None),
+    ("equal BSHD / equal", "equal 8x2048, BSHD", "equal 8x2048", None),
     ("packed mixed, table fast / equal", "packed mixed, table fast", "equal 8x2048", 0.9),
     ("packed mixed, bins of 4 / equal", "packed mixed, bins of 4", "equal 8x2048", 0.9),
     ("packed mixed, first grid / equal", "packed mixed, first grid", "equal 8x2048", 0.9),
@@ -154,10 +158,17 @@ def _setup(name: str):
         cu = torch.tensor([0, *torch.tensor(size).cumsum(0).tolist()], device=DEV)
         cu = cu.to(torch.int32)
         o = flash_attention_varlen(q, k, v, cu, cu, max(size), max(size), causal=True, **kw)
+    elif kind == "bshd":
+        # flash-attn's (B, S, H, D) layout, a packed tensor's row stride: the dense kernel
+        # on (B, H, S, D) views of it
+        q, k, v = rnd(size, n, HQ, D), rnd(size, n, HKV, D), rnd(size, n, HKV, D)
+        o = flash_attention(*(t.transpose(1, 2) for t in (q, k, v)), causal=True, **kw)
     else:
         q, k, v = rnd(size, HQ, n, D), rnd(size, HKV, n, D), rnd(size, HKV, n, D)
         o = flash_attention(q, k, v, causal=True, **kw)
     do = torch.randn(o.shape, device=DEV, generator=g, dtype=o.dtype)
+    if kind == "bshd":
+        do = do.transpose(1, 2).contiguous().transpose(1, 2)  # o's layout
 
     def grads():
         _switches(switches)

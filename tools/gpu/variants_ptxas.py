@@ -43,8 +43,12 @@ VARIANTS: dict[str, dict] = {
     "varlen": dict(VARLEN=True),
     "varlen-sched": dict(VARLEN=2),
     "varlen-heads-fast": dict(VARLEN=3),
-    # the packed dK/dV kernel's clamped, unmasked Q/dO loads (flash_validate.PACKED_CLAMP)
-    "varlen-clamp": dict(VARLEN=3, CLAMP=True),
+    # the packed dK/dV kernel's clamped, unmasked Q/dO loads (flash_validate.PACKED_CLAMP
+    # 1), and with its whole row blocks in an unmasked loop (2, the default)
+    "varlen-clamp1": dict(VARLEN=3, CLAMP=1),
+    "varlen-clamp": dict(VARLEN=3, CLAMP=2),
+    "varlen-clamp-window": dict(VARLEN=3, CLAMP=2, WINDOW=True, DP_FIRST=True),
+    "varlen-clamp-softcap": dict(VARLEN=3, CLAMP=2, SOFTCAP=2, ALIBI=True, DP_FIRST=True),
     "dense-dpfirst": dict(DP_FIRST=True),
     "softcap-dpfirst": dict(SOFTCAP=2, DP_FIRST=True),
     "alibi-dpfirst": dict(ALIBI=True, DP_FIRST=True),
