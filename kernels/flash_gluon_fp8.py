@@ -52,7 +52,9 @@ class Fp8GluonConfig:
       warp shuffles and byte permutes.
     persistent: one CTA per SM looping over a fixed tile order (heaviest causal tiles
       first; kernels/flash_gluon_fp8_persist.py) instead of one CTA per tile.
-    lazy_rescale: O is rescaled only in the key steps where some row's maximum grew.
+    lazy_rescale: a row's maximum moves only when it grew by more than LAZY_TAU (0.75 in
+      log2 units: P ≤ 430 in e4m3), and O is rescaled only in the key steps where some
+      row's maximum moved (flash_gluon_fp8_parts).
     ahead: QKᵀ one key block ahead of the softmax (kernels/flash_gluon_fp8_ahead.py;
       P through shared memory, no ping-pong).
     """

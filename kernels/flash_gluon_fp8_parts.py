@@ -49,8 +49,9 @@ def _p_smem_layout(block_n):
 @gluon.jit
 def _rescale(acc, alpha, o_layout: gl.constexpr, SOFTMAX: gl.constexpr):
     """O · alpha per row. SOFTMAX bit 16 (lazy): only when some row of the warpgroup's 64 has
-    a new maximum (alpha < 1); once the row maxima settle, most key steps of a long
-    sequence skip the 64 multiplies per thread (the test costs a cross-warp reduction)."""
+    a new maximum (alpha < 1; _softmax_fp8 moves it only past LAZY_TAU); once the row maxima
+    settle, most key steps skip the 64 multiplies per thread (the test costs a cross-warp
+    reduction)."""
     alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
     if (SOFTMAX // 16) % 2 == 1:
         if gl.min(alpha_o, axis=0) < 1.0:
@@ -62,6 +63,13 @@ def _rescale(acc, alpha, o_layout: gl.constexpr, SOFTMAX: gl.constexpr):
 
 # P's shift: exp2(s − m + P_EXP) ∈ [0, 256] (e4m3's largest finite value is 448).
 P_EXP = gl.constexpr(8.0)
+# The lazy rescale (SOFTMAX bit 16) keeps a row's running maximum m unless the new block's
+# maximum exceeds it by more than LAZY_TAU (log2 units; FlashAttention-4's conditional
+# rescale): P then stays ≤ 2^(P_EXP + LAZY_TAU) = 430 < 448, the row's O and l need no
+# rescale (alpha = 1 exactly), and once the maxima have settled (the first key blocks)
+# whole warpgroups skip the 64 multiplies per thread. m only enters through lse2 = m·c +
+# log2(l) − P_EXP, which holds for any m the row's P and l were computed with.
+LAZY_TAU = gl.constexpr(0.75)
 
 
 def _emulated_exp2(dst: str, src: str) -> str:
@@ -114,6 +122,9 @@ def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, SOFTMAX: gl.cons
     l_new, p), p in PV's register A-operand layout, or (P_SMEM) left in S's layout for a
     store to shared memory. SOFTMAX % 16 is the exp2's EMU (0, 2 or 4)."""
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    if (SOFTMAX // 16) % 2 == 1:
+        # (m_i = −inf: the difference is +inf, or NaN with m_new = −inf too: m_i kept)
+        m_new = gl.where((m_new - m_i) * qk_scale > LAZY_TAU, m_new, m_i)
     # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
     m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
     p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), SOFTMAX % 16)

@@ -39,13 +39,13 @@ def _forward(shape, cfg, quantised):
     )
 
 
-def _both(shape, monkeypatch, kv_heads=None):
+def _both(shape, monkeypatch, kv_heads=None, role="ws-persist"):
     cands = flash_gluon_fp8.candidate_configs(shape[5])
     quantised = _inputs(*shape[:6], "cuda", seed=sum(shape[:5]))
     if kv_heads is not None:
         share = kv_heads * 2 * shape[4] * shape[5]
         monkeypatch.setattr(flash_gluon_fp8_table, "L2_SHARE", share)
-    o, lse2 = _forward(shape, cands["ws-persist"], quantised)
+    o, lse2 = _forward(shape, cands[role], quantised)
     o_ws, lse2_ws = _forward(shape, cands["ws"], quantised)
     return quantised, (o, lse2), (o_ws, lse2_ws)
 
@@ -79,3 +79,29 @@ def test_gpu_persistent_at_the_benchmark_shape_matches_the_plain_launch(causal, 
     assert flash_gluon_fp8_table.persist_bh_group(64, 16, 16, 4096, 128) == 24
     _quantised, persist, plain = _both(shape, monkeypatch)
     _agree(persist, plain)
+
+
+# the lazy rescale (a row's maximum moves only past LAZY_TAU, O rescaled only where one
+# moved): P's scale differs from the plain launch's, so its e4m3 rounding does too; the
+# rule, and the lse (exact whichever maximum a row kept) against the plain launch's
+LAZY_SHAPES = [
+    (2, 4, 4, 1000, 1000, 128, False),
+    (1, 4, 1, 1504, 784, 128, True),  # MQA, rows with no key
+    (1, 8, 2, 784, 1504, 128, True),  # GQA, Sq < Sk
+    (1, 4, 4, 4096, 4096, 128, True),
+    (1, 4, 4, 4096, 4096, 128, False),
+    (1, 2, 2, 300, 4097, 64, False),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("shape", LAZY_SHAPES, ids=lambda c: str(c).replace(" ", ""))
+def test_gpu_lazy_rescale_meets_the_rule_and_keeps_the_lse(shape, monkeypatch):
+    quantised, lazy, plain = _both(shape, monkeypatch, role="ws-lazy")
+    deq = [dequantize_fp8(x, s) for x, s in quantised]
+    report = check_fp8_accuracy(_case(shape), *deq, lazy[0])
+    assert report["passed"], report
+    torch.testing.assert_close(lazy[1], plain[1], atol=1e-4, rtol=0)
+    if shape[6] and shape[3] > shape[4]:
+        assert (lazy[0][:, :, : shape[3] - shape[4]] == 0).all()
