@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21 part 3 (the Gluon fp8 forward), one command
 # under LIMIT seconds (150):
-#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-persist, ws; the
+#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-persist, ws-lazy; the
 #      budget cuts from the end): each launch's correctness (check_fp8_accuracy on every
 #      (batch, kv head) slice; the persistent one also with more tiles than SMs) and do_bench TFLOP/s at
 #      head_dim 128, 4k/16k, causal and not ($OUT/fp8_gluon.md; no bf16 baseline here:
@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-150}
-ROLES=${ROLES:-ws-persist,ws}
+ROLES=${ROLES:-ws-persist,ws-lazy}
 FILES="$OUT/fp8-final"
 rm -rf "$FILES" fa-bench-out/fp8-final-run "$OUT/fp8_gluon.json"
 mkdir -p "$FILES"
@@ -61,7 +61,7 @@ XDIST=()
 python3 -c "import xdist" 2> /dev/null && XDIST=(-n 6)
 # (the Gluon launches of this call's roles, the dispatch, the adapter, and the tl kernel's)
 step "gpu tests" 60 python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" \
-  -k "not preg and not lazy and not nopp and not s3" \
+  -k "not preg and not nopp and not s3" \
   tests/test_flash_gluon_fp8_persist_gpu.py tests/test_flash_gluon_fp8_gpu.py \
   tests/test_fp8_kernel.py > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
