@@ -172,7 +172,7 @@ def _forward(q, k, v, causal: bool, scale: float, cfg: FlashConfig, variant: Var
 
         return flash_gluon_varhost.variant_forward(q, k, v, causal, scale, gluon, variant)
     if gluon is not None:  # sm_90, no variant: the warp-specialised Gluon kernel
-        return flash_gluon.gluon_forward(q, k, v, causal, scale, gluon)
+        return flash_gluon.gluon_forward(q, k, v, causal, scale, gluon, checked=True)
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     o = torch.empty_like(q)  # keeps q's layout: a (B, S, H, D) view in gives one out

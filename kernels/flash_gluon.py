@@ -379,14 +379,23 @@ def gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
 
 def _descriptor(t: torch.Tensor, rows: int) -> Any:
     """A 4-D TMA descriptor over (B, H, S, D) with a [1, 1, rows, D] box: bounds per head."""
-    import torch
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     block = [1, 1, rows, t.shape[3]]
-    dtype = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    layout = _shared_layout(rows, t.shape[3], t.dtype)
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+@functools.cache
+def _shared_layout(rows: int, head_dim: int, dtype: torch.dtype) -> Any:
+    """The box's shared-memory layout. Cached: every forward builds four descriptors, and
+    building the layout was a third of their host time (the H200's cProfile,
+    tools/gpu/host_cost.py), where a 1k forward's whole call is ~200 µs of host."""
+    import torch
+    from triton.experimental.gluon import language as gl
+
+    gl_dtype = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], gl_dtype)
 
 
 def gluon_forward(
@@ -396,11 +405,15 @@ def gluon_forward(
     causal: bool,
     scale: float,
     config: GluonConfig | None = None,
+    *,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel: (o, lse2) as `_forward`."""
+    """softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel: (o, lse2) as `_forward`.
+    `checked`: the caller's dispatch has already had `gluon_reason` accept the inputs (its
+    checks are ~10% of a short call's host time; not repeated)."""
     import torch
 
-    reason = gluon_reason(q, k, v, causal)
+    reason = None if checked else gluon_reason(q, k, v, causal)
     if reason:
         raise ValueError(f"gluon_forward cannot run these inputs: {reason}")
     if not isinstance(causal, bool):
