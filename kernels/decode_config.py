@@ -49,9 +49,12 @@ _INTERLEAVE = False  # interleaved splits measured within 1% of runs everywhere
 # 8k: 75.7 against 70.4): its last program merges the rows one by one, each waiting on
 # the L2, where the combine kernel (3.6 us with its launch) merges them all at once.
 _FUSED_COMBINE = False
-# Programmatic dependent launch of the combine kernel: off until the H200 measures it
-# (session 6, tools/gpu/decode_s6_ab.py).
-_PDL = False
+# The combine kernel by programmatic dependent launch (sm_90 and up; elsewhere, and in
+# the interpreter, the plain launch): on the H200 (session 6, call B,
+# tools/gpu/decode_s6_ab.py) the combine added 4.0 us to batch 8 x 8k's split kernel
+# (70.4 against 66.4 us) and 2.9 us with PDL (69.8): 0.6-1.0 us less per call on all four
+# shapes tried (contiguous, pages 64 and 256), bit for bit the same output.
+_PDL = True
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.

@@ -120,6 +120,8 @@ def build(
     combine = ""
     if launch.num_splits > 1:
         combine = ", fused combine" if launch.fused_combine else ", combine kernel"
+        if plan.pdl:
+            combine += " (PDL)"
     return Prepared(
         fn,
         backend=f"triton-decode: {layout}; {source}: {launch.num_splits} splits{order}, "

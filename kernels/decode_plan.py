@@ -85,6 +85,12 @@ class DecodePlan:
         self.bound_reason = "not run yet"
 
     @property
+    def pdl(self) -> bool:
+        """Whether the combine kernel goes by programmatic dependent launch (Launch.pdl
+        where the device takes it: sm_90 and up, not the interpreter)."""
+        return any(kwargs.get("launch_pdl") for _, _, _, kwargs in self._calls)
+
+    @property
     def bound(self) -> bool:
         """Whether run() makes the bound launches (else triton's JIT launches)."""
         return self._bound is not None
