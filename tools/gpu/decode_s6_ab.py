@@ -28,42 +28,39 @@ from fa_bench import models
 from fa_bench.case import Case
 
 FLUSH_BYTES = 256 << 20
-# (batch, context, page or 0) -> candidates (label, num_splits or None, DecodeConfig kw)
+# (batch, context, page or 0) -> candidates (label, num_splits or None, DecodeConfig kw).
+# Call B (89495bb) tried more: batch 8 x 8k s4 bn128 st2, s8 bn128 st2, s8 bn64 st3, s4
+# bn32 st5 (paged) and batch 64 x 128k bn32 st4, bn64 st3 w8, bn128 st3 were 1-25% slower
+# than the heuristic; docs/kernel.md ("Decoding", session 6) has the table.
 SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
+    # the heuristic combines by PDL since call B (2ce01d6); "no pdl" is the old launch
     (8, 8192, 0): [
         ("heuristic", None, {}),
-        ("heuristic pdl", None, {"pdl": True}),
+        ("heuristic no pdl", None, {"pdl": False}),
         ("s4 bn64 st3", 4, {"block_n": 64, "num_stages": 3}),
-        ("s4 bn64 st3 pdl", 4, {"block_n": 64, "num_stages": 3, "pdl": True}),
-        ("s4 bn128 st2", 4, {"block_n": 128, "num_stages": 2}),
         ("s6 bn64 st2", 6, {"block_n": 64, "num_stages": 2}),
-        ("s8 bn128 st2", 8, {"block_n": 128, "num_stages": 2}),
-        ("s8 bn64 st3", 8, {"block_n": 64, "num_stages": 3}),
     ],
     (64, 131072, 64): [
         ("heuristic", None, {}),
         ("bn64 st3", 1, {"block_n": 64, "num_stages": 3}),
         ("bn64 st4", 1, {"block_n": 64, "num_stages": 4}),
-        ("bn32 st4", 1, {"block_n": 32, "num_stages": 4}),
-        ("bn64 st3 w8", 1, {"block_n": 64, "num_stages": 3, "num_warps": 8}),
     ],
     (8, 8192, 64): [
         ("heuristic", None, {}),
-        ("heuristic pdl", None, {"pdl": True}),
+        ("heuristic no pdl", None, {"pdl": False}),
         ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
-        ("s4 bn64 st5", 4, {"block_n": 64, "num_stages": 5}),
-        ("s4 bn32 st5", 4, {"block_n": 32, "num_stages": 5}),
+        ("s8 bn64 st5", 8, {"block_n": 64, "num_stages": 5}),
     ],
     (64, 131072, 256): [
         ("heuristic", None, {}),
         ("bn64 st3", 1, {"block_n": 64, "num_stages": 3}),
-        ("bn128 st3", 1, {"block_n": 128, "num_stages": 3}),
+        ("bn64 st4", 1, {"block_n": 64, "num_stages": 4}),
     ],
     (8, 8192, 256): [
         ("heuristic", None, {}),
-        ("heuristic pdl", None, {"pdl": True}),
+        ("heuristic no pdl", None, {"pdl": False}),
         ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
-        ("s4 bn64 st5", 4, {"block_n": 64, "num_stages": 5}),
+        ("s8 bn64 st5", 8, {"block_n": 64, "num_stages": 5}),
     ],
 }
 
