@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import flash_gluon
-from fa_bench.kernels.flash_gluon_fp8_table import range_start, table_range, table_role
+from fa_bench.kernels.flash_gluon_fp8_table import TABLE_ENV, range_start, table_range, table_role
 
 # padded_v re-exported: its home was this module
 from fa_bench.kernels.flash_gluon_fp8_tma import _aligned, _descriptor
@@ -145,7 +145,11 @@ def fp8_gluon_config(head_dim: int, causal: bool = False,
         if role not in cands:
             raise ValueError(f"${ROLE_ENV}={override!r}: {role!r} is not one of {sorted(cands)}")
         return cands[role]
-    return dict(_candidates(head_dim))[table_role(head_dim, causal, seq_q)]
+    cands = dict(_candidates(head_dim))
+    role = table_role(head_dim, causal, seq_q)
+    if role not in cands:  # only an override can name one
+        raise ValueError(f"${TABLE_ENV}: {role!r} is not one of {sorted(cands)}")
+    return cands[role]
 
 
 def candidate_configs(head_dim: int) -> dict[str, Fp8GluonConfig]:
@@ -286,12 +290,14 @@ def fp8_gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: Any) -> Fp8Gluon
     head_dim, causal = q.shape[-1], bool(causal)
     # the table's range (not seq_q) is the cache key: one entry per range
     index = table_range(head_dim, causal, q.shape[2])
-    return _resolved(cfg, head_dim, causal, os.environ.get(ROLE_ENV, ""), index)
+    overrides = os.environ.get(ROLE_ENV, "") + "|" + os.environ.get(TABLE_ENV, "")
+    return _resolved(cfg, head_dim, causal, overrides, index)
 
 
 @functools.lru_cache(maxsize=256)
 def _resolved(cfg: Any, head_dim: int, causal: bool, override: str, index: int) -> Fp8GluonConfig:
-    """from_fields, cached per (FlashConfig, head_dim, causal, role override, table range):
+    """from_fields, cached per (FlashConfig, head_dim, causal, role and table overrides,
+    table range):
     it runs in every timed call, where rebuilding it cost ~40 µs of host time (CPU
     profile)."""
     del override  # a key only: fp8_gluon_config reads it again

@@ -12,21 +12,71 @@ heads, as the non-persistent grid's order does.
 
 from __future__ import annotations
 
+import functools
+import os
+
+Ranges = tuple[tuple[int, str], ...]
+
 # (head_dim, causal) -> ((first seqlen_q, role of flash_gluon_fp8.candidate_configs), ...)
 # in ascending order; the role of the last range that starts at or below seqlen_q runs.
-# Measured on the H200: see docs/kernel.md (the Gluon fp8 forward).
-ROLE_TABLE: dict[tuple[int, bool], tuple[tuple[int, str], ...]] = {
+# Measured on the H200 (docs/kernel.md, the Gluon fp8 forward): 2026-11-30 session 6 call
+# B, do_bench TFLOP/s at d128 (16k tokens), ws / ws-persist: causal 4k 702.0 / 730.3,
+# 16k 832.8 / 794.3; non-causal 4k 823.0 / 819.6, 16k 842.5 / 836.3 (8k not measured: the
+# plain launch from 8k).
+ROLE_TABLE: dict[tuple[int, bool], Ranges] = {
     (128, False): ((0, "ws"),),
-    (128, True): ((0, "ws"),),
+    (128, True): ((0, "ws-persist"), (8192, "ws")),
     (64, False): ((0, "ws"),),
     (64, True): ((0, "ws"),),
 }
+
+# A developer override of ROLE_TABLE's entries (tools/gpu/fp8_final.sh sets it to what its
+# check measured best): "<head_dim>/<0|1 causal>/<first seqlen_q>=<role>,..."; the entries
+# of one (head_dim, causal) replace its ranges.
+TABLE_ENV = "FA_BENCH_FP8_GLUON_TABLE"
+
+
+@functools.lru_cache(maxsize=16)
+def parse_table(text: str) -> dict[tuple[int, bool], Ranges]:
+    """ROLE_TABLE's entries from a $FA_BENCH_FP8_GLUON_TABLE text (ValueError naming the
+    bad entry; the roles are checked where they are looked up)."""
+    found: dict[tuple[int, bool], list[tuple[int, str]]] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        key, _, role = entry.partition("=")
+        parts = key.split("/")
+        if (
+            len(parts) != 3
+            or not role
+            or not all(p.isdigit() for p in parts)
+            or parts[1] not in "01"
+        ):
+            raise ValueError(
+                f"${TABLE_ENV}={text!r}: entry {entry!r} is not "
+                "'<head_dim>/<0|1 causal>/<first seqlen_q>=<role>'"
+            )
+        found.setdefault((int(parts[0]), parts[1] == "1"), []).append((int(parts[2]), role))
+    table = {}
+    for key, ranges in found.items():
+        ranges.sort()
+        if ranges[0][0] != 0 or len({start for start, _ in ranges}) != len(ranges):
+            raise ValueError(
+                f"${TABLE_ENV}={text!r}: the ranges of head_dim {key[0]}, causal {key[1]} "
+                "must start at 0 and at distinct lengths"
+            )
+        table[key] = tuple(ranges)
+    return table
+
+
+def _ranges(head_dim: int, causal: bool) -> Ranges:
+    key = (head_dim, bool(causal))
+    override = parse_table(os.environ.get(TABLE_ENV, "").strip())
+    return override.get(key) or ROLE_TABLE.get(key, ())
 
 
 def table_range(head_dim: int, causal: bool, seq_q: int | None) -> int:
     """The index of ROLE_TABLE[(head_dim, causal)]'s range holding seq_q (None, or a
     (head_dim, causal) not in the table: 0)."""
-    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    ranges = _ranges(head_dim, causal)
     index = 0
     for i, (start, _role) in enumerate(ranges):
         if seq_q is not None and seq_q >= start:
@@ -36,13 +86,13 @@ def table_range(head_dim: int, causal: bool, seq_q: int | None) -> int:
 
 def range_start(head_dim: int, causal: bool, index: int) -> int | None:
     """The first seqlen_q of that range (None where the table has no entry)."""
-    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    ranges = _ranges(head_dim, causal)
     return ranges[index][0] if index < len(ranges) else None
 
 
 def table_role(head_dim: int, causal: bool, seq_q: int | None) -> str:
     """The heuristic's role for a call ("ws", the plain launch, where the table has none)."""
-    ranges = ROLE_TABLE.get((head_dim, bool(causal)), ())
+    ranges = _ranges(head_dim, causal)
     return ranges[table_range(head_dim, causal, seq_q)][1] if ranges else "ws"
 
 

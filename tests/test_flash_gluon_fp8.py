@@ -163,7 +163,8 @@ def test_choice_forced_gluon_raises_the_reason_where_it_cannot_run():
 def test_choice_auto_takes_gluon_where_it_runs_and_is_listed(monkeypatch):
     monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
     monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", PAYS)
-    assert fp8_gluon_choice(*_inputs(), True, FlashConfig()) == fp8_gluon_config(128)
+    # (the heuristic's launch for this causality and query length: the table's)
+    assert fp8_gluon_choice(*_inputs(), True, FlashConfig()) == fp8_gluon_config(128, True, 4)
     assert fp8_gluon_choice(*_inputs(sk=512), True, FlashConfig()) is None  # short keys
     assert fp8_gluon_choice(*_inputs(d=96), True, FlashConfig()) is None  # not a Gluon dim
     monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {(128, True): 1024})
@@ -214,7 +215,7 @@ def test_flash_attention_fp8_runs_the_kernel_it_chose(monkeypatch):
     flash_fp8.flash_attention_fp8(q, k, v, **_descales(), causal=True)
     flash_fp8.flash_attention_fp8(q, k, v, **_descales(), config=FlashConfig(forward="tl"))
     flash_fp8.flash_attention_fp8(q, k[..., :512, :], v[..., :512, :], **_descales())  # short
-    assert calls == [("gluon", fp8_gluon_config(128), True, 1 / math.sqrt(128), 1),
+    assert calls == [("gluon", fp8_gluon_config(128, True, 4), True, 1 / math.sqrt(128), 1),
                      ("tl", "tl"), ("tl", "auto")]  # fmt: skip
     assert flash_fp8.fp8_kernel_choice(q, k, v, False, None) == fp8_gluon_config(128)
     assert flash_fp8.fp8_kernel_choice(q, k, v, False, FlashConfig(forward="tl")) is None

@@ -117,3 +117,63 @@ def test_the_dispatch_resolves_once_per_range_and_names_the_persistent_launch(mo
         *inputs(4096), False, FlashConfig(gluon_persistent=False)
     )
     assert not forced.persistent
+
+
+def test_the_table_takes_the_persistent_launch_for_causal_4k_only(monkeypatch):
+    # the H200's call B: causal 4k 730.3 (persistent) against 702.0, 16k 794.3 against 832.8
+    from fa_bench.kernels import flash_gluon_fp8
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.delenv(table.TABLE_ENV, raising=False)
+    assert table.table_role(128, True, 4096) == "ws-persist"
+    assert table.table_role(128, True, 16384) == "ws"
+    assert table.table_role(128, False, 4096) == table.table_role(128, False, 16384) == "ws"
+    assert flash_gluon_fp8.fp8_gluon_config(128, True, 4096).persistent
+
+
+def test_the_table_override_replaces_one_causality_s_ranges(monkeypatch):
+    from fa_bench.kernels import flash_gluon_fp8
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.setenv(table.TABLE_ENV, "128/0/0=ws-lazy, 128/0/8192=ws-nopp")
+    assert table.table_role(128, False, 4096) == "ws-lazy"
+    assert table.table_role(128, False, 16384) == "ws-nopp"
+    assert table.table_role(128, True, 4096) == "ws-persist"  # not overridden
+    cands = flash_gluon_fp8.candidate_configs(128)
+    assert flash_gluon_fp8.fp8_gluon_config(128, False, 16384) == cands["ws-nopp"]
+
+
+def test_the_dispatch_notices_a_changed_table_override(monkeypatch):
+    import torch
+
+    from fa_bench.kernels import flash_fp8, flash_gluon_fp8
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.setattr(flash_gluon_fp8, "fp8_gluon_reason", lambda *a, **k: None)
+    monkeypatch.setattr(flash_gluon_fp8, "_PAYS_FROM_SEQ_K", {(128, False): 1024})
+    q, k, v = (torch.zeros(1, 2, 1024, 128).to(torch.float8_e4m3fn) for _ in range(3))
+    v = flash_fp8.fp8_v_layout(v)
+    monkeypatch.setenv(table.TABLE_ENV, "128/0/0=ws-lazy")
+    assert flash_gluon_fp8.fp8_gluon_choice(q, k, v, False, FlashConfig()).lazy_rescale
+    monkeypatch.setenv(table.TABLE_ENV, "128/0/0=ws-persist")
+    assert flash_gluon_fp8.fp8_gluon_choice(q, k, v, False, FlashConfig()).persistent
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["128/0=ws", "128/2/0=ws", "x/0/0=ws", "128/0/0=", "128/0/64=ws", "128/0/0=ws,128/0/0=ws-lazy"],
+)
+def test_a_bad_table_override_is_named(text, monkeypatch):
+    monkeypatch.setenv(table.TABLE_ENV, text)
+    with pytest.raises(ValueError, match=r"FA_BENCH_FP8_GLUON_TABLE"):
+        table.table_role(128, False, 4096)
+
+
+def test_an_unknown_role_in_the_override_is_named(monkeypatch):
+    from fa_bench.kernels import flash_gluon_fp8
+
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
+    monkeypatch.setenv(table.TABLE_ENV, "128/1/0=ws-nope")
+    with pytest.raises(ValueError, match="'ws-nope' is not one of"):
+        flash_gluon_fp8.fp8_gluon_config(128, True, 4096)
