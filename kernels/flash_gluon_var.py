@@ -117,15 +117,25 @@ def _var_scores(s, j, cap_mul, alibi_k, posf, colf, BLOCK_N: gl.constexpr, VAR: 
             s = _tanh(s * cap_mul, VAR & TANH_F16X2)
     if VAR & ALIBI:
         if VAR & ALIBI_COL:
-            # m·(j − base) once per key (a BLOCK_N vector), one FADD per score
-            bias = alibi_k * (((j * BLOCK_N).to(gl.float32) - posf) + colf)
-            s = s + gl.expand_dims(bias, 0)
+            # the bias within the block, one FFMA per score; the block's own offset
+            # alibi_k · (j·BLOCK_N − base), the same for every score of it, goes into the
+            # running max instead (`alibi_shift`): a column vector made per block would
+            # cost as much again, a thread holding only two rows of it
+            s = gl.fma(gl.expand_dims(colf, 0), alibi_k, s)
         else:
             # distances as exact small integers in fp32: no large intermediate to round
             rel = posf - (j * BLOCK_N).to(gl.float32)
             dist = gl.expand_dims(rel, 1) - gl.expand_dims(colf, 0)
             s = s - alibi_k * gl.abs(dist)
     return s
+
+
+@gluon.jit
+def alibi_shift(j, alibi_k, posf, BLOCK_N: gl.constexpr):
+    """ALIBI_COL: key block j's bias offset alibi_k · (j·BLOCK_N − base) (posf = base),
+    the part of every score's bias that _var_scores leaves out: the softmax runs with
+    the running max taken relative to it (m − shift in, + shift out)."""
+    return alibi_k * ((j * BLOCK_N).to(gl.float32) - posf)
 
 
 @gluon.jit

@@ -39,6 +39,7 @@ from fa_bench.kernels.flash_gluon_kernels import (
 )
 from fa_bench.kernels.flash_gluon_var import (
     ALIBI,
+    ALIBI_COL,
     FIXED_MAX,
     HEADROOM,
     QSCALE,
@@ -51,6 +52,7 @@ from fa_bench.kernels.flash_gluon_var import (
     _var_scores,
     _window_bounds,
     alibi_positions,
+    alibi_shift,
     scale_q,
     softmax_fixed,
 )
@@ -135,7 +137,14 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
     else:
-        m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout, SOFTMAX)
+        if VAR & ALIBI_COL:  # scores relative to the block's ALiBi offset (alibi_shift)
+            shift = alibi_shift(j, vr[3], vr[4], BLOCK_N)
+            m_i, alpha, l_i, p_next = _softmax(s, m_i - shift, l_i, scalars[2], dtype,
+                                               p_layout, SOFTMAX)  # fmt: skip
+            m_i = m_i + shift
+        else:
+            m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout,
+                                               SOFTMAX)  # fmt: skip
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -180,6 +189,10 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         if VAR & FIXED_MAX:
             l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
             m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
+        elif VAR & ALIBI_COL:
+            shift = alibi_shift(lo, vr[3], vr[4], BLOCK_N)
+            m_i, _alpha, l_i, p = _softmax(s, m_i - shift, l_i, sc, dtype, p_layout, SOFTMAX)
+            m_i = m_i + shift
         else:
             m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):

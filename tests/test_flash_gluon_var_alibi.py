@@ -152,7 +152,14 @@ def _softcap_variant(c: float, slopes: bool = False):
 
 def test_fixed_max_takes_bounded_bf16_softcaps_only(monkeypatch):
     v50 = _softcap_variant(50.0)
-    assert not vh.variant_bits(v50, dtype=torch.bfloat16) & vh._FIXED_MAX  # off by default
+    fast = vh._SOFTCAP | vh._FIXED_MAX | vh._QSCALE
+    assert vh.variant_bits(v50, dtype=torch.bfloat16) == fast  # SOFTCAP_FAST: the default
+    assert vh.variant_bits(v50, dtype=torch.float16) == vh._SOFTCAP  # not for fp16
+    assert vh.variant_bits(v50) == vh._SOFTCAP  # nor without a dtype
+    slopes = _softcap_variant(50.0, slopes=True)
+    assert vh.variant_bits(slopes, dtype=torch.bfloat16) == vh._SOFTCAP | vh._ALIBI
+    monkeypatch.setattr(vh, "SOFTCAP_FAST", False)  # the switches alone
+    assert vh.variant_bits(v50, dtype=torch.bfloat16) == vh._SOFTCAP
     monkeypatch.setattr(vh, "FIXED_MAX", True)
     assert vh.variant_bits(v50, dtype=torch.bfloat16) == vh._SOFTCAP | vh._FIXED_MAX
     assert not vh.fixed_max(v50, torch.float16)  # p up to 2^HEADROOM overflows fp16
@@ -185,3 +192,46 @@ def test_the_fixed_offset_gives_the_softmax_and_lse_in_fp32(shift):
     torch.testing.assert_close(lse2, ref_lse2, rtol=0, atol=1e-4)
     want = torch.softmax(t * sc * math.log(2), -1)
     torch.testing.assert_close((p / sums[:, None]).double(), want, rtol=1e-4, atol=1e-9)
+
+
+def test_the_gpu_checks_set_each_mode_and_restore_the_defaults():
+    """A development check runs exactly its tag's switches (SOFTCAP_FAST off) and the
+    next check gets the defaults back (SOFTCAP_FAST on), not everything off."""
+    tool = _checks_tool()
+    seen = []
+
+    def probe(**kw):
+        seen.append((vh.SOFTCAP_FAST, vh.FIXED_MAX, vh.QSCALE))
+        return {}
+
+    for mode, want in (("plain", (False, False, False)), ("fixed", (False, True, False)),
+                       ("fixed qscale", (False, True, True)), ("", (True, False, False))):
+        tool._run_check(probe, (), {"dev": mode} if mode else {})
+        assert seen[-1] == want, mode
+        assert (vh.SOFTCAP_FAST, vh.FIXED_MAX, vh.QSCALE) == (True, False, False)
+
+
+def _softcap_fast_names() -> list[str]:
+    """The bf16 GPU checks whose softcap takes the default's FIXED_MAX + QSCALE."""
+    try:
+        cases = _checks_tool()._cases(("bf16",))
+    except Exception:
+        return []
+    return [n for n, _fn, _a, kw in cases if kw.get("softcap") and not kw.get("alibi")]
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+@pytest.mark.parametrize("name", _softcap_fast_names())
+def test_gpu_softcap_fixed_offset_against_the_float64_reference(name, monkeypatch):
+    """Each bf16 softcap check (no ALiBi) passes the accuracy rule, its launches having
+    taken FIXED_MAX and QSCALE (the default, SOFTCAP_FAST)."""
+    tool = _checks_tool()
+    _, fn, args, kw = next(c for c in tool._cases(("bf16",)) if c[0] == name)
+    seen: list[int] = []
+    bits = vh.variant_bits
+    monkeypatch.setattr(vh, "variant_bits", lambda *a, **k: seen.append(bits(*a, **k)) or seen[-1])
+    res = fn(*args, **kw)
+    assert all(r["passed"] for r in res.values()), res
+    want = vh._FIXED_MAX | vh._QSCALE
+    assert seen and all(b & want == want for b in seen), seen

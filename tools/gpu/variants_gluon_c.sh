@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GV, session 6, calls C and D (issue 19 in the Gluon forward), one command under LIMIT
-# seconds (120):
+# seconds (130):
 #  (1) `fa-bench run -s tools/gpu/variants_gluon_d.toml -i triton` (the variant cases and
 #      their dense causal controls, bf16 32/8 heads d128, the backend naming the kernel;
 #      the winners of call B are the defaults) and its targets' table
@@ -15,8 +15,8 @@
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
-LIMIT=${LIMIT:-120}
-ROWS=${ROWS:-9}
+LIMIT=${LIMIT:-130}
+ROWS=${ROWS:-8}
 FILES="$OUT/variants-gluon-c"
 rm -rf "$FILES" fa-bench-out/variants-gluon-c-run
 mkdir -p "$FILES"
@@ -44,7 +44,7 @@ cat "$FILES/variants_gluon.md" >> "$OUT/summary.md" 2>> "$STEPS"
 
 # (3) the GPU tests of the new paths
 step "gpu tests" 40 python3 -m pytest -q -m gpu -p no:cacheprovider -x \
-  tests/test_flash_gluon_var_alibi.py > "$FILES/tests.log" 2>&1
+  -k "bf16 and d128" tests/test_flash_gluon_var_alibi.py > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/variants-gluon-c.tgz" -C "$FILES" .

@@ -267,6 +267,18 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
                 (dt, 128, 1, 4, 2, 1000, 1000),
                 dict(grads=True, causal=True, window=(256, -1)),
             ),
+            (  # the softcap's fixed offset (bf16 default): lse2 as the backward expects
+                f"{dname} d128 grads softcap 50 causal",
+                dc,
+                (dt, 128, 1, 4, 2, 1000, 1000),
+                dict(grads=True, causal=True, softcap=50.0),
+            ),
+            (  # ... with a window (rows past Sk's start see few keys) and Sq != Sk
+                f"{dname} d128 window (256,0) causal softcap 50 700x1500",
+                dc,
+                (dt, 128, 1, 4, 2, 700, 1500),
+                dict(causal=True, window=(256, -1), softcap=50.0),
+            ),
             (
                 f"{dname} d128 grads softcap 50 alibi causal",
                 dc,
@@ -278,15 +290,17 @@ def _cases(dtypes: tuple[str, ...] = tuple(DTYPES)) -> list[tuple]:
 
 
 # Development modes of the softcap (flash_gluon_varhost's switches): the check's name
-# tag -> (TANH_F16X2, SOFTCAP_EMU, QSCALE, FIXED_MAX).
+# tag -> (TANH_F16X2, SOFTCAP_EMU, QSCALE, FIXED_MAX); SOFTCAP_FAST (the default's FIXED_MAX
+# with QSCALE) is off in each, so the tag says all that runs.
 DEV_MODES = {
     "tanh f16x2": (True, 0, False, False),
     "emu 2": (False, 2, False, False),
     "qscale": (False, 0, True, False),
     "fixed": (False, 0, False, True),
     "fixed qscale": (False, 0, True, True),
+    "plain": (False, 0, False, False),
 }
-_OFF = (False, 0, False, False)
+_SWITCHES = ("TANH_F16X2", "SOFTCAP_EMU", "QSCALE", "FIXED_MAX", "SOFTCAP_FAST")
 
 
 def _dev_cases(dtypes: tuple[str, ...], modes: list[str]) -> list[tuple]:
@@ -304,11 +318,16 @@ def _run_check(fn, args, kw) -> dict:
     from fa_bench.kernels import flash_gluon_varhost as vh
 
     kw = dict(kw)
-    vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE, vh.FIXED_MAX = DEV_MODES.get(kw.pop("dev", ""), _OFF)
+    mode = kw.pop("dev", "")
+    saved = {name: getattr(vh, name) for name in _SWITCHES}
+    if mode:
+        for name, value in zip(_SWITCHES, (*DEV_MODES[mode], False), strict=True):
+            setattr(vh, name, value)
     try:
         return fn(*args, **kw)
-    finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.QSCALE, vh.FIXED_MAX = _OFF
+    finally:  # the defaults back for the next check
+        for name, value in saved.items():
+            setattr(vh, name, value)
 
 
 def _check_row(name: str, fn, args: tuple, kw: dict) -> dict:

@@ -108,8 +108,10 @@ def _specs() -> list[tuple]:
         # development modes (flash_gluon_varhost's switches): ALiBi's session 5 form
         # (|i + o − j| per score) beside the default per-column bias
         ("alibi causal [abs]", 8, 8192, dict(alibi_slopes=slopes), {}),
-        # softcap with a fixed offset for the row max (no max, no rescale), and with Q
-        # scaled once per tile too
+        # softcap as session 5 ran it (no switch: neither of the default's pair), with a
+        # fixed offset for the row max (no max, no rescale), and with Q scaled once per
+        # tile too (the default since call B)
+        ("softcap 50 causal [plain]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [fixed]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [fixed, qscale]", 8, 8192, dict(softcap=50.0), {}),
         # ... and every 4th / 8th exp2 on the FMA pipes: with fewer instructions per score
@@ -129,7 +131,10 @@ def _specs() -> list[tuple]:
     ]
 
 
-N_SPECS = 18  # len(_specs()), without building it (it needs CUDA)
+_SWITCHES = (
+    "TREE", "QSCALE", "TANH_F16X2", "ALIBI_ABS", "FIXED_MAX", "SOFTCAP_EMU", "SOFTCAP_FAST",
+)  # fmt: skip
+N_SPECS = 19  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
@@ -170,19 +175,22 @@ def _shape_speed(g, name: str, b: int, n: int, kw: dict, fkw: dict, flex: bool) 
     row: dict = {"variant": name, "shape": f"{b} x {n}"}
     row["dense gluon"] = _tflops(dense_flops, lambda: flash_attention(q, k, v, causal=True))
     dev = name.endswith("]")  # a development mode: "[tanh f16x2, emu N]", "[tree]"
-    vh.TREE = dev and "tree" in name
-    vh.QSCALE = dev and "qscale" in name
-    vh.TANH_F16X2 = dev and "tanh f16x2" in name
-    vh.ALIBI_ABS = dev and "abs" in name
-    vh.FIXED_MAX = dev and "fixed" in name
-    vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if dev and "emu " in name else 0
+    saved = {n: getattr(vh, n) for n in _SWITCHES}
+    if dev:  # the tag says all that runs (SOFTCAP_FAST, the default's pair, off)
+        vh.SOFTCAP_FAST = False
+        vh.TREE = "tree" in name
+        vh.QSCALE = "qscale" in name
+        vh.TANH_F16X2 = "tanh f16x2" in name
+        vh.ALIBI_ABS = "abs" in name
+        vh.FIXED_MAX = "fixed" in name
+        vh.SOFTCAP_EMU = int(name.split("emu ")[1].rstrip("]")) if "emu " in name else 0
     try:
         row["gluon"] = _tflops(
             flops, lambda: flash_attention(q, k, v, causal=True, config=GLUON, **kw)
         )
-    finally:
-        vh.TANH_F16X2, vh.SOFTCAP_EMU, vh.TREE, vh.QSCALE = False, 0, False, False
-        vh.ALIBI_ABS = vh.FIXED_MAX = False
+    finally:  # the defaults back for the next row
+        for n, value in saved.items():
+            setattr(vh, n, value)
     if dev:  # the other columns are the softcap row's
         return row
     tl = _tl(n)
