@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 21 part 3 (the Gluon fp8 forward), one command
 # under LIMIT seconds (150):
-#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-persist, ws-lazy; the
-#      budget cuts from the end): each launch's correctness (check_fp8_accuracy on every
+#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-lazy, ws-persist, ws;
+#      the budget cuts from the end): each launch's correctness (check_fp8_accuracy on every
 #      (batch, kv head) slice; the persistent one also with more tiles than SMs) and do_bench TFLOP/s at
 #      head_dim 128, 4k/16k, causal and not ($OUT/fp8_gluon.md; no bf16 baseline here:
 #      (3) times it);
-#  (2) tools/gpu/fp8_pick.py: per causality the role with the best fp8 ÷ bf16 that passed,
-#      into $FA_BENCH_FP8_GLUON_ROLE for (3);
+#  (2) tools/gpu/fp8_pick.py --table: per causality and length the role with the best
+#      TFLOP/s that passed, into $FA_BENCH_FP8_GLUON_TABLE for (3) (PICK=0: no check, no
+#      pick: (3) runs the heuristic's table);
 #  (3) `fa-bench run` forward, fp8_e4m3 and bf16, `-i triton`, head_dim 128, N 4k/16k,
 #      causal and not, and its summary $OUT/fp8.md (fp8 ÷ bf16 per shape, the kernel each
 #      case ran, every case's accuracy);
@@ -20,7 +21,8 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-150}
-ROLES=${ROLES:-ws-persist,ws-lazy}
+ROLES=${ROLES:-ws-lazy,ws-persist,ws}
+PICK=${PICK:-1}
 FILES="$OUT/fp8-final"
 rm -rf "$FILES" fa-bench-out/fp8-final-run "$OUT/fp8_gluon.json"
 mkdir -p "$FILES"
@@ -34,18 +36,20 @@ STEP_RESERVE=3 STEP_MIN=8 STEP_KILL=5
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } >> "$STEPS" 2>&1
 
-# (1) the candidates
-step "gluon fp8 check: $ROLES" 80 env FP8_GLUON_BUDGET_S=48 \
-  python3 tools/gpu/fp8_gluon_check.py --light --quick --roles "$ROLES" \
-  > "$FILES/check.log" 2>&1
+if [ "$PICK" = 1 ]; then
+  # (1) the candidates
+  step "gluon fp8 check: $ROLES" 80 env FP8_GLUON_BUDGET_S=52 \
+    python3 tools/gpu/fp8_gluon_check.py --light --quick --roles "$ROLES" \
+    > "$FILES/check.log" 2>&1
 
-# (2) the launch the run takes
-# (the check's own JSON, or its lines if the step's cap cut it before it wrote them up)
-RESULTS="$OUT/fp8_gluon.json"
-[ -f "$RESULTS" ] || RESULTS="$OUT/fp8-gluon-lines.jsonl"
-ROLE=$(python3 tools/gpu/fp8_pick.py "$RESULTS" 2>> "$STEPS")
-export FA_BENCH_FP8_GLUON_ROLE=${ROLE:-ws,ws}
-echo "FA_BENCH_FP8_GLUON_ROLE=$FA_BENCH_FP8_GLUON_ROLE" | tee -a "$STEPS"
+  # (2) the launches the run takes
+  # (the check's own JSON, or its lines if the step's cap cut it before it wrote them up)
+  RESULTS="$OUT/fp8_gluon.json"
+  [ -f "$RESULTS" ] || RESULTS="$OUT/fp8-gluon-lines.jsonl"
+  TABLE=$(python3 tools/gpu/fp8_pick.py --table "$RESULTS" 2>> "$STEPS")
+  [ -n "$TABLE" ] && export FA_BENCH_FP8_GLUON_TABLE=$TABLE
+fi
+echo "FA_BENCH_FP8_GLUON_TABLE=${FA_BENCH_FP8_GLUON_TABLE:-unset: the heuristic table}" | tee -a "$STEPS"
 
 # (3) the benchmark's numbers
 step "run fp8_e4m3,bf16" 55 fa-bench run -s standard --mode fwd --dtype fp8_e4m3,bf16 \
