@@ -129,6 +129,10 @@ def _softmax_fp8(s, m_i, l_i, qk_scale, p_layout: gl.constexpr, SOFTMAX: gl.cons
     m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * qk_scale)
     p = _exp2(s * qk_scale - gl.expand_dims(m_scaled - P_EXP, 1), SOFTMAX % 16)
     alpha = gl.exp2(m_i * qk_scale - m_scaled)
+    if (SOFTMAX // 16) % 2 == 1:
+        # exactly 1 where the row kept its maximum (the exp2's argument, fused into an FMA,
+        # is the rounding error of m·c, not 0), so _rescale's test can skip the step
+        alpha = gl.where(m_new == m_i, 1.0, alpha)
     l_new = l_i * alpha + gl.sum(p, axis=1)
     if P_SMEM:
         p_op = p.to(gl.float8e4nv)
