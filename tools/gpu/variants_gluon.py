@@ -116,7 +116,7 @@ def _time_row(i: int, flex: bool) -> dict:
 
 
 def timed_rows(
-    flex: bool, row_timeout: float, deadline: float, rows: int = N_SPECS
+    flex: bool, row_timeout: float, deadline: float, rows: int = N_SPECS, first: int = 0
 ) -> Iterator[dict]:
     """The speed rows one at a time in one spawned worker (the GPU to itself), each
     given `row_timeout` seconds: a row that hangs is an error row and its worker is
@@ -126,7 +126,7 @@ def timed_rows(
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(1)
     try:
-        for i in range(rows):
+        for i in range(first, rows):
             if time.time() > deadline:
                 yield {"variant": f"row {i}", "shape": "", "gluon": "skipped: time budget"}
                 continue
@@ -215,6 +215,7 @@ def main() -> int:
     ap.add_argument("--row-timeout", type=float, default=45.0, help="seconds per speed row")
     ap.add_argument("--checks-only", action="store_true")
     ap.add_argument("--speed-only", action="store_true", help="no checks: the speed rows only")
+    ap.add_argument("--from-row", type=int, default=0, help="time the speed rows from this one")
     ap.add_argument(
         "--workers",
         type=int,
@@ -256,7 +257,9 @@ def main() -> int:
     _write(out_dir, checks, [])  # the checks survive a later crash or timeout
     rows: list[dict] = []
     if not args.checks_only:
-        for row in timed_rows(flex, args.row_timeout, start + args.budget, n_rows):
+        for row in timed_rows(
+            flex, args.row_timeout, start + args.budget, n_rows, args.from_row
+        ):
             print(row, flush=True)
             rows.append(row)
             _write(out_dir, checks, rows)

@@ -5,8 +5,9 @@
 #      their dense causal controls, bf16 32/8 heads d128, the backend naming the kernel;
 #      the winners of call B are the defaults) and its targets' table
 #      (tools/gpu/variants_gluon_summary.py) into $OUT/summary.md;
-#  (2) tools/gpu/variants_gluon.py's four target rows and the development rows after them
-#      (do_bench beside the dense Gluon kernel, no checks: (3) runs them), with what is left;
+#  (2) tools/gpu/variants_gluon.py's development rows (rows 4-10: ALiBi [abs], softcap
+#      [plain] (session 5's), [fixed], [fixed, qscale] (the default), + exp2 split 1/4,
+#      1/8, 1/2; do_bench, each beside the dense Gluon kernel; no checks: (3) runs them);
 #  (3) the GPU tests of the paths new in session 6 (tests/test_flash_gluon_var_alibi.py:
 #      causal ALiBi's per-column form against float64) with what is left.
 # Everything in $OUT/variants-gluon-c.tgz. From the repository root:
@@ -16,7 +17,7 @@ set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 LIMIT=${LIMIT:-130}
-ROWS=${ROWS:-8}
+ROWS=${ROWS:-11}
 FILES="$OUT/variants-gluon-c"
 rm -rf "$FILES" fa-bench-out/variants-gluon-c-run
 mkdir -p "$FILES"
@@ -38,8 +39,8 @@ step "summary" 8 python3 tools/gpu/variants_gluon_summary.py "$FILES/results.jso
 
 # (2) the do_bench rows
 step "variants_gluon speed" 45 env OUT="$FILES" python3 tools/gpu/variants_gluon.py \
-  --dtypes bf16 --budget 40 --row-timeout 15 --rows "$ROWS" --no-flex --workers 1 \
-  --speed-only > "$FILES/variants_gluon.log" 2>&1
+  --dtypes bf16 --budget 40 --row-timeout 15 --rows "$ROWS" --from-row 4 --no-flex \
+  --workers 1 --speed-only > "$FILES/variants_gluon.log" 2>&1
 cat "$FILES/variants_gluon.md" >> "$OUT/summary.md" 2>> "$STEPS"
 
 # (3) the GPU tests of the new paths

@@ -118,6 +118,7 @@ def _specs() -> list[tuple]:
         # the two MUFU ops per score (tanh, exp2) may be the limit again
         ("softcap 50 causal [fixed, qscale, emu 4]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [fixed, qscale, emu 8]", 8, 8192, dict(softcap=50.0), {}),
+        ("softcap 50 causal [fixed, qscale, emu 2]", 8, 8192, dict(softcap=50.0), {}),
         # tree-shaped row reductions
         ("softcap 50 causal [tree]", 8, 8192, dict(softcap=50.0), {}),
         ("alibi causal [tree]", 8, 8192, dict(alibi_slopes=slopes), {}),
@@ -134,7 +135,7 @@ def _specs() -> list[tuple]:
 _SWITCHES = (
     "TREE", "QSCALE", "TANH_F16X2", "ALIBI_ABS", "FIXED_MAX", "SOFTCAP_EMU", "SOFTCAP_FAST",
 )  # fmt: skip
-N_SPECS = 19  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 20  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
