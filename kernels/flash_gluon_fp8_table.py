@@ -42,20 +42,20 @@ def parse_table(text: str) -> dict[tuple[int, bool], Ranges]:
     bad entry; the roles are checked where they are looked up)."""
     found: dict[tuple[int, bool], list[tuple[int, str]]] = {}
     for entry in filter(None, (e.strip() for e in text.split(","))):
-        key, _, role = entry.partition("=")
-        parts = key.split("/")
+        spec, _, role = entry.partition("=")
+        parts = spec.split("/")
         if (
             len(parts) != 3
             or not role
             or not all(p.isdigit() for p in parts)
-            or parts[1] not in "01"
+            or parts[1] not in ("0", "1")
         ):
             raise ValueError(
                 f"${TABLE_ENV}={text!r}: entry {entry!r} is not "
                 "'<head_dim>/<0|1 causal>/<first seqlen_q>=<role>'"
             )
         found.setdefault((int(parts[0]), parts[1] == "1"), []).append((int(parts[2]), role))
-    table = {}
+    table: dict[tuple[int, bool], Ranges] = {}
     for key, ranges in found.items():
         ranges.sort()
         if ranges[0][0] != 0 or len({start for start, _ in ranges}) != len(ranges):

@@ -162,7 +162,15 @@ def test_the_dispatch_notices_a_changed_table_override(monkeypatch):
 
 @pytest.mark.parametrize(
     "text",
-    ["128/0=ws", "128/2/0=ws", "x/0/0=ws", "128/0/0=", "128/0/64=ws", "128/0/0=ws,128/0/0=ws-lazy"],
+    [
+        "128/0=ws",
+        "128/2/0=ws",
+        "128/01/0=ws",
+        "x/0/0=ws",
+        "128/0/0=",
+        "128/0/64=ws",
+        "128/0/0=ws,128/0/0=ws-lazy",
+    ],
 )
 def test_a_bad_table_override_is_named(text, monkeypatch):
     monkeypatch.setenv(table.TABLE_ENV, text)
