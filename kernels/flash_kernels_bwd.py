@@ -48,13 +48,15 @@ def _bwd_dkdv_inner(
     # GAP (CLAMP 2): steps at or past gap_at run gap_by rows further (the diagonal blocks,
     # then the sequence's tail block in the same masked loop)
     gap_at=None, gap_by=None, GAP: tl.constexpr = False,
+    # this loop's software-pipeline depth (None: the launch's num_stages)
+    STAGES: tl.constexpr = None,
 ):  # fmt: skip
-    for step_m in range(lo, hi, BLOCK_STREAMED):
+    for start_m in tl.range(lo, hi, BLOCK_STREAMED, num_stages=STAGES):
         if GAP:
-            start_m = tl.where(step_m < gap_at, step_m, step_m + gap_by)
+            row_start = tl.where(start_m < gap_at, start_m, start_m + gap_by)
         else:
-            start_m = step_m
-        offs_m = start_m + tl.arange(0, BLOCK_STREAMED)
+            row_start = start_m
+        offs_m = row_start + tl.arange(0, BLOCK_STREAMED)
         if CLAMP:
             rows = tl.minimum(offs_m, row_cap)
             q = load_rows(q_base, rows, stride_qs, offs_d, seq_q, HEAD_DIM, False, MASK_D)
@@ -98,18 +100,26 @@ def _dkdv_packed_loops(
     HEAD_DIM: tl.constexpr, BLOCK_STREAMED: tl.constexpr, CAUSAL: tl.constexpr,
     MASK_D: tl.constexpr, DOT_PREC: tl.constexpr, softcap2, slope2,
     SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DP_FIRST: tl.constexpr, row_cap,
+    CLAMP: tl.constexpr, DIAG_STAGES: tl.constexpr,
 ):  # fmt: skip
-    """A packed sequence's query rows for dK/dV without a window (CLAMP 2), in two loops
-    as the dense kernel's: one masked loop over the diagonal blocks [m_lo, m_mid) (causal)
-    and then the sequence's ragged tail block, clamped loads; one over the whole blocks in
-    between, with no mask at all (every row in them is the sequence's)."""
+    """A packed sequence's query rows for dK/dV without a window (CLAMP 2, 3): one loop
+    over its whole row blocks below the diagonal with no mask at all (every row in them is
+    the sequence's), as the dense kernel's; the diagonal blocks [m_lo, m_mid) (causal) and
+    the ragged tail block masked, with clamped loads. CLAMP 2: the tail block in the
+    diagonal's loop (after it: two loops, as the dense kernel); 3: in a third loop, last
+    (the masked loads' order of sums, bit for bit). DIAG_STAGES: the masked loop's
+    pipeline depth (None: the launch's)."""
     m_even = tl.maximum((seq_q // BLOCK_STREAMED) * BLOCK_STREAMED, m_mid)
+    if CLAMP == 2:
+        diag_hi = m_mid + tl.maximum(seq_q - m_even, 0)
+    else:
+        diag_hi = m_mid
     dk, dv = _bwd_dkdv_inner(
         dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
-        m_lo, m_mid + tl.maximum(seq_q - m_even, 0), offs_n, offs_d, seq_q, causal_off,
+        m_lo, diag_hi, offs_n, offs_d, seq_q, causal_off,
         qk_scale, HEAD_DIM, BLOCK_STREAMED, CAUSAL, False, MASK_D, DOT_PREC,
         None, None, softcap2, slope2, False, SOFTCAP, ALIBI, DP_FIRST,
-        row_cap, 2, m_mid, m_even - m_mid, True,
+        row_cap, 2, m_mid, m_even - m_mid, CLAMP == 2, DIAG_STAGES,
     )  # fmt: skip
     dk, dv = _bwd_dkdv_inner(
         dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
@@ -117,6 +127,14 @@ def _dkdv_packed_loops(
         HEAD_DIM, BLOCK_STREAMED, False, True, MASK_D, DOT_PREC,
         None, None, softcap2, slope2, False, SOFTCAP, ALIBI, DP_FIRST,
     )  # fmt: skip
+    if CLAMP == 3:
+        dk, dv = _bwd_dkdv_inner(
+            dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qs, stride_dos,
+            m_even, seq_q, offs_n, offs_d, seq_q, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, False, False, MASK_D, DOT_PREC,
+            None, None, softcap2, slope2, False, SOFTCAP, ALIBI, DP_FIRST,
+            row_cap, 2, None, None, False, DIAG_STAGES,
+        )  # fmt: skip
     return dk, dv
 
 
@@ -140,6 +158,7 @@ def _bwd_dkdv_kernel(
     CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
     VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False, CLAMP: tl.constexpr = False,
+    DIAG_STAGES: tl.constexpr = None,
 ):  # fmt: skip
     """One program: BLOCK_HELD keys of one (batch, kv head); streams BLOCK_STREAMED query
     rows at a time and loops over the group's q heads."""
@@ -213,7 +232,7 @@ def _bwd_dkdv_kernel(
     else:
         row_cap = None
     # CLAMP 2: a window's middle loop holds whole blocks of the sequence only: no mask
-    MID_EVEN: tl.constexpr = EVEN_Q or CLAMP == 2
+    MID_EVEN: tl.constexpr = EVEN_Q or CLAMP >= 2
     MID_CLAMP: tl.constexpr = CLAMP == 1
     for g in range(group):
         off_h = off_hk * group + g
@@ -229,12 +248,12 @@ def _bwd_dkdv_kernel(
             slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
         else:
             slope2 = None
-        if CLAMP == 2 and not WINDOW:
+        if CLAMP >= 2 and not WINDOW:
             dk, dv = _dkdv_packed_loops(
                 dk, dv, k, v, q_base, do_base, LSE + row0, DELTA + row0, stride_qs,
                 stride_dos, m_lo, m_mid, offs_n, offs_d, seq_q, causal_off, qk_scale,
                 HEAD_DIM, BLOCK_STREAMED, CAUSAL, MASK_D, DOT_PREC, softcap2, slope2,
-                SOFTCAP, ALIBI, DP_FIRST, row_cap,
+                SOFTCAP, ALIBI, DP_FIRST, row_cap, CLAMP, DIAG_STAGES,
             )  # fmt: skip
         else:
             dk, dv = _bwd_dkdv_inner(

@@ -93,7 +93,8 @@ def _bwd_dq_kernel(
     CuQ=None, CuK=None, Sched=None,
     WINDOW: tl.constexpr = False, SOFTCAP: tl.constexpr = False, ALIBI: tl.constexpr = False,
     VARLEN: tl.constexpr = False, DP_FIRST: tl.constexpr = False,  # DP_FIRST: dK/dV's only
-    CLAMP: tl.constexpr = False,  # dK/dV's only: its streamed rows (dQ's full blocks load unmasked)
+    # dK/dV's only: its streamed rows (dQ's full blocks load unmasked), its masked loop
+    CLAMP: tl.constexpr = False, DIAG_STAGES: tl.constexpr = None,
 ):  # fmt: skip
     """One program: BLOCK_HELD query rows of one (batch, q head); streams the visible keys
     BLOCK_STREAMED at a time."""

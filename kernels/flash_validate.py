@@ -52,9 +52,14 @@ DKDV_DP_FIRST = "variants"
 # clamped into the packed tensor (flash_kernels_bwd CLAMP): the 2-D row masks of every
 # streamed load held registers (sm_90: 736 bytes of spills against the dense kernel's
 # 172). 2: also the sequence's whole row blocks in a loop with no mask at all, its tail
-# block in the diagonal's masked loop; 1: the clamped loads only; 0: the masked loads
-# (the first packed kernel, kept for timing).
+# block in the diagonal's masked loop (H200, 2026-11-30 session 6 call B: the packed
+# mixed batch's backward 252.8 -> 288.5 TFLOP/s, 0.904 of 8 x 2048 dense); 3: the same
+# with the tail block in a third loop; 1: the clamped loads only (261.2); 0: the masked
+# loads (the first packed kernel, kept for timing).
 PACKED_CLAMP = 2
+# The packed dK/dV kernel's masked loop's pipeline depth (CLAMP 2, 3; None: the launch's
+# num_stages), a development switch for timing.
+PACKED_DIAG_STAGES: int | None = None
 
 
 def interpreting() -> bool:
@@ -299,6 +304,8 @@ def backward_grids(
         )
     if PACKED_CLAMP:
         extra["CLAMP"] = int(PACKED_CLAMP)
+    if PACKED_CLAMP >= 2 and PACKED_DIAG_STAGES is not None:
+        extra["DIAG_STAGES"] = PACKED_DIAG_STAGES
     if not PACKED_SCHEDULE:
         blocks_k, blocks_q = -(-vl.max_k // block), -(-vl.max_q // block)
         return extra, (vl.batch * heads_kv, blocks_k), (vl.batch * heads_q, blocks_q)

@@ -84,9 +84,10 @@ def _reference_rule(inputs, ours, kw) -> None:
 
 
 def _clamped_within_rule(monkeypatch, len_q, len_k, kw, hq=4, hk=2, d=16, clamps=(2,)):
-    """Each CLAMP mode within the rule: 1 (clamped loads) bit for bit the masked loads (0);
-    2 (and the whole row blocks unmasked, the tail block summed before them: another
-    order) bit for bit itself on a second run."""
+    """Each CLAMP mode within the rule: 1 (clamped loads) and 3 (and the whole row blocks
+    unmasked, the tail block in a third loop) bit for bit the masked loads (0); 2 (the
+    tail block in the diagonal's loop, summed before the whole blocks: another order) bit
+    for bit itself on a second run."""
     runs = {}
     for clamp in (*clamps, 0):
         monkeypatch.setattr(flash_validate, "PACKED_CLAMP", clamp)
@@ -115,8 +116,12 @@ def test_packed_launches_clamp_and_dense_ones_do_not(monkeypatch):
     assert "CLAMP" not in backward_grids(None, True, 1, 8, 2, 137, 137, 32)[0]
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)  # the first grid too
     assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] == 2
-    monkeypatch.setattr(flash_validate, "PACKED_CLAMP", False)
-    assert "CLAMP" not in backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
+    assert "DIAG_STAGES" not in backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
+    monkeypatch.setattr(flash_validate, "PACKED_DIAG_STAGES", 1)  # a timing switch
+    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["DIAG_STAGES"] == 1
+    monkeypatch.setattr(flash_validate, "PACKED_CLAMP", 0)
+    extra = backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
+    assert "CLAMP" not in extra and "DIAG_STAGES" not in extra
 
 
 @interpreter
@@ -124,7 +129,7 @@ def test_clamped_loads_fast(monkeypatch):
     # length 1, whole blocks (16, 32), ragged (50: whole row blocks between the diagonal and
     # the tail), the last sequence ragged, its block past the tensor end
     lengths = [1, 32, 50, 16, 5]
-    _clamped_within_rule(monkeypatch, lengths, lengths, dict(causal=True))
+    _clamped_within_rule(monkeypatch, lengths, lengths, dict(causal=True), clamps=(2, 3))
 
 
 @interpreter
@@ -146,7 +151,7 @@ def test_clamped_loads_variants(monkeypatch, kw):
     if kw.pop("alibi", False):
         base = torch.tensor([0.5, 0.25, 0.125, 0.0625])
         kw["alibi_slopes"] = torch.stack([base * (1 + 0.5 * b) for b in range(len(len_q))])
-    _clamped_within_rule(monkeypatch, len_q, len_k, kw, clamps=(1, 2))
+    _clamped_within_rule(monkeypatch, len_q, len_k, kw, clamps=(1, 2, 3))
 
 
 @interpreter

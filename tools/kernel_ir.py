@@ -73,6 +73,8 @@ def _fingerprint(fn: object, consts: dict, dtype: str, warps: int, stages: int) 
     for flag in _VARIANT_FLAGS:
         if flag in names:
             consts.setdefault(flag, False)
+    if "DIAG_STAGES" in names:  # the packed dK/dV's masked loop's depth: the launch's
+        consts.setdefault("DIAG_STAGES", None)
     for name, (flag, ty) in _VARIANT_ARGS.items():
         off = consts.get(flag) not in (2, 3) if name == "Sched" else not consts.get(flag)
         if name in names and off:

@@ -12,8 +12,9 @@ and packed equal lengths). The library's defaults, and its development switches 
 other way (flash_validate): DKDV_DP_FIRST off for the softcap; the packed table on
 dK/dV's fast axis (PACKED_TABLE_FAST on), in bins of 4 blocks
 (SCHEDULE_BIN), the first grid (PACKED_SCHEDULE off) and the packed dK/dV kernel's
-masked Q/dO loads (PACKED_CLAMP 0) and its clamped loads without the unmasked whole
-blocks (1). PACKED=1: the packed rows only (8 x 2048 dense and
+masked Q/dO loads (PACKED_CLAMP 0), its clamped loads without the unmasked whole
+blocks (1), the tail block in a third loop (3) and the masked loop unpipelined
+(PACKED_DIAG_STAGES 1). PACKED=1: the packed rows only (8 x 2048 dense and
 packed, the mixed batch; clamped and masked loads). Each switch's gradients are
 compared bit for bit with the default's (they change no arithmetic). The kernels are
 compiled first by parallel child processes (one wave of up to 16, into triton's disk
@@ -69,16 +70,28 @@ CASES: dict[str, tuple] = {
     "packed equal 8x2048, masked loads": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": 0}),
     "packed mixed, masked loads": ("packed", MIXED, 0, {}, {"PACKED_CLAMP": 0}),
     "packed mixed, clamped loads only": ("packed", MIXED, 0, {}, {"PACKED_CLAMP": 1}),
+    "packed mixed, tail loop": ("packed", MIXED, 0, {}, {"PACKED_CLAMP": 3}),
+    "packed mixed, masked loop 1 stage": ("packed", MIXED, 0, {}, {"PACKED_DIAG_STAGES": 1}),
+    "packed mixed, tail loop, masked 1 stage": (
+        "packed",
+        MIXED,
+        0,
+        {},
+        {"PACKED_CLAMP": 3, "PACKED_DIAG_STAGES": 1},
+    ),
+    "packed equal 8x2048, tail loop": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": 3}),
 }
 # PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
 PACKED_NAMES = [
     "equal 8x2048",
     "equal 8x2048, BSHD",
     "packed equal 8x2048",
-    "packed equal 8x2048, masked loads",
+    "packed equal 8x2048, tail loop",
     "packed mixed",
     "packed mixed, masked loads",
-    "packed mixed, clamped loads only",
+    "packed mixed, tail loop",
+    "packed mixed, masked loop 1 stage",
+    "packed mixed, tail loop, masked 1 stage",
 ]
 # (what, numerator, denominator, issue's ask)
 RATIOS = [
@@ -101,6 +114,20 @@ RATIOS = [
         None,
     ),
     ("packed mixed / masked loads", "packed mixed", "packed mixed, masked loads", None),
+    ("packed mixed, tail loop / equal", "packed mixed, tail loop", "equal 8x2048", 0.9),
+    (
+        "packed mixed, masked loop 1 stage / equal",
+        "packed mixed, masked loop 1 stage",
+        "equal 8x2048",
+        0.9,
+    ),
+    (
+        "packed mixed, tail loop, masked 1 stage / equal",
+        "packed mixed, tail loop, masked 1 stage",
+        "equal 8x2048",
+        0.9,
+    ),
+    ("packed equal, tail loop / equal", "packed equal 8x2048, tail loop", "equal 8x2048", None),
     (
         "packed mixed, clamped only / masked loads",
         "packed mixed, clamped loads only",
@@ -118,6 +145,7 @@ BITWISE = [
     # compared with itself on a second run (determinism)
     ("packed mixed, clamped loads only", "packed mixed, masked loads"),
     ("packed mixed", "packed mixed"),
+    ("packed mixed, tail loop", "packed mixed, masked loads"),
 ]
 
 
@@ -127,6 +155,7 @@ def _switches(values: dict) -> None:
     flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", "variants")
     flash_validate.SCHEDULE_BIN = values.get("SCHEDULE_BIN", 1)
     flash_validate.PACKED_CLAMP = values.get("PACKED_CLAMP", 2)
+    flash_validate.PACKED_DIAG_STAGES = values.get("PACKED_DIAG_STAGES")
 
 
 def _flops(kind: str, size: object, n: int, kw: dict) -> float:

@@ -47,6 +47,8 @@ VARIANTS: dict[str, dict] = {
     # 1), and with its whole row blocks in an unmasked loop (2, the default)
     "varlen-clamp1": dict(VARLEN=3, CLAMP=1),
     "varlen-clamp": dict(VARLEN=3, CLAMP=2),
+    "varlen-clamp3": dict(VARLEN=3, CLAMP=3),
+    "varlen-clamp-diag1": dict(VARLEN=3, CLAMP=2, DIAG_STAGES=1),
     "varlen-clamp-window": dict(VARLEN=3, CLAMP=2, WINDOW=True, DP_FIRST=True),
     "varlen-clamp-softcap": dict(VARLEN=3, CLAMP=2, SOFTCAP=2, ALIBI=True, DP_FIRST=True),
     "dense-dpfirst": dict(DP_FIRST=True),
@@ -114,6 +116,8 @@ def _consts(fn: object, flags: dict, kernel: str, even: bool = True) -> dict:
     for flag in ("WINDOW", "SOFTCAP", "ALIBI", "VARLEN", "DP_FIRST", "CLAMP"):
         if flag in names:
             consts[flag] = flags.get(flag, False)
+    if "DIAG_STAGES" in names:  # None: the launch's num_stages
+        consts["DIAG_STAGES"] = flags.get("DIAG_STAGES")
     off = {
         "win_left": "WINDOW", "win_right": "WINDOW", "softcap2": "SOFTCAP",
         "Slopes": "ALIBI", "stride_slope_b": "ALIBI", "CuQ": "VARLEN", "CuK": "VARLEN",
