@@ -84,6 +84,16 @@ def _median_us(fn, flush, calls: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events[5:]) * 1e3
 
 
+def _bench_median_us(fn) -> float:
+    """The median as `fa-bench run --max-time 0.2 --warmup 200` measures it
+    (fa_bench.run.timing.measure: its warm-up, its reading flush, its stopping rule): call
+    A's fa-bench run read batch 8 x 8k 1.1-1.5 us slower than this tool, SDPA alike."""
+    from fa_bench.run.timing import TimingConfig, measure
+
+    cfg = TimingConfig(max_time_s=0.2, warmup_ms=200.0)
+    return measure(fn, device=torch.device("cuda"), config=cfg).stats()["median"] * 1e3
+
+
 def _caches(case: Case, q, k, v):
     from fa_bench.run.decode_inputs import paged_cache
 
@@ -126,8 +136,10 @@ def _shape_rows(case: Case, candidates, flush, copy: float, deadline: float) -> 
         ln = plan.launch
         row = {"variant": label, "us": us, "gbps": nbytes / us / 1e3, "max_diff": err,
                "launch": f"s{ln.num_splits} bn{ln.block_n} w{ln.num_warps} st{ln.num_stages}"
-                         f"{' pdl' if ln.pdl else ''}",
+                         f"{' pdl' if plan.pdl else ''}",
                "bound": plan.bound_reason}  # fmt: skip
+        if label == "heuristic":
+            row["measure_us"] = _bench_median_us(plan.run)
         if plan.bound and ln.num_splits > 1:
             split_only = plan._bound[0]  # the split kernel's launch alone
             row["split_us"] = _median_us(split_only, flush, calls)
@@ -146,6 +158,8 @@ def _markdown(rows: list[dict], copy: float) -> list[str]:
         cache = "contig" if r["page"] == 0 else f"page{r['page']}"
         shape = f"b{r['batch']} {r['context'] // 1024}k {cache}"
         split = f"{r['split_us']:.1f}" if "split_us" in r else "–"
+        if "measure_us" in r:  # the heuristic's row: fa-bench's own timing beside it
+            split += f"; timing.measure {r['measure_us']:.1f}"
         diff = f"{r['max_diff']:.2e}" if "max_diff" in r else "–"
         lines.append(f"| {shape} | {r['variant']} | {r['launch'][:60]} | {r['us']:.1f} | "
                      f"{split} | {r['gbps']:.0f} | {r['copy']:.3f} | {diff} |")  # fmt: skip
