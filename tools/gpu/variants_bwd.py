@@ -80,6 +80,7 @@ CASES: dict[str, tuple] = {
         {"PACKED_CLAMP": 3, "PACKED_DIAG_STAGES": 1},
     ),
     "packed equal 8x2048, tail loop": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": 3}),
+    "packed mixed, dp-first": ("packed", MIXED, 0, {}, {"DKDV_DP_FIRST": "all"}),
 }
 # PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
 PACKED_NAMES = [
@@ -92,6 +93,7 @@ PACKED_NAMES = [
     "packed mixed, tail loop",
     "packed mixed, masked loop 1 stage",
     "packed mixed, tail loop, masked 1 stage",
+    "packed mixed, dp-first",
 ]
 # (what, numerator, denominator, issue's ask)
 RATIOS = [
@@ -128,6 +130,7 @@ RATIOS = [
         0.9,
     ),
     ("packed equal, tail loop / equal", "packed equal 8x2048, tail loop", "equal 8x2048", None),
+    ("packed mixed, dp-first / equal", "packed mixed, dp-first", "equal 8x2048", 0.9),
     (
         "packed mixed, clamped only / masked loads",
         "packed mixed, clamped loads only",
@@ -146,6 +149,7 @@ BITWISE = [
     ("packed mixed, clamped loads only", "packed mixed, masked loads"),
     ("packed mixed", "packed mixed"),
     ("packed mixed, tail loop", "packed mixed, masked loads"),
+    ("packed mixed", "packed mixed, dp-first"),
 ]
 
 
