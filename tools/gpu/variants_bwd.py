@@ -81,19 +81,20 @@ CASES: dict[str, tuple] = {
     ),
     "packed equal 8x2048, tail loop": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": 3}),
     "packed mixed, dp-first": ("packed", MIXED, 0, {}, {"DKDV_DP_FIRST": "all"}),
+    "packed mixed, masked loop 2 stages": ("packed", MIXED, 0, {}, {"PACKED_DIAG_STAGES": 2}),
 }
 # PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
 PACKED_NAMES = [
     "equal 8x2048",
     "equal 8x2048, BSHD",
     "packed equal 8x2048",
-    "packed equal 8x2048, tail loop",
     "packed mixed",
     "packed mixed, masked loads",
     "packed mixed, tail loop",
     "packed mixed, masked loop 1 stage",
     "packed mixed, tail loop, masked 1 stage",
     "packed mixed, dp-first",
+    "packed mixed, masked loop 2 stages",
 ]
 # (what, numerator, denominator, issue's ask)
 RATIOS = [
@@ -131,6 +132,12 @@ RATIOS = [
     ),
     ("packed equal, tail loop / equal", "packed equal 8x2048, tail loop", "equal 8x2048", None),
     ("packed mixed, dp-first / equal", "packed mixed, dp-first", "equal 8x2048", 0.9),
+    (
+        "packed mixed, masked loop 2 stages / equal",
+        "packed mixed, masked loop 2 stages",
+        "equal 8x2048",
+        0.9,
+    ),
     (
         "packed mixed, clamped only / masked loads",
         "packed mixed, clamped loads only",
