@@ -44,7 +44,7 @@ class GluonBwdConfig:
     stages: depth of the Q/dO ring in shared memory;
     producer_regs / consumer_regs: per-thread registers of the producer's warpgroup and
       of consumer 1 (consumer 0, the default partition, gets what is left of the 64K);
-    shared_dq: FA3's dQ (head_dim 128): the two consumers' dSᵀ tiles meet in shared memory
+    shared_dq: FA3's dQ: the two consumers' dSᵀ tiles meet in shared memory
       and each consumer computes and reduce-adds half of dQ's columns over all 128 keys,
       instead of each adding its own 64 keys' share of every column (half the reduce-add
       traffic, half the staging memory: a third ring stage fits; the consumers sync per
@@ -56,8 +56,10 @@ class GluonBwdConfig:
     early_dq_all: both dQ chunks (head_dim 128) are queued before dV and dK are waited for,
       so no chunk's issue waits on the previous chunk's staging store and reduce-add
       (two 64 × 64 fp32 accumulators live at once next to dK and dV);
-    dq_first: FlashAttention-3's order: dQ's matmuls issued between dV's and dK's, and
-      dQ staged and reduce-added while dK's matmul runs (the stores under a matmul);
+    dq_first: FlashAttention-3's order, how many of dQ's chunks are issued between dV's
+      and dK's matmuls and staged and reduce-added while dK's runs: 0 none, 1 the first
+      (the second then queued behind dK), 2 all (at head_dim 128 ptxas serialises the
+      wgmmas: two fp32 chunks live beside dK and dV; at 64, one chunk, 1 is 2);
     kb_major: the grid runs every head's first key blocks first (the first causal order)
       instead of one head's key blocks together: on the H200 (session 5, call B) it left
       the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
@@ -75,21 +77,21 @@ class GluonBwdConfig:
     rotate: bool = False
     early_dq: bool = False
     early_dq_all: bool = False
-    dq_first: bool = False
+    dq_first: int = 0
     kb_major: bool = False
     pingpong: bool = False
 
     def __post_init__(self) -> None:
-        for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4))):
+        for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
+                            ("dq_first", (0, 1, 2))):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "dq_first", "kb_major",
-                 "pingpong")  # fmt: skip
+        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong")
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
-        if sum((self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first)) > 1:
+        if sum((self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first > 0)) > 1:
             raise ValueError(
                 f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
                 f"early_dq_all={self.early_dq_all}, dq_first={self.dq_first}): one dQ schedule"
@@ -99,12 +101,17 @@ class GluonBwdConfig:
     @property
     def dq_mode(self) -> int:
         """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
-        early, 5 dQ before dK, 0 none of them."""
+        early, 5 all of dQ before dK, 6 its first chunk before dK, 0 none of them."""
         if self.dq_first:
-            return 5
+            return 5 if self.dq_first == 2 else 6
         if self.early_dq_all:
             return 4
         return 1 if self.shared_dq else 3 if self.early_dq else 0
+
+    def dq_cols(self, head_dim: int) -> int:
+        """Columns per dQ reduce-add: half of head_dim under shared_dq (one half per
+        consumer), else DQ_CHUNK."""
+        return head_dim // 2 if self.shared_dq else DQ_CHUNK
 
     @property
     def block_n(self) -> int:
@@ -127,7 +134,7 @@ class GluonBwdConfig:
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
         text = f"{text}-early2" if self.early_dq_all else text
-        text = f"{text}-dqfirst" if self.dq_first else text
+        text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text
 
 
@@ -193,19 +200,21 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     64 rows at head_dim 64 (its first heuristic), "ws-rot" the rotated query-block order,
     "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
     "ws-pp" the consumers' ping-pong, "ws-early2" (head_dim 128) the heuristic with both
-    dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order."""
+    dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order,
+    "ws-dqfirst1" (head_dim 128) with only dQ's first chunk before dK."""
     base = _heuristic(head_dim, False)
     plain = dataclasses.replace(base, early_dq=False, rotate=False)
     out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
            "ws-early": dataclasses.replace(plain, early_dq=True),
            "ws-kbmajor": dataclasses.replace(base, kb_major=True),
            "ws-pp": dataclasses.replace(base, pingpong=True),
-           "ws-dqfirst": dataclasses.replace(base, early_dq=False, dq_first=True)}  # fmt: skip
+           "ws-dqfirst": dataclasses.replace(base, early_dq=False, dq_first=2)}  # fmt: skip
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
+    out["ws-sdq"] = _deepest(dataclasses.replace(plain, shared_dq=True), head_dim)
     if head_dim == 2 * DQ_CHUNK:
-        out["ws-sdq"] = _deepest(dataclasses.replace(plain, shared_dq=True), head_dim)
         out["ws-early2"] = dataclasses.replace(base, early_dq=False, early_dq_all=True)
+        out["ws-dqfirst1"] = dataclasses.replace(base, early_dq=False, dq_first=1)
     else:
         out["ws-m64"] = _deepest(dataclasses.replace(plain, block_m=64), head_dim)
     return out
@@ -304,11 +313,6 @@ def _check_args(cfg: Any, causal: Any, scale: Any, head_dim: int) -> GluonBwdCon
     cfg = cfg if cfg is not None else gluon_bwd_config(head_dim, causal)
     if not isinstance(cfg, GluonBwdConfig):
         raise TypeError(f"config={cfg!r}: expected a GluonBwdConfig")
-    if cfg.shared_dq and head_dim != 2 * DQ_CHUNK:
-        raise ValueError(
-            f"config={cfg.label()}: shared_dq splits dQ's {2 * DQ_CHUNK} columns between the "
-            f"two consumers; head_dim={head_dim}"
-        )
     if cfg.early_dq_all and head_dim != 2 * DQ_CHUNK:
         raise ValueError(
             f"config={cfg.label()}: early_dq_all queues dQ's two {DQ_CHUNK}-column chunks; "
@@ -375,7 +379,7 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
     descs += [_descriptor(t, cfg.keys) for t in (k, v)]
     descs += [_descriptor(do, cfg.block_m)]
     descs += [_descriptor(t, cfg.keys) for t in (dk, dv)]
-    descs.append(_descriptor(dq_ws, cfg.block_m, DQ_CHUNK))
+    descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
     grid = (heads, blocks) if cfg.kb_major else (blocks, heads)

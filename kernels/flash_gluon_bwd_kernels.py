@@ -144,11 +144,13 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME: gl.constexpr,
-                   dq_desc, where, ring):  # fmt: skip
-    """DQ_MODE 5, the end of a step after dV was issued: dSᵀ to shared memory, dQ's
-    chunks issued, then dK; once dV and dQ are done (dK may still run) the dO slot goes
-    back and dQ's chunks are staged and reduce-added while dK's matmul runs, so the
-    tensor cores have dK's work queued behind the dQ stores (FA3's dV, dQ, dK order)."""
+                   dq_desc, where, ring, ALL: gl.constexpr):  # fmt: skip
+    """DQ_MODE 5 (ALL) and 6, the end of a step after dV was issued: dSᵀ to shared
+    memory, dQ's chunks (6: only the first) issued, then dK; once dV and those chunks are
+    done (dK may still run) the dO slot goes back and they are staged and reduce-added
+    while dK's matmul runs (FA3's dV, dQ, dK order); 6 then issues the second chunk
+    behind dK. Mode 5 keeps both 64 × 64 fp32 chunks live beside dK and dV, which ptxas
+    (12.8) answers by serialising the wgmmas (C7512); 6 keeps one, as DQ_MODE 3 does."""
     b, hq, m0 = where
     q_empty, do_empty, slot = ring
     CHUNK: gl.constexpr = dq_bufs.shape[4]
@@ -156,15 +158,19 @@ def _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME: gl.
     ds_me.store(ds_t)
     fence_async_shared()
     dq0 = _dq_issue(ds_me, k_me, 0, CHUNK)
-    if CHUNKS == 2:
+    if ALL and CHUNKS == 2:
         dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
     dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-    # in order: dV, the dQ chunks, dK; all but dK done
+    # in order: dV, the dQ chunks issued, dK; all but dK done
     dv, _p = warpgroup_mma_wait(1, deps=[dv, p_op])
     mbarrier.arrive(do_empty.index(slot), count=1)
     _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
     if CHUNKS == 2:
-        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        if ALL:
+            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        else:  # queued behind dK; waited with it
+            dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
+            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
     dk, _ds = warpgroup_mma_wait(0, deps=[dk, ds_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     return dk, dv
@@ -218,9 +224,10 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     ds_op = gl.convert_layout(ds_t, a_layout)
-    if DQ_MODE == 5:  # FA3's order: dQ's matmuls before dK's, its stores under dK's
+    if DQ_MODE == 5 or DQ_MODE == 6:  # FA3's order: dQ before dK, its stores under dK
         dk, dv = _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME,
-                                dq_desc, (b, hq, m0), (q_empty, do_empty, slot))  # fmt: skip
+                                dq_desc, (b, hq, m0), (q_empty, do_empty, slot),
+                                DQ_MODE == 5)  # fmt: skip
     else:
         _turn(bars, ME, 3 * t + 2, PINGPONG)
         dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
@@ -345,7 +352,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
-    chunks issued between dV and dK, staged and added while dK runs (`_tail_dq_first`);
+    chunks issued between dV and dK, staged and added while dK runs, 6 the same with
+    only the first chunk before dK (`_tail_dq_first`);
     2 a timing probe (0 without the reduce-adds: dQ left out).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""

@@ -85,18 +85,35 @@ def test_early_dq_all_needs_two_chunks():
 def test_dq_first_is_fa3s_order_at_both_head_dims(head_dim):
     cfg = candidate_bwd_configs(head_dim)["ws-dqfirst"]
     base = gluon_bwd_config(head_dim)
-    assert cfg.dq_mode == 5 and cfg.dq_first and not cfg.early_dq
+    assert cfg.dq_mode == 5 and cfg.dq_first == 2 and not cfg.early_dq
     assert cfg.label() == base.label().removesuffix("-early") + "-dqfirst"
     assert (cfg.block_m, cfg.stages, cfg.rotate) == (base.block_m, base.stages, base.rotate)
     assert _check_args(cfg, True, 0.1, head_dim) is cfg
 
 
+def test_dq_first_one_chunk_at_head_dim_128():
+    cfg = candidate_bwd_configs(128)["ws-dqfirst1"]
+    assert cfg.dq_mode == 6 and cfg.dq_first == 1
+    assert cfg.label() == "gluon-bwd-m64-n128-s2-rot-dqfirst1"
+    assert "ws-dqfirst1" not in candidate_bwd_configs(64)  # one chunk there: ws-dqfirst
+
+
 def test_dq_first_excludes_the_other_dq_schedules():
     for other in ("early_dq", "early_dq_all", "shared_dq"):
-        with pytest.raises(ValueError, match=r"dq_first=True\): one dQ schedule"):
-            GluonBwdConfig(dq_first=True, **{other: True})
-    with pytest.raises(ValueError, match="dq_first=1"):
-        GluonBwdConfig(dq_first=1)
+        with pytest.raises(ValueError, match=r"dq_first=1\): one dQ schedule"):
+            GluonBwdConfig(dq_first=1, **{other: True})
+    for bad in (True, 3):
+        with pytest.raises(ValueError, match=rf"dq_first={bad}: expected one of \(0, 1, 2\)"):
+            GluonBwdConfig(dq_first=bad)
+
+
+@pytest.mark.parametrize(("head_dim", "cols", "stages"), [(64, 32, 3), (128, 64, 3)])
+def test_shared_dq_at_both_head_dims(head_dim, cols, stages):
+    cfg = candidate_bwd_configs(head_dim)["ws-sdq"]
+    assert cfg.shared_dq and cfg.dq_mode == 1 and cfg.dq_cols(head_dim) == cols
+    assert cfg.stages == stages and cfg.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES
+    assert _check_args(cfg, False, 0.1, head_dim) is cfg
+    assert gluon_bwd_config(head_dim).dq_cols(head_dim) == 64  # the others: 64-column adds
 
 
 # --- $FA_BENCH_GLUON_BWD_ROLE ---------------------------------------------------------------
@@ -162,3 +179,36 @@ def test_gpu_every_role_within_the_accuracy_rule(head_dim, role, shape, causal):
     check = _tool("gluon_bwd_check")
     res = check.check_one(shape, "bf16", head_dim, causal, against_det=False, role=role)
     assert res["ok"], res
+
+
+# --- compiled for sm_90: ptxas keeps the heuristic's wgmmas asynchronous -------------------
+
+
+@pytest.mark.slow  # ~30 s: four sm_90 compiles
+def test_heuristic_wgmmas_not_serialized_and_the_check_catches_it():
+    import subprocess
+    import sys
+
+    import triton
+
+    path = "" if flash_gluon.version_reason(triton.__version__) is None else None
+    extra = os.environ.get("GLUON_TRITON_PATH", "")
+    if path is None and extra and Path(extra, "triton", "__init__.py").exists():
+        path = extra
+    if path is None:
+        pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
+    keep = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
+    env.pop("TRITON_INTERPRET", None)
+    tool = ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"
+    out = subprocess.run(
+        [sys.executable, str(tool), "--quick", "--roles", "ws,ws-early2", "--dims", "128"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = [x for x in out.stdout.splitlines() if x.startswith("ok ")]
+    heuristic = [x for x in lines if "-rot-early " in x]
+    early2 = [x for x in lines if "-rot-early2 " in x]
+    assert len(heuristic) == 4 and len(early2) == 2  # (the heuristic also as its probe)
+    assert not any("SERIALIZED" in x for x in heuristic), heuristic
+    assert all("SERIALIZED" in x for x in early2), early2  # call B: 16-18% slower

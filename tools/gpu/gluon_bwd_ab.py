@@ -71,7 +71,8 @@ def bench_shape(head_dim: int, n: int, causal: bool, roles: list[str]) -> Iterat
         cfg = cands[role]
         runs[role] = lambda cfg=cfg: gb._launch(cfg, grads, lse2, delta, causal, scale)
     first = cands[roles[0]]
-    runs["no-adds"] = lambda: gb._launch(first, grads, lse2, delta, causal, scale, probe=2)
+    if os.environ.get("AB_PROBE", "1") == "1":  # AB_PROBE=0: two compiles fewer per dim
+        runs["no-adds"] = lambda: gb._launch(first, grads, lse2, delta, causal, scale, probe=2)
     if os.environ.get("AB_WHOLE") == "1":  # one more compile per shape: off by default
         runs["gluon-whole"] = lambda: gb.gluon_backward(do, q, k, v, o, lse2, causal, scale)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]

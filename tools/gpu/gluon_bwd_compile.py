@@ -32,7 +32,6 @@ from fa_bench.kernels import flash_gluon_bwd_kernels
 from fa_bench.kernels.flash_gluon import version_reason
 from fa_bench.kernels.flash_gluon_bwd import (
     BWD_HEAD_DIMS,
-    DQ_CHUNK,
     GluonBwdConfig,
     candidate_bwd_configs,
     row_layout,
@@ -40,6 +39,27 @@ from fa_bench.kernels.flash_gluon_bwd import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gluon_compile import ptxas_info
+
+# ptxas's note when it cannot keep wgmmas asynchronous (too few registers for the
+# accumulators in flight): each then waits for the one before, a measured 15-18% loss
+# (session 6 call B: the early_dq_all and dq_first=2 launches)
+SERIAL_CODE = "C7512"
+
+
+def wgmma_serialized(ptx: str) -> bool:
+    """Whether ptxas (triton's, sm_90a) serialises the kernel's wgmmas."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        Path(path).write_text(ptx)
+        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", path, "-o", os.devnull],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+    return SERIAL_CODE in out.stdout + out.stderr
+
 
 TARGET = GPUTarget("cuda", 90, 32)
 SMEM_LIMIT = 227 * 1024
@@ -69,7 +89,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         do_desc=_desc(dtype, tile),
         dk_desc=_desc(dtype, kv_tile),
         dv_desc=_desc(dtype, kv_tile),
-        dq_desc=_desc("fp32", [1, 1, cfg.block_m, DQ_CHUNK]),
+        dq_desc=_desc("fp32", [1, 1, cfg.block_m, cfg.dq_cols(head_dim)]),
         lse_desc=_row_desc(cfg.block_m),
         delta_desc=_row_desc(cfg.block_m),
         heads_q="i32",
@@ -137,12 +157,14 @@ def main() -> int:
         try:
             kernel = compile_one(cfg, dtype, head_dim, causal, probe)
             row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
+            row["serialized"] = wgmma_serialized(kernel.asm["ptx"])
             row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
             if not row["ok"]:
                 row["error"] = f"shared memory {kernel.metadata.shared} > {SMEM_LIMIT}"
             if args.asm:
                 os.makedirs(args.asm, exist_ok=True)
-                stem = f"{args.asm}/{cfg.label()}-{dtype}-d{head_dim}-c{int(causal)}"
+                probe_tag = f"-probe{probe}" if probe else ""  # not over the kernel's own
+                stem = f"{args.asm}/{cfg.label()}{probe_tag}-{dtype}-d{head_dim}-c{int(causal)}"
                 for ext in ("ttgir", "ptx"):
                     Path(f"{stem}.{ext}").write_text(kernel.asm[ext])
         except Exception as e:  # report every failure, then go on
@@ -154,6 +176,7 @@ def main() -> int:
         detail = (
             f"smem {row['shared']} regs {row['registers']} spills "
             f"{row['spill_stores']}/{row['spill_loads']}"
+            + (" WGMMA SERIALIZED (ptxas C7512)" if row["serialized"] else "")
             if row["ok"]
             else row["error"]
         )
