@@ -1,0 +1,46 @@
+"""The decode heuristic's session-6 rule (kernels/decode_config.py, `_MID_*`): a paged
+cache of pages >= 64 keys, a capacity from 8k below 64k and programs from a quarter of
+the SMs to one per SM (batch 8 at 8 KV heads) takes 64-key blocks at 4 stages, measured
+0.6-0.7 us faster than 32-key blocks at 5 stages on the H200 (call B); every other launch
+is the one before it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fa_bench.kernels.decode_config import DecodeConfig, resolve
+
+
+def _launch(batch, ctx, page, config=None, heads_kv=8):
+    launch = resolve(config, None, programs=batch * heads_kv, capacity=ctx, page_size=page,
+                     sms=132)  # fmt: skip
+    return launch.block_n, launch.num_stages, launch.num_splits
+
+
+@pytest.mark.parametrize("page", [64, 128, 256])
+@pytest.mark.parametrize("ctx", [8192, 32768])
+def test_batch_8_paged_takes_64_key_blocks_at_4_stages(page, ctx) -> None:
+    # 8 splits: 512 programs, 4 per SM (one wave), as measured
+    assert _launch(8, ctx, page) == (64, 4, 8)
+
+
+@pytest.mark.parametrize(
+    ("batch", "ctx", "page", "want"),
+    [
+        (8, 8192, 16, (32, 5, 8)),  # pages of 16: the tuned 32-key blocks
+        (8, 8192, 32, (32, 5, 8)),
+        (8, 4096, 64, (32, 5, 8)),  # below 8k
+        (8, 131072, 64, (64, 5, 4)),  # the long-context rule
+        (64, 8192, 64, (32, 5, 1)),  # 512 programs: a wave of their own
+        (1, 32768, 64, (32, 5, 49)),  # 8 programs: the splits' rule
+        (2, 32768, 64, (32, 5, 32)),  # 16 programs: under a quarter of the SMs
+        (8, 8192, None, (64, 2, 8)),  # contiguous
+    ],
+)
+def test_other_launches_are_unchanged(batch, ctx, page, want) -> None:
+    assert _launch(batch, ctx, page) == want
+
+
+def test_a_config_that_fixes_the_block_or_the_stages_keeps_them() -> None:
+    assert _launch(8, 8192, 64, DecodeConfig(block_n=32))[:2] == (32, 5)
+    assert _launch(8, 8192, 64, DecodeConfig(num_stages=5))[:2] == (32, 5)
