@@ -44,3 +44,59 @@ def test_other_launches_are_unchanged(batch, ctx, page, want) -> None:
 def test_a_config_that_fixes_the_block_or_the_stages_keeps_them() -> None:
     assert _launch(8, 8192, 64, DecodeConfig(block_n=32))[:2] == (32, 5)
     assert _launch(8, 8192, 64, DecodeConfig(num_stages=5))[:2] == (32, 5)
+
+
+# ---------------------------------------------------------------------------------------
+# The launch it takes, run: interpreter (fp32) and GPU (bf16)
+
+
+def _kernel_tests():
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+    pytest.importorskip("triton")
+    import test_decode_kernel
+
+    return test_decode_kernel
+
+
+@pytest.mark.slow  # the interpreter
+@pytest.mark.parametrize("page", [64, 256])
+def test_interpreter_64_key_blocks_in_pages_against_the_reference(page) -> None:
+    import torch
+
+    tk = _kernel_tests()
+    if not tk.INTERPRETED:
+        pytest.skip("needs TRITON_INTERPRET=1 (CPU runs)")
+    from fa_bench.kernels import decode_attention
+
+    # ragged: 1, a page boundary, a length mid-page; a shuffled table; 3 splits
+    q, k, v, seqlens, table = tk.make_inputs([1, page, 2 * page + 17], 1, 8, 2, 16,
+                                             page_size=page)  # fmt: skip
+    config = DecodeConfig(block_n=64, num_stages=4)
+    o, lse = decode_attention(q, k, v, cache_seqlens=seqlens, block_table=table,
+                              num_splits=3, return_lse=True, config=config)  # fmt: skip
+    want_o, want_lse = tk.reference(q, k, v, seqlens, table)
+    torch.testing.assert_close(o.double(), want_o, **tk.FP32_TOL)
+    torch.testing.assert_close(lse.double(), want_lse, **tk.FP32_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [64, 256])
+@pytest.mark.parametrize("lengths", [[8192] * 8, [8192, 16, 3000, 4097, 64, 5000, 8000, 1]])
+def test_gpu_the_rule_launch_against_the_reference(page, lengths) -> None:
+    import torch
+
+    tk = _kernel_tests()
+    if tk.INTERPRETED or not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from fa_bench.kernels.decode_attention import plan_launch
+
+    q, k, _, _, table = tk.make_inputs(lengths, 1, 32, 8, 128, page_size=page,
+                                       dtype=torch.bfloat16, device="cuda")  # fmt: skip
+    launch = plan_launch(q, k, table, None, None)
+    assert (launch.block_n, launch.num_stages, launch.num_splits) == (64, 4, 8)
+    tk._assert_within_pytorch_error(lengths, 1, 32, 8, 128, torch.bfloat16, page)

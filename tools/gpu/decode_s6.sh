@@ -54,7 +54,7 @@ else
     # the flush test beside the others under -n 4 this time: the contention that failed
     # it in call A, which its spin and best-of-three rounds are meant to withstand
     STEP_MIN=10 step tests 35 python3 -m pytest -q -rfE --maxfail 4 -m gpu -n 4 \
-      -p no:cacheprovider tests/test_timing_flush.py tests/test_decode_pdl.py \
+      -p no:cacheprovider tests/test_timing_flush.py tests/test_decode_pdl.py tests/test_decode_kernel_rules.py \
       tests/test_decode_kernel_plan.py > "$W/tests.log" 2>&1
     grep -E "^(FAILED|ERROR)|passed|failed" "$W/tests.log" | tail -12 | tee -a "$STEPS"
   fi
