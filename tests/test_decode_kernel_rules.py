@@ -100,3 +100,21 @@ def test_gpu_the_rule_launch_against_the_reference(page, lengths) -> None:
     launch = plan_launch(q, k, table, None, None)
     assert (launch.block_n, launch.num_stages, launch.num_splits) == (64, 4, 8)
     tk._assert_within_pytorch_error(lengths, 1, 32, 8, 128, torch.bfloat16, page)
+
+
+@pytest.mark.slow  # compiles four kernels for sm_90
+def test_sm90_the_64_key_loop_takes_fewer_instructions_per_key() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "gpu" / "decode_sass.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(tool)], env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()[3:]]
+    per_key = {(int(r[0]), int(r[1])): float(r[7]) for r in rows}
+    for page in (64, 256):
+        assert per_key[(page, 64)] < 0.75 * per_key[(page, 32)], done.stdout
