@@ -203,18 +203,20 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order,
     "ws-dqfirst1" (head_dim 128) with only dQ's first chunk before dK."""
     base = _heuristic(head_dim, False)
-    plain = dataclasses.replace(base, early_dq=False, rotate=False)
+    # the heuristic's tiles and order with none of the dQ schedules (each role sets one)
+    bare = dataclasses.replace(base, early_dq=False, early_dq_all=False, dq_first=0)
+    plain = dataclasses.replace(bare, rotate=False)
     out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
            "ws-early": dataclasses.replace(plain, early_dq=True),
            "ws-kbmajor": dataclasses.replace(base, kb_major=True),
            "ws-pp": dataclasses.replace(base, pingpong=True),
-           "ws-dqfirst": dataclasses.replace(base, early_dq=False, dq_first=2)}  # fmt: skip
+           "ws-dqfirst": dataclasses.replace(bare, dq_first=2)}  # fmt: skip
     if base.stages > 2:
         out["ws-shallow"] = dataclasses.replace(base, stages=base.stages - 1)
     out["ws-sdq"] = _deepest(dataclasses.replace(plain, shared_dq=True), head_dim)
     if head_dim == 2 * DQ_CHUNK:
-        out["ws-early2"] = dataclasses.replace(base, early_dq=False, early_dq_all=True)
-        out["ws-dqfirst1"] = dataclasses.replace(base, early_dq=False, dq_first=1)
+        out["ws-early2"] = dataclasses.replace(bare, early_dq_all=True)
+        out["ws-dqfirst1"] = dataclasses.replace(bare, dq_first=1)
     else:
         out["ws-m64"] = _deepest(dataclasses.replace(plain, block_m=64), head_dim)
     return out
