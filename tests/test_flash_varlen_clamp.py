@@ -116,9 +116,12 @@ def test_packed_launches_clamp_and_dense_ones_do_not(monkeypatch):
     assert "CLAMP" not in backward_grids(None, True, 1, 8, 2, 137, 137, 32)[0]
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)  # the first grid too
     assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["CLAMP"] == 2
+    # the masked loop 2 stages deep by default (the H200's fastest), None: the launch's
+    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["DIAG_STAGES"] == 2
+    assert "DIAG_STAGES" not in backward_grids(None, True, 1, 8, 2, 137, 137, 32)[0]
+    monkeypatch.setattr(flash_validate, "PACKED_DIAG_STAGES", None)
     assert "DIAG_STAGES" not in backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
-    monkeypatch.setattr(flash_validate, "PACKED_DIAG_STAGES", 1)  # a timing switch
-    assert backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]["DIAG_STAGES"] == 1
+    monkeypatch.setattr(flash_validate, "PACKED_DIAG_STAGES", 1)
     monkeypatch.setattr(flash_validate, "PACKED_CLAMP", 0)
     extra = backward_grids(packed, True, 1, 8, 2, 137, 137, 32)[0]
     assert "CLAMP" not in extra and "DIAG_STAGES" not in extra

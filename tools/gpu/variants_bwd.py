@@ -82,6 +82,7 @@ CASES: dict[str, tuple] = {
     "packed equal 8x2048, tail loop": ("packed", (2048,) * 8, 0, {}, {"PACKED_CLAMP": 3}),
     "packed mixed, dp-first": ("packed", MIXED, 0, {}, {"DKDV_DP_FIRST": "all"}),
     "packed mixed, masked loop 2 stages": ("packed", MIXED, 0, {}, {"PACKED_DIAG_STAGES": 2}),
+    "packed mixed, masked loop 3 stages": ("packed", MIXED, 0, {}, {"PACKED_DIAG_STAGES": 3}),
 }
 # PACKED=1 (tools/gpu/variants_bwd.sh): the packed batch's rows only
 PACKED_NAMES = [
@@ -139,6 +140,12 @@ RATIOS = [
         0.9,
     ),
     (
+        "packed mixed, masked loop 3 stages / equal",
+        "packed mixed, masked loop 3 stages",
+        "equal 8x2048",
+        0.9,
+    ),
+    (
         "packed mixed, clamped only / masked loads",
         "packed mixed, clamped loads only",
         "packed mixed, masked loads",
@@ -166,7 +173,7 @@ def _switches(values: dict) -> None:
     flash_validate.DKDV_DP_FIRST = values.get("DKDV_DP_FIRST", "variants")
     flash_validate.SCHEDULE_BIN = values.get("SCHEDULE_BIN", 1)
     flash_validate.PACKED_CLAMP = values.get("PACKED_CLAMP", 2)
-    flash_validate.PACKED_DIAG_STAGES = values.get("PACKED_DIAG_STAGES")
+    flash_validate.PACKED_DIAG_STAGES = values.get("PACKED_DIAG_STAGES", 2)
 
 
 def _flops(kind: str, size: object, n: int, kw: dict) -> float:
@@ -257,6 +264,8 @@ def main() -> int:
     os.makedirs(out, exist_ok=True)
     rounds = int(os.environ.get("ROUNDS", "2"))
     picked = sys.argv[1:] or (PACKED_NAMES if os.environ.get("PACKED") == "1" else [])
+    if os.environ.get("VB_NAMES"):  # ';'-separated case names (they hold commas)
+        picked = os.environ["VB_NAMES"].split(";")
     names = [n for n in CASES if not picked or n in picked]
     t0 = time.time()
     warm = _precompile(names) if os.environ.get("PRECOMPILE", "1") == "1" and not CPU else []

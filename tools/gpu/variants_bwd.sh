@@ -20,6 +20,9 @@
 #   final call:               TESTS=0 RUN=1 LIMIT=165 bash tools/gpu/variants_bwd.sh
 #   packed, ~80 s:            PACKED=1 LIMIT=80 bash tools/gpu/variants_bwd.sh
 #   packed, fa-bench run:     PACKED=1 BENCH=0 TESTS=0 RUN=1 LIMIT=80 bash tools/gpu/variants_bwd.sh
+#   final (run, tests, then a few bench rows; VB_NAMES: ';'-separated case names):
+#     PACKED=1 RUN=1 RUN_FIRST=1 RUN_S=40 TESTS_S=30 VB_NAMES="..." LIMIT=88 \
+#       bash tools/gpu/variants_bwd.sh
 # Files under $OUT: variants_bwd.md/.json (the table and ratios), variants-bwd-tests.log,
 # variants-bwd-steps.log; with RUN=1 variants.md, variants-results-*.json, variants-run-*.log.
 set -u
@@ -28,14 +31,33 @@ OUT=${OUT:-fa-bench-out/out}
 export OUT
 mkdir -p "$OUT"
 LIMIT=${LIMIT:-180} # seconds of wall time for the whole script
-TESTS=${TESTS:-1} RUN=${RUN:-0} PACKED=${PACKED:-0} BENCH=${BENCH:-1}
+TESTS=${TESTS:-1} RUN=${RUN:-0} PACKED=${PACKED:-0} BENCH=${BENCH:-1} RUN_FIRST=${RUN_FIRST:-0}
 export PACKED
 STEPS="$OUT/variants-bwd-steps.log"
 STEP_RESERVE=5 STEP_MIN=15 STEP_KILL=10
 # shellcheck source=tools/gpu/steps.sh
 . "$(dirname "$0")/steps.sh"
 
+run_packed() { # the packed mixed batch and its 8 x 2048 control, backward, fa-bench run
+  local work
+  work=fa-bench-out/variants-bwd/$(date -u +%H%M%S)
+  mkdir -p "$work"
+  step "run packed" "$1" fa-bench run -s variants --dtype bf16 --head-dim 128 \
+    --mode bwd --no-report --max-time "${MAXT:-0.4}" --tuning-cache off --impl triton \
+    --seqlen 2048 --batch 8 --window none --softcap 0 --no-alibi \
+    --varlen uniform:256-3840 --varlen none --out "$work/packed" \
+    > "$OUT/variants-run-packed.log" 2>&1
+  cp "$work/packed/results.json" "$OUT/variants-results-packed.json" 2>> "$STEPS"
+  python3 tools/gpu/variants_summary.py "$OUT/variants-results-packed.json" \
+    > "$OUT/variants.md" 2>&1
+  tail -30 "$OUT/variants.md"
+}
+
 git log --oneline -1 >> "$STEPS" 2>&1
+# RUN_FIRST=1 (PACKED=1 RUN=1): the fa-bench run before the bench and the tests
+if [ "$RUN" = 1 ] && [ "$PACKED" = 1 ] && [ "$RUN_FIRST" = 1 ]; then
+  run_packed "${RUN_S:-45}"
+fi
 if [ "$BENCH" = 1 ]; then
   step "bench: variants' backward" "${BENCH_S:-60}" python3 tools/gpu/variants_bwd.py \
     > "$OUT/variants_bwd.log" 2>&1
@@ -56,20 +78,9 @@ elif [ "$TESTS" = 1 ]; then
     > "$OUT/variants-bwd-tests.log" 2>&1
   tail -5 "$OUT/variants-bwd-tests.log"
 fi
-if [ "$RUN" = 1 ] && [ "$PACKED" = 1 ]; then
-  # the packed mixed batch and its 8 x 2048 control, backward, through fa-bench run
-  WORK=fa-bench-out/variants-bwd/$(date -u +%H%M%S)
-  mkdir -p "$WORK"
-  step "run packed" "$(($(left) - 8))" fa-bench run -s variants --dtype bf16 --head-dim 128 \
-    --mode bwd --no-report --max-time "${MAXT:-0.4}" --tuning-cache off --impl triton \
-    --seqlen 2048 --batch 8 --window none --softcap 0 --no-alibi \
-    --varlen uniform:256-3840 --varlen none --out "$WORK/packed" \
-    > "$OUT/variants-run-packed.log" 2>&1
-  cp "$WORK/packed/results.json" "$OUT/variants-results-packed.json" 2>> "$STEPS"
-  python3 tools/gpu/variants_summary.py "$OUT/variants-results-packed.json" \
-    > "$OUT/variants.md" 2>&1
-  tail -30 "$OUT/variants.md"
-elif [ "$RUN" = 1 ]; then
+if [ "$RUN" = 1 ] && [ "$PACKED" = 1 ] && [ "$RUN_FIRST" = 0 ]; then
+  run_packed "$(($(left) - 8))"
+elif [ "$RUN" = 1 ] && [ "$PACKED" = 0 ]; then
   echo "[$(date -u +%T) +${SECONDS}s] fa-bench run (variants_check.sh)" | tee -a "$STEPS"
   TESTS=0 BENCH=0 MODES=bwd IMPLS=${IMPLS:-triton,flex} MOD_IMPLS=${MOD_IMPLS:-triton} \
     FLEX_LAST=${FLEX_LAST:-1} LIMIT=$(($(left) - 3)) \

@@ -49,6 +49,8 @@ VARIANTS: dict[str, dict] = {
     "varlen-clamp": dict(VARLEN=3, CLAMP=2),
     "varlen-clamp3": dict(VARLEN=3, CLAMP=3),
     "varlen-clamp-diag1": dict(VARLEN=3, CLAMP=2, DIAG_STAGES=1),
+    # the default packed launch (flash_validate: CLAMP 2, the masked loop 2 stages deep)
+    "varlen-clamp-diag2": dict(VARLEN=3, CLAMP=2, DIAG_STAGES=2),
     "varlen-clamp-window": dict(VARLEN=3, CLAMP=2, WINDOW=True, DP_FIRST=True),
     "varlen-clamp-softcap": dict(VARLEN=3, CLAMP=2, SOFTCAP=2, ALIBI=True, DP_FIRST=True),
     "dense-dpfirst": dict(DP_FIRST=True),
