@@ -67,12 +67,10 @@ _CONTIG_STAGES_FEW, _CONTIG_STAGES_MANY = 3, 2
 _PAGED_STAGES, _PAGED_STAGES_MANY = 5, 3
 _PAGED_BLOCK_N, _PAGED_BLOCK_N_LONG, _LONG_CONTEXT = 32, 64, 65536
 _MANY_WAVES = 2
-# Paged, pages of 64 keys and up, capacities from 8k below _LONG_CONTEXT, programs from a
-# quarter of the SMs to one per SM (batch 8 at 8 KV heads): 64-key blocks (one table read
-# per block, in one page) at 4 stages (one block in flight, 4 programs per SM). On the
-# H200 (session 6 call B, batch 8 x 8k, 8 splits) 0.6-0.7 us faster than 32-key blocks at
-# 5 stages at pages 64 and 256 (71.1 / 70.8 against 71.7 / 71.5 us).
-_MID_CONTEXT, _MID_BLOCK_N, _MID_STAGES = 8192, 64, 4
+# (Session 6 tried 64-key blocks at 4 stages for paged batch 8 from 8k: call B measured
+# them 0.6-0.7 us faster at pages 64 and 256, call C 1.1% slower at 8k x 32k page 64 and,
+# with the PDL combine, 3 us slower at 8k page 64 (74.9 against 71.9 us; fa-bench run
+# 0.85 x copy): not taken. docs/kernel.md, "Decoding".)
 # Splits (`choose_num_splits`): the bytes the GPU must have in flight to read at its
 # bandwidth, the shared memory of an SM, and the fewest key blocks per split.
 _INFLIGHT_BYTES = 12 << 20
@@ -275,15 +273,6 @@ def resolve(
         # 128k, 512 programs: 0.80-0.86 x SDPA, session 5 call D), where the short blocks
         # fit 4 per SM, one wave (batch 64 x 32k, the same kernel: 1.05 x copy).
         block_n = min(block_n, block_n_for(page_size))
-    if (
-        paged
-        and not config.block_n
-        and not config.num_stages
-        and page_size >= _MID_BLOCK_N
-        and _MID_CONTEXT <= capacity < _LONG_CONTEXT
-        and sms // 4 <= programs < sms
-    ):
-        block_n, stages = _MID_BLOCK_N, _MID_STAGES
     if num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     return Launch(

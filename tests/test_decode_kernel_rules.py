@@ -1,8 +1,10 @@
-"""The decode heuristic's session-6 rule (kernels/decode_config.py, `_MID_*`): a paged
-cache of pages >= 64 keys, a capacity from 8k below 64k and programs from a quarter of
-the SMs to one per SM (batch 8 at 8 KV heads) takes 64-key blocks at 4 stages, measured
-0.6-0.7 us faster than 32-key blocks at 5 stages on the H200 (call B); every other launch
-is the one before it."""
+"""Paged batch 8 in the decode heuristic (kernels/decode_config.py), session 6: 64-key
+blocks at 4 stages (one table read per block) were tried for pages of 64 keys and up from
+8k (call B: 0.6-0.7 us faster at batch 8 x 8k) and not taken (call C: 1.1% slower at 32k
+page 64, and with the PDL combine 3 us slower at 8k page 64, fa-bench run 0.85 x copy):
+the heuristic keeps 32-key blocks at 5 stages there. The 64-key launch stays reachable by
+DecodeConfig, run here against the reference in the interpreter, and its sm_90 loop is
+compared with the 32-key one (tools/gpu/decode_sass.py)."""
 
 from __future__ import annotations
 
@@ -17,33 +19,15 @@ def _launch(batch, ctx, page, config=None, heads_kv=8):
     return launch.block_n, launch.num_stages, launch.num_splits
 
 
-@pytest.mark.parametrize("page", [64, 128, 256])
+@pytest.mark.parametrize("page", [16, 64, 128, 256])
 @pytest.mark.parametrize("ctx", [8192, 32768])
-def test_batch_8_paged_takes_64_key_blocks_at_4_stages(page, ctx) -> None:
-    # 8 splits: 512 programs, 4 per SM (one wave), as measured
-    assert _launch(8, ctx, page) == (64, 4, 8)
+def test_batch_8_paged_keeps_32_key_blocks_at_5_stages(page, ctx) -> None:
+    assert _launch(8, ctx, page) == (32, 5, 8)
 
 
-@pytest.mark.parametrize(
-    ("batch", "ctx", "page", "want"),
-    [
-        (8, 8192, 16, (32, 5, 8)),  # pages of 16: the tuned 32-key blocks
-        (8, 8192, 32, (32, 5, 8)),
-        (8, 4096, 64, (32, 5, 8)),  # below 8k
-        (8, 131072, 64, (64, 5, 4)),  # the long-context rule
-        (64, 8192, 64, (32, 5, 1)),  # 512 programs: a wave of their own
-        (1, 32768, 64, (32, 5, 49)),  # 8 programs: the splits' rule
-        (2, 32768, 64, (32, 5, 32)),  # 16 programs: under a quarter of the SMs
-        (8, 8192, None, (64, 2, 8)),  # contiguous
-    ],
-)
-def test_other_launches_are_unchanged(batch, ctx, page, want) -> None:
-    assert _launch(batch, ctx, page) == want
-
-
-def test_a_config_that_fixes_the_block_or_the_stages_keeps_them() -> None:
-    assert _launch(8, 8192, 64, DecodeConfig(block_n=32))[:2] == (32, 5)
-    assert _launch(8, 8192, 64, DecodeConfig(num_stages=5))[:2] == (32, 5)
+def test_a_config_reaches_the_64_key_launch() -> None:
+    config = DecodeConfig(block_n=64, num_stages=4)
+    assert _launch(8, 8192, 64, config) == (64, 4, 8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -82,24 +66,6 @@ def test_interpreter_64_key_blocks_in_pages_against_the_reference(page) -> None:
     want_o, want_lse = tk.reference(q, k, v, seqlens, table)
     torch.testing.assert_close(o.double(), want_o, **tk.FP32_TOL)
     torch.testing.assert_close(lse.double(), want_lse, **tk.FP32_TOL)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("page", [64, 256])
-@pytest.mark.parametrize("lengths", [[8192] * 8, [8192, 16, 3000, 4097, 64, 5000, 8000, 1]])
-def test_gpu_the_rule_launch_against_the_reference(page, lengths) -> None:
-    import torch
-
-    tk = _kernel_tests()
-    if tk.INTERPRETED or not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    from fa_bench.kernels.decode_attention import plan_launch
-
-    q, k, _, _, table = tk.make_inputs(lengths, 1, 32, 8, 128, page_size=page,
-                                       dtype=torch.bfloat16, device="cuda")  # fmt: skip
-    launch = plan_launch(q, k, table, None, None)
-    assert (launch.block_n, launch.num_stages, launch.num_splits) == (64, 4, 8)
-    tk._assert_within_pytorch_error(lengths, 1, 32, 8, 128, torch.bfloat16, page)
 
 
 @pytest.mark.slow  # compiles four kernels for sm_90

@@ -33,8 +33,9 @@ FLUSH_BYTES = 256 << 20
 # bn32 st5 (paged) and batch 64 x 128k bn32 st4, bn64 st3 w8, bn128 st3 were 1-25% slower
 # than the heuristic; docs/kernel.md ("Decoding", session 6) has the table.
 SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
-    # the heuristic combines by PDL since call B (2ce01d6); "no pdl" is the old launch;
-    # paged batch 8 from 8k takes 64-key blocks at 4 stages since call B
+    # the heuristic combines by PDL since call B (2ce01d6); "no pdl" is the old launch.
+    # Call C (d8c81b1) ran these with a paged rule (64-key blocks at 4 stages) that it
+    # then measured slower, since reverted: the heuristic is 32-key blocks at 5 stages.
     (8, 8192, 0): [
         ("heuristic", None, {}),
         ("heuristic no pdl", None, {"pdl": False}),
@@ -49,8 +50,8 @@ SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
     (8, 8192, 64): [
         ("heuristic", None, {}),
         ("heuristic no pdl", None, {"pdl": False}),
-        ("s8 bn32 st5 (call B's)", 8, {"block_n": 32, "num_stages": 5}),
-        ("s8 bn64 st5", 8, {"block_n": 64, "num_stages": 5}),
+        ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
+        ("s8 bn64 st4 no pdl", 8, {"block_n": 64, "num_stages": 4, "pdl": False}),
     ],
     (64, 131072, 256): [
         ("heuristic", None, {}),
@@ -60,12 +61,12 @@ SHAPES: dict[tuple[int, int, int], list[tuple[str, int | None, dict]]] = {
     (8, 8192, 256): [
         ("heuristic", None, {}),
         ("heuristic no pdl", None, {"pdl": False}),
-        ("s8 bn32 st5 (call B's)", 8, {"block_n": 32, "num_stages": 5}),
-        ("s8 bn64 st5", 8, {"block_n": 64, "num_stages": 5}),
+        ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
+        ("s8 bn64 st4 no pdl", 8, {"block_n": 64, "num_stages": 4, "pdl": False}),
     ],
     (8, 32768, 64): [
         ("heuristic", None, {}),
-        ("s8 bn32 st5 (call B's)", 8, {"block_n": 32, "num_stages": 5}),
+        ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
     ],
 }
 
