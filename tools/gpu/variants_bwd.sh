@@ -20,7 +20,8 @@
 #   final call:               TESTS=0 RUN=1 LIMIT=165 bash tools/gpu/variants_bwd.sh
 #   packed, ~80 s:            PACKED=1 LIMIT=80 bash tools/gpu/variants_bwd.sh
 #   packed, fa-bench run:     PACKED=1 BENCH=0 TESTS=0 RUN=1 LIMIT=80 bash tools/gpu/variants_bwd.sh
-#   final (run, tests, then a few bench rows; VB_NAMES: ';'-separated case names):
+#   final (RUN_FIRST: the run, the tests, then the bench's rows; VB_NAMES: ';'-separated
+#   case names):
 #     PACKED=1 RUN=1 RUN_FIRST=1 RUN_S=40 TESTS_S=30 VB_NAMES="..." LIMIT=88 \
 #       bash tools/gpu/variants_bwd.sh
 # Files under $OUT: variants_bwd.md/.json (the table and ratios), variants-bwd-tests.log,
@@ -58,10 +59,14 @@ git log --oneline -1 >> "$STEPS" 2>&1
 if [ "$RUN" = 1 ] && [ "$PACKED" = 1 ] && [ "$RUN_FIRST" = 1 ]; then
   run_packed "${RUN_S:-45}"
 fi
-if [ "$BENCH" = 1 ]; then
+bench() {
   step "bench: variants' backward" "${BENCH_S:-60}" python3 tools/gpu/variants_bwd.py \
     > "$OUT/variants_bwd.log" 2>&1
   tail -40 "$OUT/variants_bwd.log"
+}
+# RUN_FIRST=1: the GPU tests before the bench too (the bench's rows last)
+if [ "$BENCH" = 1 ] && [ "$RUN_FIRST" = 0 ]; then
+  bench
 fi
 if [ "$TESTS" = 1 ] && [ "$PACKED" = 1 ]; then
   XDIST=()
@@ -77,6 +82,9 @@ elif [ "$TESTS" = 1 ]; then
     "${XDIST[@]}" tests/test_flash_varlen_sched_gpu.py tests/test_flash_variants_gpu.py \
     > "$OUT/variants-bwd-tests.log" 2>&1
   tail -5 "$OUT/variants-bwd-tests.log"
+fi
+if [ "$BENCH" = 1 ] && [ "$RUN_FIRST" = 1 ]; then
+  bench
 fi
 if [ "$RUN" = 1 ] && [ "$PACKED" = 1 ] && [ "$RUN_FIRST" = 0 ]; then
   run_packed "$(($(left) - 8))"
