@@ -114,6 +114,8 @@ def _specs() -> list[tuple]:
         ("softcap 50 causal [plain]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [fixed]", 8, 8192, dict(softcap=50.0), {}),
         ("softcap 50 causal [fixed, qscale]", 8, 8192, dict(softcap=50.0), {}),
+        # ... with tree-shaped row sums (no row max left to tree)
+        ("softcap 50 causal [fixed, qscale, tree]", 8, 8192, dict(softcap=50.0), {}),
         # ... and every 4th / 8th exp2 on the FMA pipes: with fewer instructions per score
         # the two MUFU ops per score (tanh, exp2) may be the limit again
         ("softcap 50 causal [fixed, qscale, emu 4]", 8, 8192, dict(softcap=50.0), {}),
@@ -135,7 +137,7 @@ def _specs() -> list[tuple]:
 _SWITCHES = (
     "TREE", "QSCALE", "TANH_F16X2", "ALIBI_ABS", "FIXED_MAX", "SOFTCAP_EMU", "SOFTCAP_FAST",
 )  # fmt: skip
-N_SPECS = 20  # len(_specs()), without building it (it needs CUDA)
+N_SPECS = 21  # len(_specs()), without building it (it needs CUDA)
 N_MAIN = 4  # the first rows: the targets' shapes (the rest are development modes)
 
 
