@@ -103,3 +103,37 @@ def _dq_shared(t, ME: gl.constexpr, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b,
     tile.reshape([BLOCK_M, HALF]).store(dq)
     fence_async_shared()
     _tma_reduce_add(dq_desc, [b, hq, m0, ME * HALF], tile)
+
+
+@gluon.jit
+def _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME: gl.constexpr,
+                   dq_desc, where, ring, ALL: gl.constexpr):  # fmt: skip
+    """DQ_MODE 5 (ALL) and 6, the end of a step after dV was issued: dSᵀ to shared
+    memory, dQ's chunks (6: only the first) issued, then dK; once dV and those chunks are
+    done (dK may still run) the dO slot goes back and they are staged and reduce-added
+    while dK's matmul runs (FA3's dV, dQ, dK order); 6 then issues the second chunk
+    behind dK. Mode 5 keeps both 64 × 64 fp32 chunks live beside dK and dV, which ptxas
+    (12.8) answers by serialising the wgmmas (C7512); 6 keeps one, as DQ_MODE 3 does."""
+    b, hq, m0 = where
+    q_empty, do_empty, slot = ring
+    CHUNK: gl.constexpr = dq_bufs.shape[4]
+    CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
+    ds_me.store(ds_t)
+    fence_async_shared()
+    dq0 = _dq_issue(ds_me, k_me, 0, CHUNK)
+    if ALL and CHUNKS == 2:
+        dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
+    dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
+    # in order: dV, the dQ chunks issued, dK; all but dK done
+    dv, _p = warpgroup_mma_wait(1, deps=[dv, p_op])
+    mbarrier.arrive(do_empty.index(slot), count=1)
+    _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+    if CHUNKS == 2:
+        if ALL:
+            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        else:  # queued behind dK; waited with it
+            dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
+            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+    dk, _ds = warpgroup_mma_wait(0, deps=[dk, ds_op])
+    mbarrier.arrive(q_empty.index(slot), count=1)
+    return dk, dv
