@@ -204,8 +204,12 @@ def test_the_gpu_checks_set_each_mode_and_restore_the_defaults():
         seen.append((vh.SOFTCAP_FAST, vh.FIXED_MAX, vh.QSCALE))
         return {}
 
-    for mode, want in (("plain", (False, False, False)), ("fixed", (False, True, False)),
-                       ("fixed qscale", (False, True, True)), ("", (True, False, False))):
+    for mode, want in (
+        ("plain", (False, False, False)),
+        ("fixed", (False, True, False)),
+        ("fixed qscale", (False, True, True)),
+        ("", (True, False, False)),
+    ):
         tool._run_check(probe, (), {"dev": mode} if mode else {})
         assert seen[-1] == want, mode
         assert (vh.SOFTCAP_FAST, vh.FIXED_MAX, vh.QSCALE) == (True, False, False)

@@ -257,9 +257,7 @@ def main() -> int:
     _write(out_dir, checks, [])  # the checks survive a later crash or timeout
     rows: list[dict] = []
     if not args.checks_only:
-        for row in timed_rows(
-            flex, args.row_timeout, start + args.budget, n_rows, args.from_row
-        ):
+        for row in timed_rows(flex, args.row_timeout, start + args.budget, n_rows, args.from_row):
             print(row, flush=True)
             rows.append(row)
             _write(out_dir, checks, rows)
