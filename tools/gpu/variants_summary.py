@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from fa_bench.variants import varlen_lengths
+
 
 def _records(paths: list[str]) -> list[dict]:
     out = []
@@ -48,7 +50,8 @@ def _variant(rec: dict) -> bool:
 
 def _control(rec: dict, recs: list[dict]) -> dict | None:
     """The dense causal case of the same shape (a packed batch: the equal-length case of
-    the same batch size and heads), same implementation and mode, from the same run."""
+    the same batch size, heads and tokens), same implementation and mode, from the same run."""
+    best: tuple[int, dict] | None = None
     for r in recs:
         if r["impl"] != rec["impl"] or r["mode"] != rec["mode"] or _variant(r):
             continue
@@ -57,9 +60,16 @@ def _control(rec: dict, recs: list[dict]) -> dict | None:
         same = ("dtype", "heads_q", "heads_kv", "head_dim", "causal", "batch")
         if any(r.get(k) != rec.get(k) for k in same):
             continue
-        if rec.get("varlen") or r["seqlen_q"] == rec["seqlen_q"]:
+        if r["seqlen_q"] == rec["seqlen_q"] and not rec.get("varlen"):
             return r
-    return None
+        if rec.get("varlen"):
+            # the equal-length control holds the same tokens: of the run's dense cases of
+            # this batch, the one whose batch x seqlen is nearest the packed documents' sum
+            tokens = sum(varlen_lengths(rec["varlen"], rec["batch"]))
+            gap = abs(r["batch"] * r["seqlen_q"] - tokens)
+            if best is None or gap < best[0]:
+                best = (gap, r)
+    return best[1] if best else None
 
 
 def _tflops(rec: dict | None) -> float | None:
