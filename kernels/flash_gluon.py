@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+# The input checks live in flash_gluon_checks; their names stay importable from here.
+from fa_bench.kernels.flash_gluon_checks import (  # noqa: F401
+    _TMA_ALIGN,
+    GLUON_TRITON,
+    HEAD_DIMS,
+    _api_reason,
+    _tensor_reason,
+    gluon_reason,
+    version_reason,
+)
 
 if TYPE_CHECKING:
     import torch
 
 _LOG2E = 1.4426950408889634
 VARIANTS = ("ws", "pipelined")
-HEAD_DIMS = (64, 128, 256)
 # GluonConfig.exp2_emu's values: kernels/gluon_exp2.EMU_CHOICES (not imported: that module
 # imports triton, this one must not).
 EXP2_EMU = (0, 2, 4, 8)
@@ -34,7 +43,6 @@ EXP2_EMU = (0, 2, 4, 8)
 _TREE_BIT = 16
 # sm_90's shared memory per block (227 KB) less what the kernels keep for mbarriers.
 SMEM_BYTES = 227 * 1024 - 1024
-_TMA_ALIGN = 16
 # setmaxnreg takes multiples of 8 from 24 to 256.
 _MIN_REGS, _MAX_REGS = 24, 256
 
@@ -268,97 +276,6 @@ def candidate_configs(head_dim: int) -> dict[str, GluonConfig]:
         variant="pipelined", block_m=16 * warps, num_warps=warps, block_n=base.block_n, stages=2
     )
     return out
-
-
-# Gluon is experimental and its API moves between triton releases (3.9 renamed the TMA
-# copies, for one): the kernels are written for, and compiled against, 3.6.
-GLUON_TRITON = "3.6"
-
-
-def version_reason(version: str) -> str | None:
-    """Why a triton of this version cannot build the kernels (None for 3.6.x)."""
-    if version.split(".")[:2] != GLUON_TRITON.split("."):
-        return (
-            f"triton {version}: the Gluon kernels are written for triton {GLUON_TRITON}.x's "
-            "Gluon API (experimental, it changes between releases)"
-        )
-    return None
-
-
-@functools.cache
-def _api_reason() -> str | None:
-    """Why this triton's Gluon cannot build the kernels: none at all, another version."""
-    try:
-        import triton
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.language.nvidia import hopper
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401
-    except Exception as e:  # an old triton, or one without Gluon
-        return f"triton has no usable Gluon ({type(e).__name__}: {e})"
-    reason = version_reason(getattr(triton, "__version__", "?"))
-    if reason:
-        return reason
-    missing = [
-        name
-        for name in ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared")
-        if not hasattr(hopper, name)
-    ]
-    if not hasattr(gl, "warp_specialize"):
-        missing.append("warp_specialize")
-    if missing:
-        return f"triton {triton.__version__}'s Gluon lacks {', '.join(missing)}"
-    return None
-
-
-def _tensor_reason(name: str, t: Any) -> str | None:
-    import torch
-
-    if not isinstance(t, torch.Tensor):
-        return f"{name} is a {type(t).__name__}, not a tensor"
-    if t.dim() != 4:
-        return f"{name} has shape {tuple(t.shape)}, expected (batch, heads, seqlen, head_dim)"
-    if t.dtype not in (torch.float16, torch.bfloat16):
-        return f"{name}.dtype={t.dtype}: the Gluon forward takes float16 and bfloat16"
-    if t.stride(-1) != 1:
-        return f"{name}.stride()={tuple(t.stride())}: the last stride must be 1 (TMA)"
-    size = t.element_size()
-    if t.data_ptr() % _TMA_ALIGN or any((s * size) % _TMA_ALIGN for s in t.stride()[:-1]):
-        return f"{name}: base or strides {tuple(t.stride())} not 16-byte aligned (TMA)"
-    return None
-
-
-def gluon_reason(q: Any, k: Any, v: Any, causal: bool) -> str | None:
-    """Why the Gluon kernel cannot run these inputs, or None if it can."""
-    del causal  # both are supported
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        reason = _tensor_reason(name, t)
-        if reason:
-            return reason
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "TRITON_INTERPRET=1: Gluon kernels do not run in the Triton interpreter"
-    if q.device.type != "cuda" or k.device != q.device or v.device != q.device:
-        return (
-            f"q, k, v on {q.device}, {k.device}, {v.device}: the Gluon kernel needs one CUDA device"
-        )
-    import torch
-
-    cap = torch.cuda.get_device_capability(q.device)
-    if cap != (9, 0):
-        return (
-            f"compute capability {cap[0]}.{cap[1]}: the Gluon kernel is written for sm_90 (Hopper)"
-        )
-    if not (q.dtype == k.dtype == v.dtype):
-        return f"dtypes q {q.dtype}, k {k.dtype}, v {v.dtype} differ"
-    batch, heads_q, _, head_dim = q.shape
-    if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
-        return f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not match"
-    if heads_q % k.shape[1]:
-        return f"heads_q={heads_q} is not a multiple of heads_kv={k.shape[1]}"
-    if head_dim not in HEAD_DIMS:
-        return f"head_dim={head_dim}: the Gluon kernel takes {HEAD_DIMS}"
-    if min(q.shape[2], k.shape[2]) < 1:
-        return f"seqlen_q={q.shape[2]}, seqlen_k={k.shape[2]}: both must be at least 1"
-    return _api_reason()
 
 
 # Where the Gluon kernel beat our `tl` forward on the H200 (run B, docs/kernel.md): head_dim
