@@ -306,7 +306,8 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
         PAGED=paged, PAGE_SIZE=page_size or 0, SPLIT=split,
         DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
         FUSED=fused, SPLITS_PAD=pad_pow2(num_splits) if fused else 1,
-        PDL=pdl, num_warps=launch.num_warps, num_stages=launch.num_stages,
+        PDL=pdl, ONE_LOOP=launch.one_loop,
+        num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
     calls: list[tuple[Any, tuple[int, ...], tuple, dict]] = [
         (kernels.split, (programs, num_splits), split_args, split_kw)

@@ -17,6 +17,10 @@ is the heuristic's:
 - `pdl`: with the combine kernel, launch it by programmatic dependent launch (sm_90 and
   up; the split kernel lets it start at once, it waits on the split grid on the GPU), so
   its launch and start-up overlap the split kernel instead of following it;
+- `one_loop`: every key block of a split goes through the masked block loop (one
+  software-pipelined loop), instead of the blocks every row sees whole through an
+  unmasked loop and the rest (the causal diagonal of Sq > 1, a ragged length's last
+  block) through a second one, whose pipeline starts again after the first drains;
 
 and `num_splits` (decode_attention's own argument) the split count. `resolve` turns a
 config, the problem and the SM count into a complete `Launch`.
@@ -55,6 +59,8 @@ _FUSED_COMBINE = False
 # (70.4 against 66.4 us) and 2.9 us with PDL (69.8): 0.6-1.0 us less per call on all four
 # shapes tried (contiguous, pages 64 and 256), bit for bit the same output.
 _PDL = True
+# Two block loops (unmasked, then masked) unless measured otherwise (session 7, call 1).
+_ONE_LOOP = False
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.
@@ -90,6 +96,7 @@ class DecodeConfig:
     interleave: bool | None = None
     fused_combine: bool | None = None
     pdl: bool | None = None
+    one_loop: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,7 @@ class Launch:
     num_splits: int
     fused_combine: bool = _FUSED_COMBINE  # (no effect with one split)
     pdl: bool = _PDL  # (only with the combine kernel, on sm_90 and up)
+    one_loop: bool = _ONE_LOOP
 
 
 def _cdiv(n: int, d: int) -> int:
@@ -149,6 +157,8 @@ def check_config(config: object, page_size: int | None) -> None:
         raise ValueError(f"config.fused_combine must be a bool or None, got {fused!r}")
     if config.pdl is not None and not isinstance(config.pdl, bool):
         raise ValueError(f"config.pdl must be a bool or None, got {config.pdl!r}")
+    if config.one_loop is not None and not isinstance(config.one_loop, bool):
+        raise ValueError(f"config.one_loop must be a bool or None, got {config.one_loop!r}")
 
 
 def block_n_for(page_size: int | None, capacity: int = 0, many: bool = False) -> int:
@@ -283,4 +293,5 @@ def resolve(
         num_splits=num_splits,
         fused_combine=_FUSED_COMBINE if config.fused_combine is None else config.fused_combine,
         pdl=_PDL if config.pdl is None else config.pdl,
+        one_loop=_ONE_LOOP if config.one_loop is None else config.one_loop,
     )

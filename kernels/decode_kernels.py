@@ -159,6 +159,8 @@ def _decode_split_kernel(
     # programmatic dependent launch (sm_90): the combine kernel, launched with launch_pdl,
     # may start once every split program has started (see `_decode_combine_kernel`)
     PDL: tl.constexpr = False,
+    # every block through the masked loop (DecodeConfig.one_loop): one pipelined loop
+    ONE_LOOP: tl.constexpr = False,
 ):  # fmt: skip
     """One program: the rows of one row block of one (sequence, KV head) against one
     split of that sequence's keys."""
@@ -215,6 +217,9 @@ def _decode_split_kernel(
     # split's first block at or past them.
     full_blocks = tl.maximum(seqlen - SEQ_Q + 1, 0) // BLOCK_N
     masked_lo = blk_lo + tl.cdiv(tl.maximum(full_blocks - blk_lo, 0), step) * step
+    if ONE_LOOP:
+        # no unmasked loop (below): the masked one streams the whole split
+        masked_lo = blk_lo
 
     k_base = K + off_b * stride_kb + off_hk * stride_kh
     v_base = V + off_b * stride_vb + off_hk * stride_vh
@@ -222,12 +227,13 @@ def _decode_split_kernel(
     m_i = tl.full([BLOCK_ROWS], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
     acc = tl.zeros([BLOCK_ROWS, HEAD_DIM_PAD], dtype=tl.float32)
-    acc, l_i, m_i = _attend(
-        acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
-        stride_vs, bt_base, blk_lo, tl.minimum(blk_hi, full_blocks), step, seqlen, offs_d,
-        qk_scale,
-        HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, False, MASK_D, DOT_PREC,
-    )  # fmt: skip
+    if not ONE_LOOP:
+        acc, l_i, m_i = _attend(
+            acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
+            stride_vs, bt_base, blk_lo, tl.minimum(blk_hi, full_blocks), step, seqlen,
+            offs_d, qk_scale,
+            HEAD_DIM, BLOCK_N, PAGED, PAGE_SIZE, False, MASK_D, DOT_PREC,
+        )  # fmt: skip
     acc, l_i, m_i = _attend(
         acc, l_i, m_i, q, last_key, k_base, v_base, stride_kp, stride_ks, stride_vp,
         stride_vs, bt_base, masked_lo, blk_hi, step, seqlen, offs_d, qk_scale,
