@@ -101,3 +101,31 @@ def test_the_targets_run_every_batch_8_x_8k_case_of_the_suite_first() -> None:
     # the call-0 misses (Sq 4, 64/8 heads) first
     assert {(c.seqlen_q, c.heads_q) for c in order[:8]} == {(4, 32), (1, 64)}
     assert [c.impl for c in order[:2]] == ["triton", "sdpa"]
+
+
+@cpu_only
+@pytest.mark.slow
+def test_the_ab_tool_runs_end_to_end_in_the_interpreter(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "ab.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DEADLINE_S": "300"}
+    done = subprocess.run(
+        [sys.executable, str(TOOLS / "decode_s7_ab.py"), "--smoke", "--json", str(out)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    variants = [r["variant"] for r in rows]
+    assert variants == [
+        "sdpa", "heuristic", "one loop", "s8 bn64 st4",
+        "sdpa", "heuristic", "s16 bn64 st2",
+        "sdpa", "shuffled table", "ordered table",
+    ]  # fmt: skip
+    # every candidate computes what the heuristic does; the ordered table the same bits
+    assert all(r["max_diff"] < 1e-5 for r in rows if "max_diff" in r)
+    assert rows[-1]["max_diff"] == 0.0
+    assert "one-loop" in rows[2]["launch"] and rows[6]["launch"].startswith("s16 bn64")
+    assert "| b2 hq16 sq4" in done.stdout

@@ -14,7 +14,8 @@ block table beside an ordered one (the same pages in sequence order), SDPA besid
     DEADLINE_S=60 python tools/gpu/decode_s7_ab.py --json $OUT/ab.json > ab.md
 
 A development tool, not installed; DEADLINE_S (env, default 60) stops it between
-candidates.
+candidates. `--smoke`: tiny fp32 shapes on the CPU (the Triton interpreter, wall-clock
+timing), so a test runs every path of the tool without a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from fa_bench import models
 from fa_bench.case import Case
 
 FLUSH_BYTES = 256 << 20
+# --smoke: the device, dtype and call count (main sets them)
+RUN = {"device": "cuda", "dtype": "bf16", "calls": 200}
 
 Cand = tuple[str, int | None, dict]
 # contiguous (heuristic at batch 8 x 8k: 8 splits, 64-key blocks, 2 stages)
@@ -87,16 +90,20 @@ ORDER_SHAPES: list[tuple[int, int, int, int, int]] = [
     (64, 32, 1, 32768, 16),
     (256, 32, 1, 8192, 16),
 ]
+SMOKE_SHAPES = [(2, 16, 4, 160, 16, PAGED[:3]), (2, 16, 1, 160, 0, [CONTIG[0], CONTIG[6]])]
+SMOKE_ORDER_SHAPES = [(2, 16, 1, 128, 16)]
 
 
 def case_of(batch: int, hq: int, sq: int, ctx: int, page: int) -> Case:
-    return Case(impl="triton", mode="decode", dtype="bf16", batch=batch, heads_q=hq,
+    return Case(impl="triton", mode="decode", dtype=RUN["dtype"], batch=batch, heads_q=hq,
                 heads_kv=8, seqlen_q=sq, seqlen_k=ctx, head_dim=128, causal=True,
                 page_size=page)  # fmt: skip
 
 
 def copy_gbps() -> float:
     """The run's copy bandwidth as the bench calibrates it: read + write of 1 GiB."""
+    if RUN["device"] != "cuda":
+        return 1.0
     n = 1 << 30
     src = torch.ones(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
@@ -115,6 +122,13 @@ def copy_gbps() -> float:
 
 
 def median_us(fn, flush, calls: int) -> float:
+    if RUN["device"] != "cuda":  # --smoke: wall clock
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e6
     events = []
     for _ in range(calls + 5):
         flush()
@@ -143,7 +157,7 @@ def _inputs(case: Case):
     from fa_bench.run.decode_inputs import paged_cache
     from fa_bench.run.execute import make_inputs
 
-    q, k, v, _ = make_inputs(case, torch.device("cuda"))
+    q, k, v, _ = make_inputs(case, torch.device(RUN["device"]))
     seqlens = torch.tensor(case.context_lengths(), dtype=torch.int32, device=q.device)
     if case.page_size:
         kc, vc, table = paged_cache(case, k, v)
@@ -166,7 +180,7 @@ def shape_rows(case: Case, candidates: list[Cand], flush, deadline: float) -> li
     from fa_bench.kernels.decode_plan import plan_decode
 
     q, k, v, kc, vc, table, seqlens = _inputs(case)
-    calls = 200 if models.decode_bytes(case) < 2e9 else 12
+    calls = RUN["calls"] if models.decode_bytes(case) < 2e9 else 12
     rows = [_sdpa_row(case, q, k, v, flush, calls)]
     del k, v
     torch.cuda.empty_cache()
@@ -194,7 +208,7 @@ def order_rows(case: Case, flush, deadline: float) -> list[dict]:
     from fa_bench.kernels.decode_plan import plan_decode
 
     q, k, v, kc, vc, table, seqlens = _inputs(case)
-    calls = 200 if models.decode_bytes(case) < 2e9 else 12
+    calls = RUN["calls"] if models.decode_bytes(case) < 2e9 else 12
     rows = [_sdpa_row(case, q, k, v, flush, calls)]
     _, kd, vd = _dense(q, k, v)  # (B, S, Hkv, D): consecutive pages in sequence order
     del k, v
@@ -203,6 +217,7 @@ def order_rows(case: Case, flush, deadline: float) -> list[dict]:
     ordered = torch.arange(pages, dtype=torch.int32, device=q.device).view(case.batch, -1)
     kd, vd = (t.view(pages, size, *t.shape[2:]) for t in (kd, vd))
     qk = q.transpose(1, 2)
+    want = None
     for label, kp, vp, tb in (
         ("shuffled table", kc, vc, table),
         ("ordered table", kd, vd, ordered),
@@ -210,8 +225,10 @@ def order_rows(case: Case, flush, deadline: float) -> list[dict]:
         if time.monotonic() > deadline:
             break
         plan = plan_decode(qk, kp, vp, cache_seqlens=seqlens, block_table=tb)
-        plan.run()
+        o = plan.run().float()
+        want = o if want is None else want  # the same pages, the same sums: the same bits
         rows.append({"variant": label, "us": median_us(plan.run, flush, calls),
+                     "max_diff": (o - want).abs().max().item(),
                      "launch": launch_label(plan), "bound": plan.bound_reason})  # fmt: skip
     return rows
 
@@ -245,18 +262,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the rows here")
     parser.add_argument("--no-order", action="store_true", help="skip the table-order rows")
+    parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU")
     args = parser.parse_args(argv)
+    shapes, order_shapes = SHAPES, ORDER_SHAPES
+    if args.smoke:
+        RUN.update(device="cpu", dtype="fp32", calls=2)
+        shapes, order_shapes = SMOKE_SHAPES, SMOKE_ORDER_SHAPES
     from fa_bench import registry
     from fa_bench.run.timing import l2_flush
 
     deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
     registry.load()
     copy = copy_gbps()
-    flush = l2_flush(torch.zeros(FLUSH_BYTES, dtype=torch.int8, device="cuda"), "read")
+    buf = torch.zeros(FLUSH_BYTES if not args.smoke else 16, dtype=torch.int8, device=RUN["device"])
+    flush = l2_flush(buf, "read")
     rows: list[dict] = []
-    jobs = [(s[:5], s[5]) for s in SHAPES]
+    jobs: list[tuple[tuple, list[Cand] | None]] = [(s[:5], s[5]) for s in shapes]
     if not args.no_order:
-        jobs += [(s, None) for s in ORDER_SHAPES]
+        jobs += [(s, None) for s in order_shapes]
     for shape, candidates in jobs:
         if time.monotonic() > deadline:
             print(f"deadline: stopped before {shape}", file=sys.stderr)
