@@ -119,6 +119,7 @@ def test_the_ab_tool_runs_end_to_end_in_the_interpreter(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     variants = [r["variant"] for r in rows]
+    # the table-order shape after the first three shapes (here: after both)
     assert variants == [
         "sdpa", "heuristic", "one loop", "s8 bn64 st4",
         "sdpa", "heuristic", "s16 bn64 st2",
