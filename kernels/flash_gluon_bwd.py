@@ -18,10 +18,10 @@ torch's CUDA.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import flash_gluon
+from fa_bench.kernels.flash_gluon_bwd_config import DQ_CHUNK, GluonBwdConfig
 
 if TYPE_CHECKING:
     import torch
@@ -30,113 +30,6 @@ _LOG2E = 1.4426950408889634
 BWD_HEAD_DIMS = (64, 128)
 # Rows per program of the tl pre/postprocessing kernels (as flash_attention's)
 _ROWS = 64
-# head_dim columns per dQ reduce-add (the kernel's 64 × 64 fp32 dQ chunks)
-DQ_CHUNK = 64
-
-
-@dataclass(frozen=True)
-class GluonBwdConfig:
-    """Launch parameters of the Gluon backward.
-
-    block_m: query rows per step, 64 or 128 (the N of Sᵀ's wgmma; FA3 takes 128 at
-      head_dim 64, where 64-row steps leave little matmul per barrier);
-    keys: keys per consumer warpgroup (64; a CTA holds 2 · keys);
-    stages: depth of the Q/dO ring in shared memory;
-    producer_regs / consumer_regs: per-thread registers of the producer's warpgroup and
-      of consumer 1 (consumer 0, the default partition, gets what is left of the 64K);
-    shared_dq: FA3's dQ: the two consumers' dSᵀ tiles meet in shared memory
-      and each consumer computes and reduce-adds half of dQ's columns over all 128 keys,
-      instead of each adding its own 64 keys' share of every column (half the reduce-add
-      traffic, half the staging memory: a third ring stage fits; the consumers sync per
-      step);
-    rotate: non-causal, each key block of a head starts its loop at another query block
-      (block kb at kb mod the count), so the CTAs' dQ reduce-adds do not all land on the
-      same workspace rows at once (causal CTAs start at their diagonal anyway);
-    early_dq: the first dQ chunk's matmul is queued before dV and dK are waited for;
-    early_dq_all: both dQ chunks (head_dim 128) are queued before dV and dK are waited for,
-      so no chunk's issue waits on the previous chunk's staging store and reduce-add
-      (two 64 × 64 fp32 accumulators live at once next to dK and dV);
-    dq_first: FlashAttention-3's order, how many of dQ's chunks are issued between dV's
-      and dK's matmuls and staged and reduce-added while dK's runs: 0 none, 1 the first
-      (the second then queued behind dK), 2 all (at head_dim 128 ptxas serialises the
-      wgmmas: two fp32 chunks live beside dK and dV; at 64, one chunk, 1 is 2);
-    kb_major: the grid runs every head's first key blocks first (the first causal order)
-      instead of one head's key blocks together: on the H200 (session 5, call B) it left
-      the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
-      at once do not fit L2: 331 TFLOP/s, 498 without the adds, bf16 d128);
-    pingpong: the two consumers take turns to issue their matmul groups (mbarriers), so
-      one's exponentials overlap the other's matmuls (the Gluon forward's ping-pong).
-    """
-
-    block_m: int = 64
-    keys: int = 64
-    stages: int = 2
-    producer_regs: int = 24
-    consumer_regs: int = 240
-    shared_dq: bool = False
-    rotate: bool = False
-    early_dq: bool = False
-    early_dq_all: bool = False
-    dq_first: int = 0
-    kb_major: bool = False
-    pingpong: bool = False
-
-    def __post_init__(self) -> None:
-        for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
-                            ("dq_first", (0, 1, 2))):  # fmt: skip
-            value = getattr(self, name)
-            if isinstance(value, bool) or value not in valid:
-                raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong")
-        for name in flags:
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
-        if sum((self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first > 0)) > 1:
-            raise ValueError(
-                f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
-                f"early_dq_all={self.early_dq_all}, dq_first={self.dq_first}): one dQ schedule"
-            )
-        flash_gluon.check_regs(self)
-
-    @property
-    def dq_mode(self) -> int:
-        """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
-        early, 5 all of dQ before dK, 6 its first chunk before dK, 0 none of them."""
-        if self.dq_first:
-            return 5 if self.dq_first == 2 else 6
-        if self.early_dq_all:
-            return 4
-        return 1 if self.shared_dq else 3 if self.early_dq else 0
-
-    def dq_cols(self, head_dim: int) -> int:
-        """Columns per dQ reduce-add: half of head_dim under shared_dq (one half per
-        consumer), else DQ_CHUNK."""
-        return head_dim // 2 if self.shared_dq else DQ_CHUNK
-
-    @property
-    def block_n(self) -> int:
-        """Keys per CTA."""
-        return 2 * self.keys
-
-    def smem_bytes(self, head_dim: int, elem_bytes: int = 2) -> int:
-        """K and V of the CTA, the Q/dO ring (with its fp32 lse2/delta rows), each
-        consumer's dSᵀ tile (keys × block_m) and fp32 dQ staging tile (block_m × head_dim)."""
-        kv = 2 * self.block_n * head_dim * elem_bytes
-        ring = 2 * self.stages * self.block_m * (head_dim * elem_bytes + 4)
-        ds = 2 * self.keys * self.block_m * elem_bytes
-        dq = 2 * self.block_m * head_dim * 4 // (2 if self.shared_dq else 1)
-        return kv + ring + ds + dq
-
-    def label(self) -> str:
-        text = f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
-        text = f"{text}-sdq" if self.shared_dq else text
-        text = f"{text}-rot" if self.rotate else text
-        text = f"{text}-kbmajor" if self.kb_major else text
-        text = f"{text}-pp" if self.pingpong else text
-        text = f"{text}-early2" if self.early_dq_all else text
-        text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
-        return f"{text}-early" if self.early_dq else text
-
 
 # `cfg` with the deepest Q/dO ring (up to 4 stages) that fits shared memory.
 _deepest = flash_gluon.deepest
@@ -219,6 +112,14 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
         out["ws-dqfirst1"] = dataclasses.replace(bare, dq_first=1)
     else:
         out["ws-m64"] = _deepest(dataclasses.replace(plain, block_m=64), head_dim)
+    # session 7: A operands from shared memory, alone and with the dQ schedules they
+    # might keep asynchronous (two chunks early at 128, one early at 64)
+    early = dict(early_dq_all=True) if head_dim == 2 * DQ_CHUNK else dict(early_dq=True)
+    tag = "early2" if head_dim == 2 * DQ_CHUNK else "early"
+    for ops, name in ((1, "dss"), (2, "pss")):
+        out[f"ws-{name}"] = _deepest(dataclasses.replace(base, ops_smem=ops), head_dim)
+        out[f"ws-{name}-{tag}"] = _deepest(dataclasses.replace(bare, ops_smem=ops, **early),
+                                           head_dim)  # fmt: skip
     return out
 
 
@@ -390,5 +291,5 @@ def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: 
         BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
         DQ_MODE=probe or cfg.dq_mode, ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major,
-        PINGPONG=cfg.pingpong, num_warps=4,
+        PINGPONG=cfg.pingpong, OPS_SMEM=cfg.ops_smem, num_warps=4,
     )  # fmt: skip

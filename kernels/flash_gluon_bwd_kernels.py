@@ -33,32 +33,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from fa_bench.kernels.flash_gluon_bwd_dq import (
-    _dq_finish,
-    _dq_issue,
-    _dq_out,
-    _dq_shared,
-    _tail_dq_first,
-)
-from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout
-
-
-@gluon.jit
-def _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M: gl.constexpr):
-    """Step t of a CTA's loop: (q head, first row of the query block). The loop runs the
-    q heads of the group one after another, each over query blocks [m_start, m_start + n_m)
-    starting at block m_start + rot (wrapping around)."""
-    hq = hk * group + t // n_m
-    m0 = (m_start + (t % n_m + rot) % n_m) * BLOCK_M
-    return hq, m0
+from fa_bench.kernels.flash_gluon_bwd_step import _bwd_step, _step_coords
+from fa_bench.kernels.flash_gluon_kernels import _acc_layout
 
 
 @gluon.jit
@@ -104,143 +82,9 @@ def _bwd_producer(descs, smem, bars, coords):
 
 
 @gluon.jit
-def _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL: gl.constexpr):
-    """Pᵀ with keys past seq_k (and, causal, past each row's diagonal) set to 0; only
-    the blocks that need it (the key tail, the diagonal) pay the mask."""
-    KEYS: gl.constexpr = p_t.shape[0]
-    BLOCK_M: gl.constexpr = p_t.shape[1]
-    layout: gl.constexpr = p_t.type.layout
-    diag = seq_k - seq_q
-    need = my_key0 + KEYS > seq_k
-    if CAUSAL:
-        need = need | (my_key0 + KEYS - 1 > m0 + diag)
-    if need:
-        keys = my_key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, layout))
-        keep = gl.expand_dims(keys < seq_k, 1)
-        if CAUSAL:
-            rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
-            keep = keep & (gl.expand_dims(keys, 1) <= gl.expand_dims(rows + diag, 0))
-        p_t = gl.where(keep, p_t, 0.0)
-    return p_t
-
-
-@gluon.jit
-def _row_vector(bufs, slot, layout: gl.constexpr):
-    """The BLOCK_M fp32 values (lse2 or delta) of ring slot `slot`, one per query column
-    of Sᵀ: the [1, BLOCK_M] TMA tile (unswizzled) read as a plain vector."""
-    BLOCK_M: gl.constexpr = bufs.shape[2]
-    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    return bufs.index(slot)._reinterpret(gl.float32, [BLOCK_M], flat).load(layout)
-
-
-@gluon.jit
-def _turn(bars, ME: gl.constexpr, k, PINGPONG: gl.constexpr):
-    """Wait for this consumer's k-th turn to issue matmuls (consumer 0 first: its first
-    wait passes on a fresh barrier, consumer 1's waits for consumer 0's first pass)."""
-    if PINGPONG:
-        mbarrier.wait(bars[7].index(ME), (k + 1 - ME) & 1)
-
-
-@gluon.jit
-def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
-    """Hand the turn to the other consumer."""
-    if PINGPONG:
-        mbarrier.arrive(bars[7].index(1 - ME), count=1)
-
-
-@gluon.jit
-def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
-              coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
-              PINGPONG: gl.constexpr):  # fmt: skip
-    """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
-    the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
-    so one's exponentials and dS overlap the other's matmuls."""
-    k_tiles, k_me, v_me = kv
-    ds_me = ds_bufs.index(ME)
-    q_bufs, do_bufs, lse_bufs, delta_bufs = rings
-    q_ready, q_empty, do_ready, do_empty = bars[1], bars[2], bars[3], bars[4]
-    b, hk, my_key0, m_start, n_m, rot, group = coords
-    seq_q, seq_k, qk_scale = scalars
-    KEYS: gl.constexpr = k_me.shape[0]
-    HEAD_DIM: gl.constexpr = k_me.shape[1]
-    BLOCK_M: gl.constexpr = q_bufs.shape[3]
-    STAGES: gl.constexpr = q_bufs.shape[0]
-    dtype: gl.constexpr = k_me.dtype
-    bits: gl.constexpr = dtype.primitive_bitwidth
-    s_layout: gl.constexpr = _acc_layout(BLOCK_M, 4, bits)
-    a_layout: gl.constexpr = _p_layout(HEAD_DIM, 4, bits)
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    hq, m0 = _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M)
-    slot = t % STAGES
-    phase = (t // STAGES) & 1
-    q_t = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
-    do_t = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
-    s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, layout=s_layout)
-    mbarrier.wait(q_ready.index(slot), phase)
-    _turn(bars, ME, 3 * t, PINGPONG)
-    s_t = warpgroup_mma(k_me, q_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.wait(do_ready.index(slot), phase)
-    dp_t = warpgroup_mma(v_me, do_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    _pass(bars, ME, PINGPONG)
-    s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
-    # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
-    # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
-    lse2 = _row_vector(lse_bufs, slot, col_layout)
-    p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
-    p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
-    p_op = gl.convert_layout(p_t.to(dtype), a_layout)
-    _turn(bars, ME, 3 * t + 1, PINGPONG)
-    dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
-    _pass(bars, ME, PINGPONG)
-    dp_t = warpgroup_mma_wait(1, deps=[dp_t])  # dPᵀ done (in order), dV may still run
-    delta = _row_vector(delta_bufs, slot, col_layout)
-    ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
-    ds_op = gl.convert_layout(ds_t, a_layout)
-    if DQ_MODE == 5 or DQ_MODE == 6:  # FA3's order: dQ before dK, its stores under dK
-        dk, dv = _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME,
-                                dq_desc, (b, hq, m0), (q_empty, do_empty, slot),
-                                DQ_MODE == 5)  # fmt: skip
-    else:
-        _turn(bars, ME, 3 * t + 2, PINGPONG)
-        dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
-        _pass(bars, ME, PINGPONG)
-        # dS = (dSᵀ)ᵀ as the A operand of dQ = dS K: through shared memory, read transposed
-        if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
-            mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
-        ds_me.store(ds_t)
-        fence_async_shared()
-        if DQ_MODE == 1:
-            mbarrier.arrive(bars[5].index(ME), count=1)
-        # dV and dK done before dQ's accumulator is live (Pᵀ and dSᵀ leave the registers
-        # first), and the ring slot goes back to the producer; DQ_MODE 3: dQ's first chunk
-        # is queued behind them first (wgmma waits are in order: it may still run)
-        if DQ_MODE == 3:
-            dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
-            dv, dk, _p, _ds = warpgroup_mma_wait(1, deps=[dv, dk, p_op, ds_op])
-        elif DQ_MODE == 4:  # both chunks queued: the tensor cores never wait on a staging store
-            dq0 = _dq_issue(ds_me, k_me, 0, dq_bufs.shape[4])
-            dq1 = _dq_issue(ds_me, k_me, 1, dq_bufs.shape[4])
-            dv, dk, _p, _ds = warpgroup_mma_wait(2, deps=[dv, dk, p_op, ds_op])
-        else:
-            dv, dk, _p, _ds = warpgroup_mma_wait(0, deps=[dv, dk, p_op, ds_op])
-        mbarrier.arrive(q_empty.index(slot), count=1)
-        mbarrier.arrive(do_empty.index(slot), count=1)
-        if DQ_MODE == 1:
-            _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
-        elif DQ_MODE == 4:
-            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
-        elif DQ_MODE == 3:
-            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
-            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-        else:
-            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
-    return dk, dv
-
-
-@gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                  DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+                  DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
+                  OPS_SMEM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -260,7 +104,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE, PINGPONG)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -273,14 +117,16 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG)
+                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
+                   OPS_SMEM: gl.constexpr):  # fmt: skip
+    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
-                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG)
+                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
+                   OPS_SMEM: gl.constexpr):  # fmt: skip
+    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)
 
 
 @gluon.jit
@@ -316,7 +162,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
-            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr,
+            OPS_SMEM: gl.constexpr = 0):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
@@ -326,7 +173,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
     chunks issued between dV and dK, staged and added while dK runs, 6 the same with
     only the first chunk before dK (`_tail_dq_first`);
-    2 a timing probe (0 without the reduce-adds: dQ left out).
+    2 a timing probe (0 without the reduce-adds: dQ left out). OPS_SMEM: which wgmma A
+    operands come from shared memory (kernels/flash_gluon_bwd_step.py).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
@@ -335,6 +183,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                      "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     gl.static_assert(DQ_MODE != 4 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
+    gl.static_assert(OPS_SMEM == 0 or DQ_MODE == 0 or (DQ_MODE >= 2 and DQ_MODE <= 4),
+                     "OPS_SMEM: the consumers' own dQ shares (DQ_MODE 0, 2, 3, 4)")  # fmt: skip
     dtype: gl.constexpr = q_desc.dtype
     if KB_MAJOR:
         kb = gl.program_id(1)
@@ -366,7 +216,9 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     lse_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + row, lse_desc.layout)  # noqa: RUF005
     delta_bufs = gl.allocate_shared_memory(gl.float32, [STAGES] + row, delta_desc.layout)  # noqa: RUF005
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype)
-    ds_bufs = gl.allocate_shared_memory(dtype, [2, KEYS, BLOCK_M], ds_layout)
+    # per consumer its dSᵀ tile (index ME) and, OPS_SMEM 2, its Pᵀ tile (index 2 + ME)
+    ds_bufs = gl.allocate_shared_memory(dtype, [2 if OPS_SMEM < 2 else 4, KEYS, BLOCK_M],
+                                        ds_layout)  # fmt: skip
     # per consumer, one fp32 staging tile per 64 head_dim columns of its dQ share
     dq_tile: gl.constexpr = dq_desc.block_type.shape
     # DQ_MODE 1: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
@@ -381,12 +233,14 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
+                              OPS_SMEM)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
-                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG)),
+                              (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
+                              OPS_SMEM)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, rot, group, heads_q))),

@@ -111,6 +111,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         ROTATE=cfg.rotate,
         KB_MAJOR=cfg.kb_major,
         PINGPONG=cfg.pingpong,
+        OPS_SMEM=cfg.ops_smem,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)

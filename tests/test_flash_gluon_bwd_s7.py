@@ -1,0 +1,150 @@
+"""Issue 18, session 7: the Gluon backward's A operands from shared memory
+(`GluonBwdConfig.ops_smem`: 1 dSᵀ for dK, 2 also Pᵀ for dV), the roles that pair them
+with the dQ schedules ptxas serialised before (two chunks early at head_dim 128, one at
+64), their compiled code (ptxas keeps the wgmmas asynchronous) and, on the GPU, their
+gradients against the float64 reference with fa_bench.run.accuracy's rule on every
+(batch, kv head) slice (causal both, GQA, odd lengths, Sq ≠ Sk)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_flash_gluon_bwd_s6 import ROLE_SHAPES, _tool, needs_cuda
+
+from fa_bench.kernels import flash_gluon
+from fa_bench.kernels.flash_gluon_bwd import (
+    GluonBwdConfig,
+    _check_args,
+    candidate_bwd_configs,
+    gluon_bwd_config,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+# (head_dim, role, ops_smem, dq_mode) of the session-7 roles
+NEW_ROLES = [
+    (128, "ws-dss", 1, 3),
+    (128, "ws-pss", 2, 3),
+    (128, "ws-dss-early2", 1, 4),
+    (128, "ws-pss-early2", 2, 4),
+    (64, "ws-dss", 1, 0),
+    (64, "ws-pss", 2, 0),
+    (64, "ws-dss-early", 1, 3),
+    (64, "ws-pss-early", 2, 3),
+]
+
+
+@pytest.mark.parametrize(("head_dim", "role", "ops", "mode"), NEW_ROLES)
+def test_ops_smem_roles_keep_the_tiles_and_fit(head_dim, role, ops, mode):
+    cfg = candidate_bwd_configs(head_dim)[role]
+    base = gluon_bwd_config(head_dim)
+    assert (cfg.ops_smem, cfg.dq_mode) == (ops, mode)
+    assert (cfg.block_m, cfg.keys, cfg.stages) == (base.block_m, base.keys, base.stages)
+    assert f"-{'dss' if ops == 1 else 'pss'}" in cfg.label()
+    assert cfg.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES
+    assert _check_args(cfg, True, 0.1, head_dim) is cfg
+
+
+def test_ops_smem_counts_the_p_tile():
+    plain = GluonBwdConfig(block_m=128)
+    for ops, extra in ((1, 0), (2, 2 * 64 * 128 * 2)):  # per consumer a 64 × 128 bf16 Pᵀ tile
+        cfg = GluonBwdConfig(block_m=128, ops_smem=ops)
+        assert cfg.smem_bytes(64) == plain.smem_bytes(64) + extra
+    assert GluonBwdConfig(ops_smem=2).label() == "gluon-bwd-m64-n128-s2-pss"
+    assert GluonBwdConfig(ops_smem=1, rotate=True, early_dq=True).label() == (
+        "gluon-bwd-m64-n128-s2-rot-dss-early"
+    )
+
+
+def test_ops_smem_rejects_bad_values_and_the_shared_dq_schedules():
+    for bad in (3, True, "1"):
+        with pytest.raises(ValueError, match=rf"ops_smem={bad!r}: expected one of \(0, 1, 2\)"):
+            GluonBwdConfig(ops_smem=bad)
+    for other in (dict(shared_dq=True), dict(dq_first=1), dict(dq_first=2)):
+        with pytest.raises(ValueError, match=r"ops_smem=2.*own dQ shares"):
+            GluonBwdConfig(ops_smem=2, **other)
+
+
+def test_the_heuristic_and_the_override_reach_the_new_roles(monkeypatch):
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_ROLE", "128=ws-pss-early2,64=ws-pss-early")
+    assert gluon_bwd_config(128, causal=True) == GluonBwdConfig(ops_smem=2, early_dq_all=True)
+    assert gluon_bwd_config(64).ops_smem == 2 and gluon_bwd_config(64).early_dq
+
+
+def test_the_compile_tool_passes_ops_smem():
+    text = (ROOT / "tools" / "gpu" / "gluon_bwd_compile.py").read_text()
+    assert "OPS_SMEM=cfg.ops_smem" in text
+
+
+# --- compiled for sm_90: the dQ schedules ptxas serialised stay asynchronous -------------
+
+
+def _triton36_env() -> dict:
+    import triton
+
+    path = "" if flash_gluon.version_reason(triton.__version__) is None else None
+    extra = os.environ.get("GLUON_TRITON_PATH", "")
+    if path is None and extra and Path(extra, "triton", "__init__.py").exists():
+        path = extra
+    if path is None:
+        pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
+    keep = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+@pytest.mark.slow  # ~15 s per head_dim: six sm_90 compiles
+@pytest.mark.parametrize(
+    ("head_dim", "old", "new"),
+    [(128, "ws-early2", "ws-pss-early2"), (64, "ws-early", "ws-pss-early")],
+)
+def test_p_and_ds_from_shared_memory_keep_the_early_dq_asynchronous(head_dim, old, new):
+    tool = ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"
+    out = subprocess.run(
+        [sys.executable, str(tool), "--quick", "--roles", f"{old},{new}", "--dims", str(head_dim)],
+        capture_output=True, text=True, env=_triton36_env(), timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = [x for x in out.stdout.splitlines() if x.startswith("ok ")]
+    cands = candidate_bwd_configs(head_dim)
+    olds = [x for x in lines if f" {cands[old].label()} " in x]
+    news = [x for x in lines if f" {cands[new].label()} " in x]
+    assert len(olds) == 2 and len(news) == 2, lines  # causal both
+    assert all("SERIALIZED" in x for x in olds), olds  # session 6: 15-18% slower
+    assert not any("SERIALIZED" in x for x in news), news
+
+
+# --- GPU ----------------------------------------------------------------------------------
+
+
+# the roles that keep two wgmma groups in flight (ptxas: not serialised): fp16 and the
+# deterministic backward too
+PSS = [(128, "ws-pss-early2"), (64, "ws-pss-early")]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ROLE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize(("head_dim", "role"), [r[:2] for r in NEW_ROLES], ids=lambda x: str(x))
+def test_gpu_ops_smem_roles_within_the_accuracy_rule(head_dim, role, shape, causal):
+    check = _tool("gluon_bwd_check")
+    res = check.check_one(shape, "bf16", head_dim, causal, against_det=False, role=role)
+    assert res["ok"], res
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("head_dim", "role"), PSS, ids=lambda x: str(x))
+def test_gpu_pss_fp16_and_against_the_deterministic_backward(head_dim, role, causal):
+    check = _tool("gluon_bwd_check")
+    shape = ROLE_SHAPES[0]  # GQA 4:1 at 4097
+    res = check.check_one(shape, "fp16", head_dim, causal, against_det=False, role=role)
+    assert res["ok"], res
+    res = check.check_one(shape, "bf16", head_dim, causal, against_det=True, role=role)
+    assert res["ok"] and res.get("det_match") is True, res
