@@ -57,6 +57,9 @@ class Fp8GluonConfig:
       row's maximum moved (flash_gluon_fp8_parts).
     ahead: QKᵀ one key block ahead of the softmax (kernels/flash_gluon_fp8_ahead.py;
       P through shared memory, no ping-pong).
+    consumers: 2, or 3 consumer warpgroups (a CTA covers 192 rows; not persistent, not
+      ahead; ping-pong then passes the turn round robin; consumer_regs at most 160: the
+      64K registers over four warpgroups).
     """
 
     block_n: int = 128
@@ -70,6 +73,7 @@ class Fp8GluonConfig:
     persistent: bool = False
     lazy_rescale: bool = False
     ahead: bool = False
+    consumers: int = 2
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -77,6 +81,7 @@ class Fp8GluonConfig:
             ("stages", (1, 2, 3, 4)),
             ("emu", _EMU),
             ("block_m", (64,)),
+            ("consumers", (2, 3)),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
@@ -90,6 +95,12 @@ class Fp8GluonConfig:
                 f"persistent={self.persistent}): QKᵀ ahead takes P through shared memory, "
                 "without ping-pong, not persistent"
             )
+        if self.consumers == 3 and (self.persistent or self.ahead or self.consumer_regs > 160):
+            raise ValueError(
+                f"Fp8GluonConfig(consumers=3, persistent={self.persistent}, ahead={self.ahead}, "
+                f"consumer_regs={self.consumer_regs}): three consumers run the plain key loop, "
+                "not persistent, with at most 160 registers each"
+            )
         flash_gluon.check_regs(self)
 
     def softmax_code(self) -> int:
@@ -99,7 +110,7 @@ class Fp8GluonConfig:
     def smem_bytes(self, head_dim: int) -> int:
         """Two fp8 Q tiles, the fp8 K/Vᵀ ring, two bf16 O tiles (and two P buffers per
         consumer)."""
-        rows = 2 * self.block_m
+        rows = self.consumers * self.block_m
         p_bufs = 2 * rows * self.block_n if self.p_smem else 0
         ring = 2 * self.stages * self.block_n * head_dim
         return rows * head_dim + ring + rows * head_dim * 2 + p_bufs
@@ -112,6 +123,7 @@ class Fp8GluonConfig:
         text = f"{text}-emu{self.emu}" if self.emu else text
         text = f"{text}-lazy" if self.lazy_rescale else text
         text = f"{text}-ahead" if self.ahead else text
+        text = f"{text}-c{self.consumers}" if self.consumers != 2 else text
         return f"{text}-persist" if self.persistent else text
 
 
@@ -168,6 +180,7 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
     every call)."""
     base = _base_config(head_dim)
     preg = deepest(dataclasses.replace(base, p_smem=False), head_dim)
+    c3 = deepest(dataclasses.replace(base, consumers=3, consumer_regs=160), head_dim)
     return tuple(
         {
             "ws": base,
@@ -182,6 +195,8 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
             "ws-s3": dataclasses.replace(base, stages=3),
             "ws-s2": dataclasses.replace(base, stages=2),
             "ws-n64": deepest(dataclasses.replace(base, block_n=64), head_dim),
+            "ws-c3": c3,
+            "ws-c3-nopp": dataclasses.replace(c3, pingpong=False),
         }.items()
     )
 
@@ -353,7 +368,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
         PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs, P_SMEM=cfg.p_smem,
         num_warps=4,
     )  # fmt: skip
-    tiles = -(-seq_q // (2 * cfg.block_m))
+    tiles = -(-seq_q // (cfg.consumers * cfg.block_m))
     if cfg.persistent:
         from fa_bench.kernels.flash_gluon_fp8_persist import _fwd_fp8_persistent
         from fa_bench.kernels.flash_gluon_fp8_table import persist_bh_group
@@ -366,5 +381,5 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     else:
         from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
 
-        _fwd_fp8_ws[(tiles, batch * heads_q)](*args, **consts)
+        _fwd_fp8_ws[(tiles, batch * heads_q)](*args, CONSUMERS=cfg.consumers, **consts)
     return o, lse2

@@ -54,7 +54,7 @@ from fa_bench.kernels.flash_gluon_ws import _qk
 
 @gluon.jit
 def _producer(descs, smem, bars, coords):
-    """One warp: both Q tiles, then K_j and Vᵀ_j into ring slot j % STAGES."""
+    """One warp: every consumer's Q tile, then K_j and Vᵀ_j into ring slot j % STAGES."""
     q_desc, k_desc, vt_desc = descs
     q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
     q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
@@ -62,7 +62,8 @@ def _producer(descs, smem, bars, coords):
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     STAGES: gl.constexpr = k_bufs.shape[0]
-    for c in gl.static_range(2):
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
+    for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
@@ -130,12 +131,16 @@ def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
     o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
     mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
     if PINGPONG:
-        # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier
-        mbarrier.wait(turn.index(ME), (tc + 1 - ME) & 1)
+        # consumer 0 goes first: its first wait (parity 1) passes on a fresh barrier; the
+        # others wait for the one before them (a round robin with three consumers)
+        if ME == 0:
+            mbarrier.wait(turn.index(ME), (tc + 1) & 1)
+        else:
+            mbarrier.wait(turn.index(ME), tc & 1)
     s = _qk(q2, k_bufs, g, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
     acc = _pv(_a_operand(p, p_bufs, j - 1, ME, P_SMEM), vt_bufs, v_ready, g - 1, acc)
     if PINGPONG:
-        mbarrier.arrive(turn.index(1 - ME), count=1)
+        mbarrier.arrive(turn.index((ME + 1) % turn.shape[0]), count=1)
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if MASKED:
@@ -226,7 +231,7 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
 def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
               P_SMEM: gl.constexpr):  # fmt: skip
-    """Consumer warpgroup ME (0 or 1): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
+    """Consumer warpgroup ME (0, 1 or 2): rows [row0 + ME·BLOCK_M, +BLOCK_M)."""
     q_smem, o_smem = smem[0], smem[3]
     b, h, bh, row0, n_end = coords
     seq_q, seq_k, sm_scale_log2 = scalars
@@ -264,40 +269,53 @@ def _consumer1(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
-def _alloc_bars(STAGES: gl.constexpr):
+def _consumer2(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
+               PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(2, out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)
+
+
+@gluon.jit
+def _alloc_bars(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
     """Q (one per consumer), K/V ready (the producer's expect) and empty (one arrival per
-    consumer), and the ping-pong turn. (flash_gluon_ws' helper for two consumers, kept:
-    its mbarriers are initialised in another order, and importing it changes the PTX.)"""
+    consumer), and the ping-pong turn (one per consumer: a round robin). (flash_gluon_ws'
+    helper, kept: its mbarriers are initialised in another order, and importing it
+    changes the PTX; the third consumer's come last for the same reason.)"""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], layout)
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
     for c in gl.static_range(2):
         mbarrier.init(q_bars.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+    for c in gl.static_range(2, CONSUMERS):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
     return q_bars, k_ready, k_empty, v_ready, v_empty, turn
 
 
 @gluon.jit
 def _alloc_smem(q_desc, k_desc, vt_desc, o_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, P_SMEM: gl.constexpr):  # fmt: skip
-    """The CTA's tiles: both consumers' fp8 Q, the K/Vᵀ ring, both bf16 O tiles and (P_SMEM)
-    the P buffers (o_smem again otherwise)."""
+                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, P_SMEM: gl.constexpr,
+                CONSUMERS: gl.constexpr = 2):  # fmt: skip
+    """The CTA's tiles: every consumer's fp8 Q, the K/Vᵀ ring, every consumer's bf16 O tile
+    and (P_SMEM) the P buffers (o_smem again otherwise)."""
     fp8: gl.constexpr = gl.float8e4nv
-    q_smem = gl.allocate_shared_memory(fp8, [2, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(fp8, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
     vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [2, 1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
+                                       o_desc.layout)  # fmt: skip
     if P_SMEM:  # [2 · consumer + buffer, rows, keys]
-        p_smem = gl.allocate_shared_memory(fp8, [4, BLOCK_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+        p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
+                                           _p_smem_layout(BLOCK_N))  # fmt: skip
     else:  # not read: the registers carry P
         p_smem = o_smem
     return q_smem, k_bufs, vt_bufs, o_smem, p_smem
@@ -309,39 +327,65 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                 SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                P_SMEM: gl.constexpr):  # fmt: skip
-    """A CTA: 2·BLOCK_M query rows of one (batch, q head); 12 warps (the default
-    partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e, before the descales.
-    P_SMEM: P reaches PV's wgmma through shared memory (two buffers per consumer)
-    instead of registers (whose layout conversion costs shuffles and byte permutes)."""
+                P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # fmt: skip
+    """A CTA: CONSUMERS·BLOCK_M query rows of one (batch, q head); 12 warps (16 with three
+    consumers; the default partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e,
+    before the descales. P_SMEM: P reaches PV's wgmma through shared memory (two buffers
+    per consumer) instead of registers (whose layout conversion costs shuffles and byte
+    permutes). CONSUMERS 3: a third warpgroup (FA3's head_dim 64 shape: an fp8 consumer at
+    head_dim 128 has the matmul time of a bf16 one at 64), so each consumer's softmax has
+    two others' matmuls to hide behind; ping-pong then passes the turn round robin."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
+    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     b, h, hk, bh = _program(heads_q, group)
     pid = gl.program_id(0)
     if CAUSAL:  # heaviest tiles first
         pid = gl.num_programs(0) - 1 - pid
-    row0 = pid * (2 * BLOCK_M)
-    # both consumers step through the keys of the CTA's last row (the first masks its
-    # extra diagonal block): they share every K/V tile and release it once each
-    _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+    row0 = pid * (CONSUMERS * BLOCK_M)
+    # every consumer steps through the keys of the CTA's last row (the others mask their
+    # extra diagonal blocks): they share every K/V tile and release it once each
+    _n_full, n_end = _kv_bounds(row0, CONSUMERS * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
                                                           BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                                          P_SMEM)  # fmt: skip
-    bars = _alloc_bars(STAGES)
+                                                          P_SMEM, CONSUMERS)  # fmt: skip
+    bars = _alloc_bars(STAGES, CONSUMERS)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
-    gl.warp_specialize(
-        [
-            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
-                          P_SMEM)),
-            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
-                          P_SMEM)),
-            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                         (b, h, hk, row0, n_end))),
-        ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
-    )  # fmt: skip
+    if CONSUMERS == 2:
+        gl.warp_specialize(
+            [
+                (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                              SOFTMAX, P_SMEM)),
+                (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                              SOFTMAX, P_SMEM)),
+                (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
+                             bars, (b, h, hk, row0, n_end))),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                              SOFTMAX, P_SMEM)),
+                (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                              SOFTMAX, P_SMEM)),
+                (_consumer2, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                              SOFTMAX, P_SMEM)),
+                (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
+                             bars, (b, h, hk, row0, n_end))),
+            ],
+            [4, 4, 1],
+            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip
