@@ -23,10 +23,10 @@ through the JIT and `bound_reason` says why. `run()` returns the same `o` each t
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from fa_bench.kernels.bound_launch import Bound as _Bound
+from fa_bench.kernels.bound_launch import jit_values as _values
 from fa_bench.kernels.decode_attention import (
     _LN2,
     DecodeConfig,
@@ -36,40 +36,6 @@ from fa_bench.kernels.decode_attention import (
     plan_launch,
 )
 from fa_bench.kernels.flash_attention import _interpreting
-
-
-class _Bound:
-    """One compiled kernel with its grid and every argument (constexprs included, in the
-    kernel's parameter order: what JITFunction.run passes to CompiledKernel.run)."""
-
-    def __init__(self, compiled: Any, grid: tuple, values: list, device: int) -> None:
-        from triton import knobs
-        from triton.runtime.driver import driver
-
-        self.compiled, self.values, self.knobs = compiled, values, knobs.runtime
-        self.grid = (*grid, 1, 1)[:3]
-        self.device, self.stream_of = device, driver.active.get_current_stream
-
-    def __call__(self) -> None:
-        c, hooks = self.compiled, self.knobs
-        stream = self.stream_of(self.device)
-        # as JITFunction.run: the metadata the launch hooks get (None without hooks)
-        meta = c.launch_metadata(self.grid, stream, *self.values)
-        g0, g1, g2 = self.grid
-        c.run(g0, g1, g2, stream, c.function, c.packed_metadata, meta,
-              hooks.launch_enter_hook, hooks.launch_exit_hook, *self.values)  # fmt: skip
-
-
-def _values(fn: Any, args: tuple, kwargs: dict) -> list | None:
-    """Every parameter of the jit function `fn` in order, from a launch's args and
-    keywords (launch options such as num_warps are not parameters); None if one is
-    missing."""
-    names = list(getattr(fn, "arg_names", ()))
-    given = dict(zip(names, args, strict=False))
-    given.update((k, v) for k, v in kwargs.items() if k in names)
-    if not names or len(given) != len(names):
-        return None
-    return [given[n] for n in names]
 
 
 class DecodePlan:

@@ -16,9 +16,11 @@ importing it touches no device and no triton.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+# The launch (descriptors, grid, the plans that replay it) lives in flash_gluon_plan.
+from fa_bench.kernels import flash_gluon_plan
 
 # The input checks live in flash_gluon_checks; their names stay importable from here.
 from fa_bench.kernels.flash_gluon_checks import (  # noqa: F401
@@ -30,6 +32,7 @@ from fa_bench.kernels.flash_gluon_checks import (  # noqa: F401
     gluon_reason,
     version_reason,
 )
+from fa_bench.kernels.flash_gluon_plan import _descriptor, _shared_layout  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -294,27 +297,6 @@ def gluon_preferred(q: Any, k: Any, v: Any, causal: bool) -> bool:
     return threshold is not None and k.shape[2] >= threshold
 
 
-def _descriptor(t: torch.Tensor, rows: int) -> Any:
-    """A 4-D TMA descriptor over (B, H, S, D) with a [1, 1, rows, D] box: bounds per head."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    block = [1, 1, rows, t.shape[3]]
-    layout = _shared_layout(rows, t.shape[3], t.dtype)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-
-@functools.cache
-def _shared_layout(rows: int, head_dim: int, dtype: torch.dtype) -> Any:
-    """The box's shared-memory layout. Cached: every forward builds four descriptors, and
-    building the layout was a third of their host time (the H200's cProfile,
-    tools/gpu/host_cost.py), where a 1k forward's whole call is ~200 µs of host."""
-    import torch
-    from triton.experimental.gluon import language as gl
-
-    gl_dtype = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
-    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, head_dim], gl_dtype)
-
-
 def gluon_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -354,37 +336,6 @@ def gluon_forward(
 
 def _launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
             lse2: torch.Tensor, causal: bool, qk_scale: float) -> None:  # fmt: skip
-    """One launch of the config's kernel: descriptors, grid, constexprs."""
-    import torch
-
-    from fa_bench.kernels import flash_gluon_kernels, flash_gluon_persist, flash_gluon_ws
-
-    batch, heads_q, seq_q, head_dim = q.shape
-    heads_kv, seq_k = k.shape[1], k.shape[2]
-    q_desc, o_desc = _descriptor(q, cfg.block_m), _descriptor(o, cfg.block_m)
-    k_desc, v_desc = _descriptor(k, cfg.block_n), _descriptor(v, cfg.block_n)
-    args = (q_desc, k_desc, v_desc, o_desc, lse2, heads_q, heads_q // heads_kv, seq_q, seq_k,
-            qk_scale)  # fmt: skip
-    common = dict(BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim,
-                  STAGES=cfg.stages, CAUSAL=causal)  # fmt: skip
-    tiles = -(-seq_q // cfg.rows_per_cta)
-    if cfg.variant == "pipelined":
-        kernel = flash_gluon_kernels._fwd_pipelined
-        kernel[(tiles, batch * heads_q)](
-            *args,
-            **common,
-            NUM_WARPS=cfg.num_warps,
-            num_warps=cfg.num_warps,
-            SOFTMAX=cfg.softmax_code(),
-        )
-        return
-    ws = dict(NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
-              CONSUMER_REGS=cfg.consumer_regs, num_warps=4, SOFTMAX=cfg.softmax_code())  # fmt: skip
-    if cfg.persistent:
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        flash_gluon_persist._fwd_ws_persistent[(min(sms, tiles * batch * heads_q),)](
-            *args, batch * heads_q, **common, **ws, Q_BUFFERS=cfg.q_buffers
-        )
-    else:
-        kernel = flash_gluon_ws._fwd_ws
-        kernel[(tiles, batch * heads_q)](*args, **common, **ws, CONSUMERS=cfg.consumers)
+    """One launch of the config's kernel: planned once per tensors' key and replayed
+    (kernels/flash_gluon_plan.py)."""
+    flash_gluon_plan.launch(cfg, q, k, v, o, lse2, causal, qk_scale)

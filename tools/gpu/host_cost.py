@@ -2,7 +2,9 @@
 sdpa-cudnn adapters at the standard suite's short shapes (16k tokens, 16 heads, d128),
 the host time of one call (enqueued behind a GPU sleep, so no launch waits on the GPU),
 the GPU time (CUDA graph replay, no host in the span), timing.measure's median as
-`fa-bench run` takes it (events, L2 flush), and a cProfile of the triton calls.
+`fa-bench run` takes it (events, L2 flush), and a cProfile of the triton calls. The
+"triton-unplanned" rows launch the Gluon forward through triton's JIT every call, as
+before kernels/flash_gluon_plan.py, beside "triton" (planned launches replayed).
 
     python tools/gpu/host_cost.py [--seqlen 1024,2048] > host_cost.md
 
@@ -23,6 +25,7 @@ import torch
 
 from fa_bench import registry
 from fa_bench.case import Case
+from fa_bench.kernels import flash_gluon_plan
 from fa_bench.run import timing
 from fa_bench.run.execute import make_inputs
 
@@ -82,7 +85,11 @@ def main() -> None:
     for n in (int(x) for x in args.seqlen.split(",")):
         for dtype in ("bf16", "fp16"):
             for causal in (False, True):
-                for name in ("triton", "sdpa-cudnn"):
+                for label in ("triton", "triton-unplanned", "sdpa-cudnn"):
+                    # triton-unplanned: the Gluon forward's launches through triton's JIT
+                    # every call, as before kernels/flash_gluon_plan.py (the A/B's "before")
+                    flash_gluon_plan.ENABLED = label != "triton-unplanned"
+                    name = label.removesuffix("-unplanned")
                     case = Case(name, "fwd", dtype, 16384 // n, 16, 16, n, n, 128, causal)
                     q, k, v, _ = make_inputs(case, dev)
                     prep = registry.get(name).prepare(case, q, k, v)
@@ -95,10 +102,10 @@ def main() -> None:
                     t = timing.measure(fn, device=dev, config=timing.TimingConfig(
                         max_time_s=0.3, warmup_ms=200))  # fmt: skip
                     st = t.stats()
-                    print(f"| {name} | {dtype} | {n} | {causal} | {h:.1f} | {g} | "
+                    print(f"| {label} | {dtype} | {n} | {causal} | {h:.1f} | {g} | "
                           f"{st['median'] * 1e3:.1f} | {st['min'] * 1e3:.1f} | "
                           f"{prep.backend or ''} |", flush=True)  # fmt: skip
-                    if name == "triton" and str(n) == args.profile and dtype == "bf16":
+                    if label == "triton" and str(n) == args.profile and dtype == "bf16":
                         pr = cProfile.Profile()
                         torch.cuda._sleep(200_000_000)
                         pr.enable()
@@ -109,6 +116,9 @@ def main() -> None:
                         buf = io.StringIO()
                         pstats.Stats(pr, stream=buf).sort_stats("cumulative").print_stats(25)
                         profiles.append((causal, buf.getvalue()))
+    flash_gluon_plan.ENABLED = True
+    print(f"\nGluon forward plans: {flash_gluon_plan.hits} replays, {len(flash_gluon_plan._PLANS)} "
+          f"kept, last miss: {flash_gluon_plan.last_reason or 'planned'}")  # fmt: skip
     for causal, text in profiles:
         print(f"\n## cProfile, triton bf16 N={args.profile} causal={causal}, 100 calls\n")
         print("```\n" + text + "\n```")
