@@ -38,6 +38,10 @@ CONTIG = [
     (16, {"block_n": 32, "num_stages": 3}),
     (8, {"block_n": 64, "num_stages": 2, "num_warps": 2}),
     (8, {"pdl": False, "one_loop": True}),
+    (2, {"block_n": 64, "num_stages": 6}),
+    (1, {"block_n": 64, "num_stages": 7}),
+    (2, {"block_n": 128, "num_stages": 4}),
+    (4, {"block_n": 64, "num_stages": 4}),
 ]
 PAGED = [
     (None, {}),
@@ -48,6 +52,8 @@ PAGED = [
     (16, {"block_n": 64, "num_stages": 3}),
     (8, {"block_n": 32, "num_stages": 4, "one_loop": True}),
     (8, {"block_n": 32, "num_stages": 5, "num_warps": 2}),
+    (2, {"block_n": 64, "num_stages": 8}),
+    (4, {"block_n": 64, "num_stages": 7}),
 ]
 # ragged: 1 (Sq at Sq 4), a page of 64, mid-page, the capacity, a page and a key; at 16
 # splits of 32 keys the longest has 5 blocks per split, the shorter ones empty splits

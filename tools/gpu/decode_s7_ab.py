@@ -41,14 +41,16 @@ Cand = tuple[str, int | None, dict]
 CONTIG: list[Cand] = [
     ("heuristic", None, {}),
     ("one loop", None, {"one_loop": True}),
+    # few programs, deep pipelines: 64 or 128 programs of 5-6 blocks in flight (one per
+    # SM), so no or a 2-way combine
+    ("s2 bn64 st6", 2, {"block_n": 64, "num_stages": 6}),
+    ("s1 bn64 st7", 1, {"block_n": 64, "num_stages": 7}),
+    ("s2 bn128 st4", 2, {"block_n": 128, "num_stages": 4}),
+    ("s4 bn64 st4", 4, {"block_n": 64, "num_stages": 4}),
     ("s4 bn64 st3", 4, {"block_n": 64, "num_stages": 3}),
-    ("s4 bn64 st3 one loop", 4, {"block_n": 64, "num_stages": 3, "one_loop": True}),
-    ("s6 bn64 st2", 6, {"block_n": 64, "num_stages": 2}),
     ("s12 bn64 st2", 12, {"block_n": 64, "num_stages": 2}),
     ("s16 bn64 st2", 16, {"block_n": 64, "num_stages": 2}),
     ("s8 bn32 st3", 8, {"block_n": 32, "num_stages": 3}),
-    ("s16 bn32 st3", 16, {"block_n": 32, "num_stages": 3}),
-    ("s8 bn64 st2 w2", 8, {"block_n": 64, "num_stages": 2, "num_warps": 2}),
     ("heuristic no pdl", None, {"pdl": False}),
 ]
 # paged (heuristic at batch 8 x 8k: 8 splits, 32-key blocks, 5 stages)
@@ -57,12 +59,14 @@ PAGED: list[Cand] = [
     ("one loop", None, {"one_loop": True}),
     ("s8 bn64 st4", 8, {"block_n": 64, "num_stages": 4}),
     ("s8 bn64 st4 one loop", 8, {"block_n": 64, "num_stages": 4, "one_loop": True}),
+    # few programs, deep pipelines (triton 3.6's pipeliner, sm_90: 3 paged 64-key blocks
+    # in flight at 7 and 8 stages, 104 KB of shared memory, 2 programs per SM)
+    ("s2 bn64 st8", 2, {"block_n": 64, "num_stages": 8}),
+    ("s4 bn64 st7", 4, {"block_n": 64, "num_stages": 7}),
     ("s4 bn64 st5", 4, {"block_n": 64, "num_stages": 5}),
     ("s12 bn32 st5", 12, {"block_n": 32, "num_stages": 5}),
     ("s16 bn32 st5", 16, {"block_n": 32, "num_stages": 5}),
-    ("s16 bn64 st3", 16, {"block_n": 64, "num_stages": 3}),
     ("s8 bn32 st4", 8, {"block_n": 32, "num_stages": 4}),
-    ("s8 bn32 st5 w2", 8, {"block_n": 32, "num_stages": 5, "num_warps": 2}),
     ("heuristic no pdl", None, {"pdl": False}),
 ]
 NEIGHBOUR: list[Cand] = [
@@ -90,7 +94,7 @@ ORDER_SHAPES: list[tuple[int, int, int, int, int]] = [
     (64, 32, 1, 32768, 16),
     (256, 32, 1, 8192, 16),
 ]
-SMOKE_SHAPES = [(2, 16, 4, 160, 16, PAGED[:3]), (2, 16, 1, 160, 0, [CONTIG[0], CONTIG[6]])]
+SMOKE_SHAPES = [(2, 16, 4, 160, 16, PAGED[:3]), (2, 16, 1, 160, 0, [CONTIG[0], CONTIG[8]])]
 SMOKE_ORDER_SHAPES = [(2, 16, 1, 128, 16)]
 
 
