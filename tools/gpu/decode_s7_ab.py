@@ -75,17 +75,23 @@ NEIGHBOUR: list[Cand] = [
 ]
 # (batch, heads_q, seqlen_q, context, page or 0, candidates), most wanted first: the
 # three cases below 0.9 x copy in call 0, the borderline ones, then the neighbours
-SHAPES: list[tuple[int, int, int, int, int, list[Cand]]] = [
-    (8, 32, 4, 8192, 64, PAGED),
-    (8, 32, 4, 8192, 0, CONTIG),
-    (8, 64, 1, 8192, 64, PAGED),
-    (8, 32, 1, 8192, 0, CONTIG),
-    (8, 32, 1, 8192, 64, PAGED),
-    (8, 64, 1, 8192, 0, CONTIG),
-    (8, 32, 1, 8192, 256, PAGED[:3]),
-    (8, 32, 1, 32768, 64, [*NEIGHBOUR, PAGED[2]]),
-    (64, 32, 1, 8192, 0, NEIGHBOUR),
-    (64, 32, 1, 8192, 64, NEIGHBOUR),
+DEEP = [c for c in CONTIG if c[0] in ("heuristic", "s2 bn64 st6", "s1 bn64 st7", "s4 bn64 st4")]
+Shape = tuple  # (batch, heads_q, seqlen_q, context, page or 0[, ctx_spread])
+SHAPES: list[tuple[Shape, list[Cand]]] = [
+    ((8, 32, 4, 8192, 64), PAGED),
+    ((8, 32, 4, 8192, 0), CONTIG),
+    ((8, 64, 1, 8192, 64), PAGED),
+    ((8, 32, 1, 8192, 0), CONTIG),
+    ((8, 32, 1, 8192, 64), PAGED),
+    ((8, 64, 1, 8192, 0), CONTIG),
+    ((8, 32, 1, 8192, 256), PAGED[:3]),
+    ((8, 32, 1, 32768, 64), [*NEIGHBOUR, PAGED[2]]),
+    # what a few-program launch would cost where the lengths are ragged (splits are
+    # chosen against the capacity) and at the next context
+    ((8, 32, 1, 8192, 0, 0.25), DEEP),
+    ((8, 32, 1, 32768, 0), DEEP),
+    ((64, 32, 1, 8192, 0), NEIGHBOUR),
+    ((64, 32, 1, 8192, 64), NEIGHBOUR),
 ]
 # peer exceptions of target 3: shuffled against ordered block tables
 ORDER_SHAPES: list[tuple[int, int, int, int, int]] = [
@@ -94,14 +100,14 @@ ORDER_SHAPES: list[tuple[int, int, int, int, int]] = [
     (64, 32, 1, 32768, 16),
     (256, 32, 1, 8192, 16),
 ]
-SMOKE_SHAPES = [(2, 16, 4, 160, 16, PAGED[:3]), (2, 16, 1, 160, 0, [CONTIG[0], CONTIG[8]])]
+SMOKE_SHAPES = [((2, 16, 4, 160, 16), PAGED[:3]), ((2, 16, 1, 160, 0, 0.5), [CONTIG[0], CONTIG[8]])]
 SMOKE_ORDER_SHAPES = [(2, 16, 1, 128, 16)]
 
 
-def case_of(batch: int, hq: int, sq: int, ctx: int, page: int) -> Case:
+def case_of(batch: int, hq: int, sq: int, ctx: int, page: int, spread: float = 1.0) -> Case:
     return Case(impl="triton", mode="decode", dtype=RUN["dtype"], batch=batch, heads_q=hq,
                 heads_kv=8, seqlen_q=sq, seqlen_k=ctx, head_dim=128, causal=True,
-                page_size=page)  # fmt: skip
+                page_size=page, ctx_spread=spread)  # fmt: skip
 
 
 def copy_gbps() -> float:
@@ -255,7 +261,10 @@ def markdown(rows: list[dict], copy: float) -> list[str]:
 def _annotate(rows: list[dict], case: Case, copy: float) -> None:
     nbytes = models.decode_bytes(case)
     cache = f"page{case.page_size}" if case.page_size else "contig"
-    shape = f"b{case.batch} hq{case.heads_q} sq{case.seqlen_q} {case.seqlen_k // 1024}k {cache}"
+    ragged = f" ragged {case.ctx_spread}" if case.ctx_spread < 1 else ""
+    shape = (
+        f"b{case.batch} hq{case.heads_q} sq{case.seqlen_q} {case.seqlen_k // 1024}k {cache}{ragged}"
+    )
     sdpa_us = rows[0]["us"]
     for r in rows:
         r.update(shape=shape, gbps=nbytes / r["us"] / 1e3, vs_sdpa=sdpa_us / r["us"])
@@ -281,11 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     buf = torch.zeros(FLUSH_BYTES if not args.smoke else 16, dtype=torch.int8, device=RUN["device"])
     flush = l2_flush(buf, "read")
     rows: list[dict] = []
-    jobs: list[tuple[tuple, list[Cand] | None]] = [(s[:5], s[5]) for s in shapes]
+    jobs: list[tuple[Shape, list[Cand] | None]] = list(shapes)
     if not args.no_order:
         # the first two table-order shapes after the three call-0 misses (a cut run still
         # has them), the rest at the end
-        order: list[tuple[tuple, list[Cand] | None]] = [(s, None) for s in order_shapes]
+        order: list[tuple[Shape, list[Cand] | None]] = [(s, None) for s in order_shapes]
         jobs = jobs[:3] + order[:2] + jobs[3:] + order[2:]
     for shape, candidates in jobs:
         if time.monotonic() > deadline:
