@@ -51,7 +51,7 @@ gpu_tests() {  # $1: the step's cap in seconds; the rest: test files
 }
 
 if [ "$MODE" = ab ]; then
-  TEST_S=${TEST_S:-25}
+  TEST_S=${TEST_S:-20}
   AB_S=$(($(left) - TEST_S - 12))
   step ab $((AB_S + 10)) env DEADLINE_S=$AB_S python3 tools/gpu/decode_s7_ab.py \
     --json "$W/decode_s7_ab.json" > "$W/decode_s7_ab.md" 2> "$W/decode_s7_ab.err"
