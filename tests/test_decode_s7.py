@@ -130,3 +130,74 @@ def test_the_ab_tool_runs_end_to_end_in_the_interpreter(tmp_path) -> None:
     assert rows[-1]["max_diff"] == 0.0
     assert "one-loop" in rows[2]["launch"] and rows[6]["launch"].startswith("s16 bn64")
     assert "| b2 hq16 sq4" in done.stdout
+
+
+# the split kernel compiled for sm_90 (no GPU: triton.compile to cubin) at session 7's
+# launches: key/value loads software pipelined (asynchronous copies), no spills, shared
+# memory within the H200's 227 KB per block
+_COMPILE = """
+import os, re
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from fa_bench.kernels import decode_kernels as dk
+
+def signature(fn, consts):
+    out = {{}}
+    for name in fn.arg_names:
+        if name in consts:
+            out[name] = "constexpr"
+        elif name.startswith("stride_") or name in ("heads_kv", "row_blocks"):
+            out[name] = "i32"
+        elif name == "qk_scale":
+            out[name] = "fp32"
+        elif name in ("SeqLens", "BlockTable", "Counters"):
+            out[name] = "*i32"
+        elif name in ("Lse", "OPart", "LsePart"):
+            out[name] = "*fp32"
+        else:
+            out[name] = "*bf16"
+    return out
+
+for group, sq, page, bn, stages, one in {launches!r}:
+    consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=16,
+                  BLOCK_N=bn, PAGED=bool(page), PAGE_SIZE=page, SPLIT=True,
+                  DOT_PREC="tf32", INTERLEAVE=False, FUSED=False, SPLITS_PAD=1, PDL=True,
+                  ONE_LOOP=one)
+    sig = signature(dk._decode_split_kernel, consts)
+    attrs = {{(i,): [["tt.divisibility", 16]] for i, name in
+             enumerate(dk._decode_split_kernel.arg_names) if name not in consts
+             and (sig[name][0] == "*" or name.startswith("stride_"))}}
+    src = ASTSource(fn=dk._decode_split_kernel, signature=sig, constexprs=consts, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, num_stages=stages))
+    spills = len(re.findall(r"\\b(ld|st)\\.local", k.asm["ptx"]))
+    copies = k.asm["ttgir"].count("async_copy_global_to_local")
+    print(group, sq, page, bn, stages, one, copies, spills, k.metadata.shared)
+"""
+S7_LAUNCHES = [
+    (4, 4, 0, 64, 2, True),  # Sq 4, one loop, contiguous
+    (4, 4, 64, 32, 5, True),  # Sq 4, one loop, pages of 64
+    (8, 1, 64, 64, 4, True),  # GQA 8, 64-key blocks, one loop
+    (4, 4, 0, 64, 7, False),  # one program per SM, 6 blocks in flight
+    (4, 1, 64, 64, 8, False),  # paged, 3 blocks in flight
+]
+
+
+@pytest.mark.slow
+def test_session_7_launches_compile_for_sm90_pipelined() -> None:
+    import subprocess
+    import sys
+
+    code = _COMPILE.format(launches=S7_LAUNCHES)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split() for line in done.stdout.splitlines()]
+    assert len(lines) == len(S7_LAUNCHES), done.stdout
+    for *_, copies, spills, shared in lines:
+        assert int(copies) > 0 and int(spills) == 0, done.stdout
+        assert int(shared) <= 227 * 1024, done.stdout
