@@ -60,6 +60,8 @@ class Fp8GluonConfig:
     consumers: 2, or 3 consumer warpgroups (a CTA covers 192 rows; not persistent, not
       ahead; ping-pong then passes the turn round robin; consumer_regs at most 160: the
       64K registers over four warpgroups).
+    o_in_p: each consumer's bf16 O tile in its two P buffers (p_smem, not persistent; at
+      head_dim ≤ block_n): the shared memory for a fourth ring stage with three consumers.
     """
 
     block_n: int = 128
@@ -74,6 +76,7 @@ class Fp8GluonConfig:
     lazy_rescale: bool = False
     ahead: bool = False
     consumers: int = 2
+    o_in_p: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -86,7 +89,7 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale", "ahead"):
+        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale", "ahead", "o_in_p"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         if self.ahead and (self.pingpong or not self.p_smem or self.persistent):
@@ -101,6 +104,11 @@ class Fp8GluonConfig:
                 f"consumer_regs={self.consumer_regs}): three consumers run the plain key loop, "
                 "not persistent, with at most 160 registers each"
             )
+        if self.o_in_p and (self.persistent or not self.p_smem):
+            raise ValueError(
+                f"Fp8GluonConfig(o_in_p=True, persistent={self.persistent}, p_smem={self.p_smem}):"
+                " the O tiles go into the P buffers of a non-persistent launch only"
+            )
         flash_gluon.check_regs(self)
 
     def softmax_code(self) -> int:
@@ -113,7 +121,8 @@ class Fp8GluonConfig:
         rows = self.consumers * self.block_m
         p_bufs = 2 * rows * self.block_n if self.p_smem else 0
         ring = 2 * self.stages * self.block_n * head_dim
-        return rows * head_dim + ring + rows * head_dim * 2 + p_bufs
+        o_tiles = max(0, rows * head_dim * 2 - p_bufs) if self.o_in_p else rows * head_dim * 2
+        return rows * head_dim + ring + o_tiles + p_bufs
 
     def label(self) -> str:
         """A short name for tables and the backend label."""
@@ -124,6 +133,7 @@ class Fp8GluonConfig:
         text = f"{text}-lazy" if self.lazy_rescale else text
         text = f"{text}-ahead" if self.ahead else text
         text = f"{text}-c{self.consumers}" if self.consumers != 2 else text
+        text = f"{text}-oinp" if self.o_in_p else text
         return f"{text}-persist" if self.persistent else text
 
 
@@ -197,6 +207,7 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
             "ws-n64": deepest(dataclasses.replace(base, block_n=64), head_dim),
             "ws-c3": c3,
             "ws-c3-nopp": dataclasses.replace(c3, pingpong=False),
+            "ws-c3-oinp": deepest(dataclasses.replace(c3, o_in_p=True), head_dim),
         }.items()
     )
 
@@ -333,10 +344,10 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     cfg = config if config is not None else fp8_gluon_config(head_dim, causal, q.shape[2])
     if not isinstance(cfg, Fp8GluonConfig):
         raise TypeError(f"config={cfg!r}: expected an Fp8GluonConfig")
-    if cfg.smem_bytes(head_dim) > SMEM_BYTES:
+    if cfg.smem_bytes(head_dim) > SMEM_BYTES or (cfg.o_in_p and cfg.block_n < head_dim):
         raise ValueError(
             f"config={cfg.label()} at head_dim={head_dim} needs {cfg.smem_bytes(head_dim)} "
-            f"bytes of shared memory, more than sm_90's {SMEM_BYTES}"
+            f"bytes of shared memory (sm_90 has {SMEM_BYTES}), and o_in_p block_n ≥ head_dim"
         )
     v = padded_v(v)
     batch, heads_q, seq_q, _ = q.shape
@@ -381,5 +392,6 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     else:
         from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
 
-        _fwd_fp8_ws[(tiles, batch * heads_q)](*args, CONSUMERS=cfg.consumers, **consts)
+        _fwd_fp8_ws[(tiles, batch * heads_q)](*args, CONSUMERS=cfg.consumers,
+                                              O_IN_P=cfg.o_in_p, **consts)  # fmt: skip
     return o, lse2

@@ -42,8 +42,9 @@ from fa_bench.kernels.flash_gluon_fp8_ahead import _tile_ahead
 from fa_bench.kernels.flash_gluon_fp8_parts import (
     P_EXP,
     _acc_layout,
+    _alloc_bars,
+    _alloc_smem,
     _p_layout,
-    _p_smem_layout,
     _rescale,
     _softmax_fp8,
     _tile_start,
@@ -275,66 +276,21 @@ def _consumer2(out, smem, bars, coords, scalars, descales, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
-def _alloc_bars(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """Q (one per consumer), K/V ready (the producer's expect) and empty (one arrival per
-    consumer), and the ping-pong turn (one per consumer: a round robin). (flash_gluon_ws'
-    helper, kept: its mbarriers are initialised in another order, and importing it
-    changes the PTX; the third consumer's come last for the same reason.)"""
-    layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
-    for c in gl.static_range(2):
-        mbarrier.init(q_bars.index(c), count=1)
-        mbarrier.init(turn.index(c), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        mbarrier.init(v_empty.index(i), count=CONSUMERS)
-    for c in gl.static_range(2, CONSUMERS):
-        mbarrier.init(q_bars.index(c), count=1)
-        mbarrier.init(turn.index(c), count=1)
-    return q_bars, k_ready, k_empty, v_ready, v_empty, turn
-
-
-@gluon.jit
-def _alloc_smem(q_desc, k_desc, vt_desc, o_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, P_SMEM: gl.constexpr,
-                CONSUMERS: gl.constexpr = 2):  # fmt: skip
-    """The CTA's tiles: every consumer's fp8 Q, the K/Vᵀ ring, every consumer's bf16 O tile
-    and (P_SMEM) the P buffers (o_smem again otherwise)."""
-    fp8: gl.constexpr = gl.float8e4nv
-    q_smem = gl.allocate_shared_memory(fp8, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
-    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
-    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
-                                       o_desc.layout)  # fmt: skip
-    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
-        p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
-                                           _p_smem_layout(BLOCK_N))  # fmt: skip
-    else:  # not read: the registers carry P
-        p_smem = o_smem
-    return q_smem, k_bufs, vt_bufs, o_smem, p_smem
-
-
-@gluon.jit
 def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_descale_ptr,
                 v_descale_ptr, heads_q, group, seq_q, seq_k, sm_scale_log2,
                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                 STAGES: gl.constexpr, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
                 SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # fmt: skip
+                P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2,
+                O_IN_P: gl.constexpr = False):  # fmt: skip
     """A CTA: CONSUMERS·BLOCK_M query rows of one (batch, q head); 12 warps (16 with three
     consumers; the default partition's 4 are consumer 0). sm_scale_log2 = scale · log2 e,
     before the descales. P_SMEM: P reaches PV's wgmma through shared memory (two buffers
     per consumer) instead of registers (whose layout conversion costs shuffles and byte
     permutes). CONSUMERS 3: a third warpgroup (FA3's head_dim 64 shape: an fp8 consumer at
     head_dim 128 has the matmul time of a bf16 one at 64), so each consumer's softmax has
-    two others' matmuls to hide behind; ping-pong then passes the turn round robin."""
+    two others' matmuls to hide behind; ping-pong then passes the turn round robin.
+    O_IN_P: the O tiles in the P buffers (_alloc_smem)."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
     gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     b, h, hk, bh = _program(heads_q, group)
@@ -347,7 +303,7 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
     _n_full, n_end = _kv_bounds(row0, CONSUMERS * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
     q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
                                                           BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                                          P_SMEM, CONSUMERS)  # fmt: skip
+                                                          P_SMEM, CONSUMERS, O_IN_P)  # fmt: skip
     bars = _alloc_bars(STAGES, CONSUMERS)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)

@@ -1,8 +1,9 @@
 """Helpers of the Gluon fp8 forward (kernels/flash_gluon_fp8_kernels.py): the 8-bit wgmma
 layouts, the program's coordinates, key bounds and masks, the exp2 that computes part of
-P on the FMA pipes, and the fp8 online-softmax step. The layouts are flash_gluon_kernels'
-fixed to one warpgroup and 8-bit operands; the coordinate, bound and mask helpers are
-flash_gluon_kernels' own (imported from there by the fp8 kernels).
+P on the FMA pipes, the fp8 online-softmax step, and the shared memory and mbarriers a
+CTA allocates (_alloc_smem, _alloc_bars: the persistent kernel's too). The layouts are
+flash_gluon_kernels' fixed to one warpgroup and 8-bit operands; the coordinate, bound and
+mask helpers are flash_gluon_kernels' own (imported from there by the fp8 kernels).
 
 The emulated exp2 (EMU = 2: every second exponential, 4: one in four; FlashAttention-4's
 idea): with fp8 matmuls twice as fast as bf16, a consumer's 64 × 128 softmax needs as many
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout as _acc_layout_any
 from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
@@ -153,3 +155,60 @@ def _tile_start(my_row0, seq_q, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.conste
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=_acc_layout(HEAD_DIM))
     return n_full, rows, m_i, l_i, acc
+
+
+@gluon.jit
+def _alloc_bars(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
+    """Q (one per consumer), K/V ready (the producer's expect) and empty (one arrival per
+    consumer), and the ping-pong turn (one per consumer: a round robin). (flash_gluon_ws'
+    helper, kept: its mbarriers are initialised in another order, and importing it
+    changes the PTX; the third consumer's come last for the same reason.)"""
+    layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], layout)
+    for c in gl.static_range(2):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+    for c in gl.static_range(2, CONSUMERS):
+        mbarrier.init(q_bars.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
+    return q_bars, k_ready, k_empty, v_ready, v_empty, turn
+
+
+@gluon.jit
+def _alloc_smem(q_desc, k_desc, vt_desc, o_desc, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, P_SMEM: gl.constexpr,
+                CONSUMERS: gl.constexpr = 2, O_IN_P: gl.constexpr = False):  # fmt: skip
+    """The CTA's tiles: every consumer's fp8 Q, the K/Vᵀ ring, every consumer's bf16 O tile
+    and (P_SMEM) the P buffers (o_smem again otherwise). O_IN_P: consumer c's O tile is its
+    two P buffers (16 KB at BLOCK_N = HEAD_DIM = 128), written once its last PV is done:
+    the bytes a fourth ring stage needs with three consumers (not persistent: there the O
+    store runs on under the next tile's P)."""
+    fp8: gl.constexpr = gl.float8e4nv
+    q_smem = gl.allocate_shared_memory(fp8, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, BLOCK_N, HEAD_DIM], k_desc.layout)
+    vt_bufs = gl.allocate_shared_memory(fp8, [STAGES, 1, 1, HEAD_DIM, BLOCK_N], vt_desc.layout)
+    if O_IN_P:
+        gl.static_assert(P_SMEM and BLOCK_N >= HEAD_DIM, "O fits in the P buffers")
+        p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
+                                           _p_smem_layout(BLOCK_N))  # fmt: skip
+        o_smem = p_smem._reinterpret(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
+                                     o_desc.layout)  # fmt: skip
+        return q_smem, k_bufs, vt_bufs, o_smem, p_smem
+    o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
+                                       o_desc.layout)  # fmt: skip
+    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
+        p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
+                                           _p_smem_layout(BLOCK_N))  # fmt: skip
+    else:  # not read: the registers carry P
+        p_smem = o_smem
+    return q_smem, k_bufs, vt_bufs, o_smem, p_smem

@@ -25,8 +25,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from fa_bench.kernels.flash_gluon_fp8_kernels import _alloc_bars, _alloc_smem, _tile
-from fa_bench.kernels.flash_gluon_fp8_parts import P_EXP, _acc_layout
+from fa_bench.kernels.flash_gluon_fp8_kernels import _tile
+from fa_bench.kernels.flash_gluon_fp8_parts import P_EXP, _acc_layout, _alloc_bars, _alloc_smem
 from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
 from fa_bench.kernels.flash_gluon_persist import _n_tiles
 from fa_bench.kernels.flash_gluon_persist import _tile as _coords

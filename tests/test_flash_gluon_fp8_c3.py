@@ -46,6 +46,9 @@ def _no_overrides(monkeypatch):
             "ahead=True",
         ),
         (dict(consumers=3), "consumer_regs=240"),  # the 64K registers over four warpgroups
+        (dict(o_in_p=1), "o_in_p=1"),
+        (dict(o_in_p=True, p_smem=False), "o_in_p=True, persistent=False, p_smem=False"),
+        (dict(o_in_p=True, p_smem=True, persistent=True), "persistent=True, p_smem=True"),
     ],
 )
 def test_config_refuses_what_three_consumers_cannot_run(fields, match):
@@ -70,6 +73,18 @@ def test_candidates_are_three_stages_deep_with_160_registers():
     assert candidate_configs(64)["ws-c3"].stages == 4  # d64's ring is half the size
 
 
+def test_o_tiles_in_the_p_buffers_make_room_for_a_fourth_stage():
+    oinp = candidate_configs(128)["ws-c3-oinp"]
+    assert oinp == dataclasses.replace(candidate_configs(128)["ws-c3"], o_in_p=True, stages=4)
+    assert oinp.label() == "fp8-ws-m64-n128-s4-psmem-c3-oinp"
+    # Q 24 KB + 4 × 32 KB + P (= O) 48 KB = 200 KB
+    assert oinp.smem_bytes(128) == 200 * 1024 <= SMEM_BYTES
+    # at d64 the P buffers (16 KB per consumer) hold O (8 KB): no extra bytes
+    assert (
+        dataclasses.replace(oinp, stages=1).smem_bytes(64) == 3 * 64 * 64 + 2 * 128 * 64 + 48 * 1024
+    )
+
+
 class _FakeKernel:
     """Stands in for the @gluon.jit kernel: records the grid and constexprs of a launch."""
 
@@ -86,6 +101,7 @@ class _FakeKernel:
 @pytest.mark.parametrize(("role", "seq_q", "ctas", "consumers"), [
     ("ws-c3", 4096, 22, 3),  # 4096 = 21⅓ × 192: the last CTA has one consumer's rows
     ("ws-c3-nopp", 100, 1, 3),
+    ("ws-c3-oinp", 4097, 22, 3),
     ("ws", 4096, 32, 2),
 ])  # fmt: skip
 def test_the_launch_covers_192_rows_per_cta(monkeypatch, role, seq_q, ctas, consumers):
@@ -104,6 +120,7 @@ def test_the_launch_covers_192_rows_per_cta(monkeypatch, role, seq_q, ctas, cons
     ((grid, consts),) = fake.launches
     assert grid == (ctas, 8)
     assert consts["CONSUMERS"] == consumers and consts["PINGPONG"] == cfg.pingpong
+    assert consts["O_IN_P"] == cfg.o_in_p == role.endswith("oinp")
     assert consts["STAGES"] == cfg.stages and consts["CONSUMER_REGS"] == cfg.consumer_regs
 
 
@@ -131,3 +148,11 @@ def test_fields_over_a_three_consumer_launch(monkeypatch):
     # no persistent form
     with pytest.raises(ValueError, match="consumers=3, persistent=True"):
         from_fields(FlashConfig(gluon_persistent=True), 128, False)
+
+
+def test_o_in_the_p_buffers_needs_keys_per_step_at_least_head_dim():
+    cfg = Fp8GluonConfig(block_n=64, p_smem=True, o_in_p=True, stages=2)
+    q = torch.zeros(1, 1, 64, 128, dtype=torch.float8_e4m3fn)
+    v = torch.zeros(1, 1, 128, 64, dtype=torch.float8_e4m3fn).transpose(-1, -2)
+    with pytest.raises(ValueError, match="fp8-ws-m64-n64-s2-psmem-oinp at head_dim=128"):
+        flash_gluon_fp8.fp8_gluon_forward(q, q, v, {}, False, 1.0, cfg, checked=True)

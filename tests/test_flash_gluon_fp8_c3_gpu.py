@@ -1,5 +1,6 @@
 """GPU tests (`-m gpu`, an sm_90 GPU with triton 3.6) of the three-consumer Gluon fp8
-launch ("ws-c3": ping-pong round robin; "ws-c3-nopp"): its output under the project's fp8
+launch ("ws-c3": ping-pong round robin; "ws-c3-nopp"; "ws-c3-oinp": the O tiles in
+the P buffers, four stages): its output under the project's fp8
 accuracy rule and next to the two-consumer launch's on the same inputs (the same per-row
 arithmetic over the same key blocks: a consumer's rows computed twice, skipped, or
 mixed with another's show as a large difference), causal both, GQA 4:1, MQA with rows
@@ -29,7 +30,7 @@ SHAPES = [
     (1, 2, 2, 300, 4097, 64, False),  # head_dim 64, a one-key tail
     (2, 4, 4, 1000, 1000, 64, True),
 ]
-ROLES = ("ws-c3", "ws-c3-nopp")
+ROLES = ("ws-c3", "ws-c3-nopp", "ws-c3-oinp")
 
 
 @pytest.mark.gpu
@@ -49,9 +50,10 @@ def test_gpu_three_consumers_meet_the_rule_and_match_two(shape, role, monkeypatc
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("role", ("ws-c3", "ws-c3-oinp"))
 @pytest.mark.parametrize("causal", [False, True])
-def test_gpu_three_consumers_at_the_benchmark_shape_match_two(causal, monkeypatch):
+def test_gpu_three_consumers_at_the_benchmark_shape_match_two(causal, role, monkeypatch):
     # 4 × 16 heads at 4k: 22 CTAs of 192 rows per head, the last with one consumer's rows
     shape = (4, 16, 16, 4096, 4096, 128, causal)
-    _quantised, c3, plain = _both(shape, monkeypatch, role="ws-c3")
+    _quantised, c3, plain = _both(shape, monkeypatch, role=role)
     _agree(c3, plain)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 21 part 3 (the Gluon fp8 forward), one command
 # under LIMIT seconds (150):
-#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-lazy, ws-persist, ws;
-#      the budget cuts from the end): each launch's correctness (check_fp8_accuracy on every
+#  (1) tools/gpu/fp8_gluon_check.py --light --quick over $ROLES (ws-c3, ws-c3-oinp,
+#      ws-c3-nopp; the budget, CHECK_S, cuts from the end): each launch's correctness (check_fp8_accuracy on every
 #      (batch, kv head) slice; the persistent one also with more tiles than SMs) and do_bench TFLOP/s at
 #      head_dim 128, 4k/16k, causal and not ($OUT/fp8_gluon.md; no bf16 baseline here:
 #      (3) times it);
@@ -12,7 +12,8 @@
 #  (3) `fa-bench run` forward, fp8_e4m3 and bf16, `-i triton`, head_dim 128, N 4k/16k,
 #      causal and not, and its summary $OUT/fp8.md (fp8 ÷ bf16 per shape, the kernel each
 #      case ran, every case's accuracy);
-#  (4) with the time left (LIMIT=240 leaves them ~80 s), the GPU tests of the fp8 kernels.
+#  (4) with the time left (LIMIT=240 leaves them ~80 s), the GPU tests of the fp8 kernels
+#      ($TEST_FILES, the three-consumer launch's first; $TESTS_K the -k filter).
 # Everything else in $OUT/fp8-final.tgz. From the repository root:
 #
 #   bash tools/gpu/fp8_final.sh
@@ -21,7 +22,11 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-150}
-ROLES=${ROLES:-ws-lazy,ws-persist,ws}
+ROLES=${ROLES:-ws-c3,ws-c3-oinp,ws-c3-nopp}
+# the check step's cap (s); no role starts after CHECK_S - 28 s
+CHECK_S=${CHECK_S:-80}
+TEST_FILES=${TEST_FILES:-tests/test_flash_gluon_fp8_c3_gpu.py tests/test_flash_gluon_fp8_persist_gpu.py tests/test_flash_gluon_fp8_gpu.py tests/test_fp8_kernel.py}
+TESTS_K=${TESTS_K:-not preg and not nopp and not s3}
 PICK=${PICK:-1}
 FILES="$OUT/fp8-final"
 rm -rf "$FILES" fa-bench-out/fp8-final-run "$OUT/fp8_gluon.json"
@@ -38,7 +43,7 @@ STEP_RESERVE=3 STEP_MIN=8 STEP_KILL=5
 
 if [ "$PICK" = 1 ]; then
   # (1) the candidates
-  step "gluon fp8 check: $ROLES" 80 env FP8_GLUON_BUDGET_S=52 \
+  step "gluon fp8 check: $ROLES" "$CHECK_S" env FP8_GLUON_BUDGET_S=$((CHECK_S - 28)) \
     python3 tools/gpu/fp8_gluon_check.py --light --quick --roles "$ROLES" \
     > "$FILES/check.log" 2>&1
 
@@ -64,10 +69,9 @@ step "summary" 8 python3 tools/gpu/fp8_summary.py fa-bench-out/fp8-final-run/res
 XDIST=()
 python3 -c "import xdist" 2> /dev/null && XDIST=(-n 6)
 # (the Gluon launches of this call's roles, the dispatch, the adapter, and the tl kernel's)
+# shellcheck disable=SC2086  # TEST_FILES: a list of paths
 step "gpu tests" 60 python3 -m pytest -q -m gpu -p no:cacheprovider "${XDIST[@]}" \
-  -k "not preg and not nopp and not s3" \
-  tests/test_flash_gluon_fp8_persist_gpu.py tests/test_flash_gluon_fp8_gpu.py \
-  tests/test_fp8_kernel.py > "$FILES/tests.log" 2>&1
+  -k "$TESTS_K" $TEST_FILES > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/fp8-final.tgz" -C "$FILES" .

@@ -43,8 +43,9 @@ STALL_S = 25.0
 # no child starts after this many seconds ($FP8_GLUON_BUDGET_S overrides)
 BUDGET_S = float(os.environ.get("FP8_GLUON_BUDGET_S", "95"))
 # in order of importance: roles past the budget are skipped
-ROLES = ("ws", "ws-ahead", "ws-persist", "ws-lazy", "ws-nopp", "ws-s3", "ws-preg", "ws-emu4",
-         "ws-emu2", "ws-preg-emu4", "ws-s2", "ws-n64")  # fmt: skip
+ROLES = ("ws", "ws-c3", "ws-c3-oinp", "ws-c3-nopp", "ws-ahead", "ws-persist", "ws-lazy",
+         "ws-nopp", "ws-s3", "ws-preg", "ws-emu4", "ws-emu2", "ws-preg-emu4", "ws-s2",
+         "ws-n64")  # fmt: skip
 TOKENS, HIDDEN = 16384, 2048
 BENCH_NS = (4096, 16384)
 BENCH_SHORT = (1024, 2048)
