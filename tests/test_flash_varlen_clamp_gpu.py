@@ -13,60 +13,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from packed_gpu import assert_within_rule, run_packed
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
-
-
-def _cu(lengths) -> torch.Tensor:
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, dtype=torch.int32, device="cuda")
-
-
-def _nan_padded(t: torch.Tensor, pad: int = 256) -> torch.Tensor:
-    buf = torch.full((t.shape[0] + pad, *t.shape[1:]), float("nan"), dtype=t.dtype, device="cuda")
-    buf[: t.shape[0]] = t
-    return buf[: t.shape[0]]
-
-
-def _run(lengths, hq, hk, d, dtype, kw, seed=0):
-    from fa_bench.kernels import flash_attention_varlen
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    t = sum(lengths)
-    q, k, v = (
-        _nan_padded(torch.randn((t, h, d), generator=g, device="cuda").to(dtype)).requires_grad_()
-        for h in (hq, hk, hk)
-    )
-    cu = _cu(lengths)
-    o = flash_attention_varlen(q, k, v, cu, cu, max(lengths), max(lengths), **kw)
-    do = _nan_padded(torch.randn(o.shape, generator=g, device="cuda").to(dtype))
-    return (q, k, v, do, cu), (o, *torch.autograd.grad(o, (q, k, v), do))
-
-
-def _rule(inputs, ours, kw) -> None:
-    """Each sequence's float64 reference and same-dtype baseline, packed, under the rule."""
-    from fa_bench.run.accuracy import _tensor_report
-    from fa_bench.run.variant_reference import variant_attention
-
-    q, k, v, do, cu = inputs
-    parts: dict = {torch.float64: [], q.dtype: []}
-    for b in range(cu.numel() - 1):
-        cut = slice(int(cu[b]), int(cu[b + 1]))
-        one = [x[cut].detach().transpose(0, 1).unsqueeze(0) for x in (q, k, v, do)]
-        for dtype, out in parts.items():
-            r = variant_attention(*(x.to(dtype) for x in one[:3]), do=one[3].to(dtype), **kw)
-            out.append([r.o, r.dq, r.dk, r.dv])
-    terms = int((cu[1:] - cu[:-1]).max())
-    for i, name in enumerate(("o", "dq", "dk", "dv")):
-        assert torch.isfinite(ours[i]).all(), f"{name}: a load read past the tensor's end"
-        ref, base = (torch.cat([p[i][0].transpose(0, 1) for p in parts[t]]) for t in parts)
-        report = _tensor_report(ours[i], ours[i], ref, base, terms)
-        assert report["passed"], (name, report)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -79,8 +31,8 @@ def test_clamped_loads_at_16k_tokens(monkeypatch, dtype):
     runs = {}
     for clamp in (1, 0, 2):
         monkeypatch.setattr(flash_validate, "PACKED_CLAMP", clamp)
-        runs[clamp] = _run(lengths, 32, 8, 128, dtype, dict(causal=True))[1]
-    again = _run(lengths, 32, 8, 128, dtype, dict(causal=True))[1]
+        runs[clamp] = run_packed(lengths, 32, 8, 128, dtype, dict(causal=True), nan_pad=True)[1]
+    again = run_packed(lengths, 32, 8, 128, dtype, dict(causal=True), nan_pad=True)[1]
     for a, b, c, d in zip(runs[1], runs[0], runs[2], again, strict=True):
         assert torch.equal(a, b) and torch.equal(c, d)
 
@@ -96,5 +48,5 @@ def test_clamped_loads_at_16k_tokens(monkeypatch, dtype):
 def test_clamped_loads_within_the_rule(kw):
     # length 1, whole blocks (128, 1024), ragged, the last sequence ragged at the end
     lengths = [1, 700, 128, 33, 1024, 5, 401]
-    inputs, ours = _run(lengths, 8, 2, 128, torch.bfloat16, kw)
-    _rule(inputs, ours, kw)
+    inputs, ours = run_packed(lengths, 8, 2, 128, torch.bfloat16, kw, nan_pad=True)
+    assert_within_rule(inputs, ours, kw)

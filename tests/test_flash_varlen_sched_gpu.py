@@ -10,53 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from packed_gpu import assert_within_rule, run_packed
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
 ]
-
-
-def _cu(lengths) -> torch.Tensor:
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, dtype=torch.int32, device="cuda")
-
-
-def _run(lengths, hq, hk, d, dtype, kw, seed=0):
-    from fa_bench.kernels import flash_attention_varlen
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    t = sum(lengths)
-    q, k, v = (
-        torch.randn((t, h, d), generator=g, device="cuda").to(dtype).requires_grad_()
-        for h in (hq, hk, hk)
-    )
-    cu = _cu(lengths)
-    o = flash_attention_varlen(q, k, v, cu, cu, max(lengths), max(lengths), **kw)
-    do = torch.randn(o.shape, generator=g, device="cuda").to(dtype)
-    return (q, k, v, do, cu), (o, *torch.autograd.grad(o, (q, k, v), do))
-
-
-def _rule(inputs, ours, kw) -> None:
-    """Each sequence's float64 reference and same-dtype baseline, packed, under the rule."""
-    from fa_bench.run.accuracy import _tensor_report
-    from fa_bench.run.variant_reference import variant_attention
-
-    q, k, v, do, cu = inputs
-    parts: dict = {torch.float64: [], q.dtype: []}
-    for b in range(cu.numel() - 1):
-        cut = slice(int(cu[b]), int(cu[b + 1]))
-        one = [x[cut].detach().transpose(0, 1).unsqueeze(0) for x in (q, k, v, do)]
-        for dtype, out in parts.items():
-            r = variant_attention(*(x.to(dtype) for x in one[:3]), do=one[3].to(dtype), **kw)
-            out.append([r.o, r.dq, r.dk, r.dv])
-    terms = int((cu[1:] - cu[:-1]).max())
-    for i, name in enumerate(("o", "dq", "dk", "dv")):
-        ref, base = (torch.cat([p[i][0].transpose(0, 1) for p in parts[t]]) for t in parts)
-        report = _tensor_report(ours[i], ours[i], ref, base, terms)
-        assert report["passed"], (name, report)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -65,9 +24,9 @@ def test_scheduled_packed_backward_equals_the_first_grid_at_16k_tokens(monkeypat
     from fa_bench.variants import varlen_lengths
 
     lengths = varlen_lengths("uniform:256-3840", 8)  # the variants suite's packed batch
-    _, scheduled = _run(lengths, 32, 8, 128, dtype, dict(causal=True))
+    _, scheduled = run_packed(lengths, 32, 8, 128, dtype, dict(causal=True))
     monkeypatch.setattr(flash_validate, "PACKED_SCHEDULE", False)
-    _, first = _run(lengths, 32, 8, 128, dtype, dict(causal=True))
+    _, first = run_packed(lengths, 32, 8, 128, dtype, dict(causal=True))
     for a, b in zip(scheduled, first, strict=True):
         assert torch.equal(a, b)
 
@@ -78,8 +37,8 @@ def test_scheduled_packed_backward_equals_the_first_grid_at_16k_tokens(monkeypat
 )
 def test_scheduled_packed_backward_within_the_rule(kw):
     lengths = [1, 700, 33, 1024, 5, 400]
-    inputs, ours = _run(lengths, 8, 2, 128, torch.bfloat16, kw)
-    _rule(inputs, ours, kw)
+    inputs, ours = run_packed(lengths, 8, 2, 128, torch.bfloat16, kw)
+    assert_within_rule(inputs, ours, kw)
 
 
 def test_dkdv_dp_first_within_the_rule(monkeypatch):
@@ -87,5 +46,5 @@ def test_dkdv_dp_first_within_the_rule(monkeypatch):
 
     monkeypatch.setattr(flash_validate, "DKDV_DP_FIRST", "variants")  # the default
     kw = dict(causal=True, softcap=50.0)
-    inputs, ours = _run([1500, 700, 2048], 8, 2, 128, torch.bfloat16, kw)
-    _rule(inputs, ours, kw)
+    inputs, ours = run_packed([1500, 700, 2048], 8, 2, 128, torch.bfloat16, kw)
+    assert_within_rule(inputs, ours, kw)
