@@ -56,22 +56,31 @@ from fa_bench.kernels.flash_gluon_ws import _qk
 @gluon.jit
 def _producer(descs, smem, bars, coords):
     """One warp: every consumer's Q tile, then K_j and Vᵀ_j into ring slot j % STAGES."""
-    q_desc, k_desc, vt_desc = descs
-    q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
-    q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
+    q_desc = descs[0]
+    q_smem, q_bars = smem[0], bars[0]
     b, h, hk, row0, n_end = coords
     BLOCK_M: gl.constexpr = q_smem.shape[3]
-    BLOCK_N: gl.constexpr = k_bufs.shape[3]
-    STAGES: gl.constexpr = k_bufs.shape[0]
     CONSUMERS: gl.constexpr = q_smem.shape[0]
     for c in gl.static_range(CONSUMERS):
         mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
             q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
         )
+    _load_kv(descs, smem, bars, b, hk, 0, n_end)
+
+
+@gluon.jit
+def _load_kv(descs, smem, bars, b, hk, g0, n_end):
+    """The producer's K_j and Vᵀ_j, j < n_end, into ring indices g0 + j (the persistent
+    kernel's run on across tiles), each slot once its consumers have released it."""
+    _q_desc, k_desc, vt_desc = descs
+    k_bufs, vt_bufs = smem[1], smem[2]
+    k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
+    BLOCK_N: gl.constexpr = k_bufs.shape[3]
+    STAGES: gl.constexpr = k_bufs.shape[0]
     for j in range(n_end):
-        slot = j % STAGES
-        phase = (j // STAGES) & 1
+        slot = (g0 + j) % STAGES
+        phase = ((g0 + j) // STAGES) & 1
         # a fresh mbarrier counts as having completed the phase before 0
         mbarrier.wait(k_empty.index(slot), phase ^ 1)
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
@@ -204,9 +213,12 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
 
 
 @gluon.jit
-def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
+def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale, DEFER: gl.constexpr = False):
     """O = acc · v_descale / l in bf16 through the consumer's O tile and a TMA store
-    clipped at seq_q; lse2 = m·c + log2(l) − P_EXP, +inf where a row saw no key."""
+    clipped at seq_q; lse2 = m·c + log2(l) − P_EXP, +inf where a row saw no key.
+    DEFER (the persistent kernel): the TMA store is waited for before the O tile is
+    written (the previous tile's must have left it), not at the end: this tile's runs on
+    under the next tile's matmuls."""
     o_desc, lse_ptr = out
     b, h, bh, row0 = coords
     seq_q, qk_scale = scalars
@@ -218,6 +230,8 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
     empty = l_o == 0.0
     l_safe = gl.where(empty, 1.0, l_o)
     o = acc * gl.expand_dims(v_descale / l_safe, 1)
+    if DEFER:
+        tma.store_wait(0)
     o_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(gl.bfloat16))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile)
@@ -225,7 +239,8 @@ def _epilogue(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
     lse2 = gl.where(empty, float("inf"), m_o * qk_scale + gl.log2(l_safe) - P_EXP)
     rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
     gl.store(lse_ptr + bh * seq_q + rows, lse2, mask=rows < seq_q)
-    tma.store_wait(0)
+    if not DEFER:
+        tma.store_wait(0)
 
 
 @gluon.jit

@@ -11,9 +11,10 @@ indices and ping-pong turns run on across tiles. What differs from bf16: O has i
 shared-memory tile (Q's fp8 tile is too small for it), so a consumer frees its Q buffer
 as soon as its last QKᵀ is done, and the producer loads the next tile's Q while this
 tile's last PV and epilogue run (no second Q buffer needed). The O tile's TMA store is not
-waited for at the end of its epilogue (the non-persistent kernel's _epilogue does): the
-wait comes before the next tile's O is written into the same buffer, so the store runs
-under the next tile's matmuls, and once after the last tile.
+waited for at the end of its epilogue (the non-persistent kernel's does): the wait comes
+before the next tile's O is written into the same buffer (_epilogue's DEFER), so the store
+runs under the next tile's matmuls, and once after the last tile. The key loop (_tile),
+the producer's K/V loads (_load_kv) and the epilogue are the plain kernel's own helpers.
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from fa_bench.kernels.flash_gluon_fp8_kernels import _tile
-from fa_bench.kernels.flash_gluon_fp8_parts import P_EXP, _acc_layout, _alloc_bars, _alloc_smem
+from fa_bench.kernels.flash_gluon_fp8_kernels import _epilogue, _load_kv, _tile
+from fa_bench.kernels.flash_gluon_fp8_parts import _alloc_bars, _alloc_smem
 from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
 from fa_bench.kernels.flash_gluon_persist import _n_tiles
 from fa_bench.kernels.flash_gluon_persist import _tile as _coords
@@ -53,40 +54,12 @@ def _tile_at(t, sched, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
 
 
 @gluon.jit
-def _epilogue_deferred(acc, m_i, l_i, o_tile, out, coords, scalars, v_descale):
-    """flash_gluon_fp8_kernels._epilogue (a copy of its lines) with the store's wait moved
-    before the O tile is written: the previous tile's store must have left the buffer,
-    this tile's may still be in flight when the consumer returns."""
-    o_desc, lse_ptr = out
-    b, h, bh, row0 = coords
-    seq_q, qk_scale = scalars
-    BLOCK_M: gl.constexpr = o_tile.shape[2]
-    HEAD_DIM: gl.constexpr = o_tile.shape[3]
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM)
-    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    l_o = gl.convert_layout(l_i, row_layout)
-    empty = l_o == 0.0
-    l_safe = gl.where(empty, 1.0, l_o)
-    o = acc * gl.expand_dims(v_descale / l_safe, 1)
-    tma.store_wait(0)
-    o_tile.reshape([BLOCK_M, HEAD_DIM]).store(o.to(gl.bfloat16))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_tile)
-    m_o = gl.convert_layout(m_i, row_layout)
-    lse2 = gl.where(empty, float("inf"), m_o * qk_scale + gl.log2(l_safe) - P_EXP)
-    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
-    gl.store(lse_ptr + bh * seq_q + rows, lse2, mask=rows < seq_q)
-
-
-@gluon.jit
 def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr):
     """One warp: per tile, both Q tiles (once the consumers freed them), then K/Vᵀ."""
-    q_desc, k_desc, vt_desc = descs
-    q_smem, k_bufs, vt_bufs = smem[0], smem[1], smem[2]
-    q_bars, k_ready, k_empty, v_ready, v_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
+    q_desc = descs[0]
+    q_smem, q_bars = smem[0], bars[0]
     BLOCK_M: gl.constexpr = q_smem.shape[3]
-    BLOCK_N: gl.constexpr = k_bufs.shape[3]
-    STAGES: gl.constexpr = k_bufs.shape[0]
+    BLOCK_N: gl.constexpr = smem[1].shape[3]
     g = 0
     it = 0
     for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
@@ -97,19 +70,7 @@ def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr)
             tma.async_copy_global_to_shared(
                 q_desc, [b, h, row0 + c * BLOCK_M, 0], q_bars.index(c), q_smem.index(c)
             )
-        for j in range(n_end):
-            slot = (g + j) % STAGES
-            phase = ((g + j) // STAGES) & 1
-            mbarrier.wait(k_empty.index(slot), phase ^ 1)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot)
-            )
-            mbarrier.wait(v_empty.index(slot), phase ^ 1)
-            mbarrier.expect(v_ready.index(slot), vt_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                vt_desc, [b, hk, 0, j * BLOCK_N], v_ready.index(slot), vt_bufs.index(slot)
-            )
+        _load_kv(descs, smem, bars, b, hk, g, n_end)
         g += n_end
         it += 1
 
@@ -140,8 +101,8 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_sc
                               P_SMEM)  # fmt: skip
         # every QKᵀ of the tile is done: the producer may load the next tile's Q
         mbarrier.arrive(q_empty.index(ME), count=1)
-        _epilogue_deferred(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0),
-                           (seq_q, qk_scale), v_descale)  # fmt: skip
+        _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
+                  v_descale, True)  # fmt: skip
         g += n_end
         tc += gl.maximum(n_end - 1, 0)
         it += 1

@@ -156,3 +156,12 @@ def test_o_in_the_p_buffers_needs_keys_per_step_at_least_head_dim():
     v = torch.zeros(1, 1, 128, 64, dtype=torch.float8_e4m3fn).transpose(-1, -2)
     with pytest.raises(ValueError, match="fp8-ws-m64-n64-s2-psmem-oinp at head_dim=128"):
         flash_gluon_fp8.fp8_gluon_forward(q, q, v, {}, False, 1.0, cfg, checked=True)
+
+
+def test_the_persistent_kernel_runs_the_plain_kernels_helpers():
+    # one key loop, one K/V producer loop, one epilogue (its DEFER flag) for both launches
+    from fa_bench.kernels import flash_gluon_fp8_persist as persist
+
+    for name in ("_tile", "_load_kv", "_epilogue"):
+        assert getattr(persist, name) is getattr(flash_gluon_fp8_kernels, name)
+    assert not hasattr(persist, "_epilogue_deferred")
