@@ -416,24 +416,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from fa_bench.kernels import decode_kernels as dk
-
-def signature(fn, consts, dtype):
-    out = {}
-    for name in fn.arg_names:
-        if name in consts:
-            out[name] = "constexpr"
-        elif name.startswith("stride_") or name in ("heads_kv", "row_blocks", "heads_q",
-                                                    "seq_q", "num_splits"):
-            out[name] = "i32"
-        elif name == "qk_scale":
-            out[name] = "fp32"
-        elif name in ("SeqLens", "BlockTable", "Counters"):
-            out[name] = "*i32"
-        elif name in ("Lse", "OPart", "LsePart"):
-            out[name] = "*fp32"
-        else:
-            out[name] = "*" + dtype
-    return out
+from decode_sm90 import signature
 
 def compile_sm90(fn, consts, dtype, warps=4, stages=3):
     sig = signature(fn, consts, dtype)
@@ -477,10 +460,11 @@ def test_compiles_for_sm90_pipelined_without_spills():
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    from decode_sm90 import subprocess_env
+
     done = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SM90], env=env, capture_output=True, text=True,
-        timeout=600,
+        [sys.executable, "-c", _COMPILE_SM90], env=subprocess_env(), capture_output=True,
+        text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()

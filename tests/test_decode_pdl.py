@@ -123,23 +123,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from fa_bench.kernels import decode_kernels as dk
+from decode_sm90 import signature
 
 def compile_sm90(fn, consts, pdl):
-    sig = {}
-    for name in fn.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name.startswith("stride_") or name in ("heads_kv", "row_blocks", "heads_q",
-                                                    "seq_q", "num_splits"):
-            sig[name] = "i32"
-        elif name == "qk_scale":
-            sig[name] = "fp32"
-        elif name in ("SeqLens", "BlockTable", "Counters"):
-            sig[name] = "*i32"
-        elif name in ("Lse", "OPart", "LsePart"):
-            sig[name] = "*fp32"
-        else:
-            sig[name] = "*bf16"
+    sig = signature(fn, consts, "bf16")
     opts = dict(num_warps=4, num_stages=2, launch_pdl=pdl)
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
                        target=GPUTarget("cuda", 90, 32), options=opts)
@@ -162,9 +149,10 @@ def test_compiled_for_sm90_the_instructions_come_only_with_pdl() -> None:
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_SM90], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    from decode_sm90 import subprocess_env
+
+    done = subprocess.run([sys.executable, "-c", _COMPILE_SM90], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "split False 0 0 False",
