@@ -116,7 +116,7 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     # might keep asynchronous (two chunks early at 128, one early at 64)
     early = dict(early_dq_all=True) if head_dim == 2 * DQ_CHUNK else dict(early_dq=True)
     tag = "early2" if head_dim == 2 * DQ_CHUNK else "early"
-    for ops, name in ((1, "dss"), (2, "pss")):
+    for ops, name in ((1, "dss"), (2, "pss"), (3, "sum")):
         out[f"ws-{name}"] = _deepest(dataclasses.replace(base, ops_smem=ops), head_dim)
         out[f"ws-{name}-{tag}"] = _deepest(dataclasses.replace(bare, ops_smem=ops, **early),
                                            head_dim)  # fmt: skip

@@ -46,8 +46,10 @@ class GluonBwdConfig:
       one's exponentials overlap the other's matmuls (the Gluon forward's ping-pong);
     ops_smem: wgmma A operands from shared memory instead of registers (fewer registers
       live while dV and dK run, session 7): 1 dSᵀ for dK (the tile dQ reads anyway,
-      stored before dK is issued), 2 also Pᵀ for dV (a tile of its own); with the
-      consumers' own dQ shares only (not shared_dq, not dq_first).
+      stored before dK is issued), 2 also Pᵀ for dV (a tile of its own), 3 as 2 and the
+      two consumers' dQ shares summed before one reduce-add (consumer 1 hands its share
+      to consumer 0 through its staging tile: half the adds); with the consumers' own dQ
+      shares only (not shared_dq, not dq_first).
     """
 
     block_m: int = 64
@@ -66,7 +68,7 @@ class GluonBwdConfig:
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
-                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2))):  # fmt: skip
+                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3))):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
@@ -113,7 +115,7 @@ class GluonBwdConfig:
         ring = 2 * self.stages * self.block_m * (head_dim * elem_bytes + 4)
         ds = 2 * self.keys * self.block_m * elem_bytes
         dq = 2 * self.block_m * head_dim * 4 // (2 if self.shared_dq else 1)
-        p = ds if self.ops_smem == 2 else 0  # each consumer's Pᵀ tile
+        p = ds if self.ops_smem >= 2 else 0  # each consumer's Pᵀ tile
         return kv + ring + ds + dq + p
 
     def label(self) -> str:
@@ -122,7 +124,7 @@ class GluonBwdConfig:
         text = f"{text}-rot" if self.rotate else text
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
-        text = f"{text}-{('', 'dss', 'pss')[self.ops_smem]}" if self.ops_smem else text
+        text = f"{text}-{('', 'dss', 'pss', 'sum')[self.ops_smem]}" if self.ops_smem else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

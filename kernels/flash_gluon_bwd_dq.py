@@ -79,6 +79,39 @@ def _dq_out(ds_me, k_me, dq_bufs, ME: gl.constexpr, dq_desc, b, hq, m0, REDUCE: 
 
 
 @gluon.jit
+def _dq_sum(dq, c: gl.constexpr, dq_bufs, ME: gl.constexpr, sync, dq_desc, where,
+            PENDING: gl.constexpr):  # fmt: skip
+    """OPS_SMEM 3: chunk c of dQ_share summed over both consumers before one reduce-add
+    (half the workspace traffic of `_dq_finish`'s, without `_dq_shared`'s lockstep on
+    the dSᵀ tiles). Consumer 1 stores its share into its staging tile and signals
+    `ready`; consumer 0 adds it to its own, frees the tile (`free`), stages the sum and
+    reduce-adds it. Consumer 1 runs at most one step ahead (it waits for `free` of the
+    step before); both count steps t alike. PENDING as `_dq_finish`."""
+    ready_bars, free_bars, t = sync
+    b, hq, m0 = where
+    BLOCK_M: gl.constexpr = dq_bufs.shape[3]
+    CHUNK: gl.constexpr = dq_bufs.shape[4]
+    CHUNKS: gl.constexpr = dq_bufs.shape[0] // 2
+    other = dq_bufs.index(CHUNKS + c).reshape([BLOCK_M, CHUNK])
+    dq = warpgroup_mma_wait(PENDING, deps=[dq])
+    if ME == 1:
+        mbarrier.wait(free_bars.index(c), (t & 1) ^ 1)  # consumer 0 read the last one
+        other.store(dq)
+        gl.thread_barrier()  # every thread's part stored before the one arrival
+        mbarrier.arrive(ready_bars.index(c), count=1)
+    else:
+        mbarrier.wait(ready_bars.index(c), t & 1)
+        dq = dq + other.load(dq.type.layout)
+        gl.thread_barrier()  # every thread's part read before consumer 1 may overwrite
+        mbarrier.arrive(free_bars.index(c), count=1)
+        tma.store_wait(CHUNKS - 1)  # the add issued from this tile one step ago has read it
+        tile = dq_bufs.index(c)
+        tile.reshape([BLOCK_M, CHUNK]).store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [b, hq, m0, c * CHUNK], tile)
+
+
+@gluon.jit
 def _dq_shared(t, ME: gl.constexpr, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0):
     """FA3's dQ: once the other consumer's dSᵀ tile is in shared memory too, this one
     computes dQ_share = dS K over all 2·KEYS keys for its half of the head_dim columns

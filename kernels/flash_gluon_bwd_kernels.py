@@ -185,6 +185,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                      "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
     gl.static_assert(OPS_SMEM == 0 or DQ_MODE == 0 or (DQ_MODE >= 2 and DQ_MODE <= 4),
                      "OPS_SMEM: the consumers' own dQ shares (DQ_MODE 0, 2, 3, 4)")  # fmt: skip
+    gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
     if KB_MAJOR:
         kb = gl.program_id(1)

@@ -6,7 +6,9 @@ OPS_SMEM (issue 18, session 7) moves wgmma A operands from registers to shared m
 fewer registers are live while the matmuls run (ptxas serialised the wgmmas, C7512, when
 a second dQ accumulator was live beside dK and dV): 1 dK += dSᵀ Q reads dSᵀ from the tile
 dQ's matmul reads anyway (stored before dK is issued, not after); 2 also dV += Pᵀ dO
-reads Pᵀ from a tile of its own. 0 keeps both in registers (the session-6 kernel).
+reads Pᵀ from a tile of its own; 3 as 2, and consumer 1 hands its dQ share to consumer
+0 through shared memory, which reduce-adds the sum (half the adds, `_dq_sum`). 0 keeps
+both operands in registers (the session-6 kernel).
 """
 
 # Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
@@ -28,6 +30,7 @@ from fa_bench.kernels.flash_gluon_bwd_dq import (
     _dq_issue,
     _dq_out,
     _dq_shared,
+    _dq_sum,
     _tail_dq_first,
 )
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout
@@ -127,7 +130,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     lse2 = _row_vector(lse_bufs, slot, col_layout)
     p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
     p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
-    if OPS_SMEM == 2:  # Pᵀ through its own tile: no register operand live under dV
+    if OPS_SMEM >= 2:  # Pᵀ through its own tile: no register operand live under dV
         p_op = ds_bufs.index(2 + ME)
         p_op.store(p_t.to(dtype))
         fence_async_shared()
@@ -205,10 +208,11 @@ def _tail_regs(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, smem, bars, dq_desc
 def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_bufs, bars,
                dq_desc, where, DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
                OPS_SMEM: gl.constexpr):  # fmt: skip
-    """The end of a step after dV was issued, OPS_SMEM 1 or 2: dSᵀ stored first, then
+    """The end of a step after dV was issued, OPS_SMEM 1-3: dSᵀ stored first, then
     dK += dSᵀ Q reads it from shared memory (the tile dQ = dS K reads transposed), so no
-    register copy of dSᵀ (nor, OPS_SMEM 2, of Pᵀ) stays live while dV and dK run; dQ's
-    chunks as DQ_MODE 0, 2, 3, 4 (`_bwd_step`)."""
+    register copy of dSᵀ (nor, OPS_SMEM 2 and 3, of Pᵀ) stays live while dV and dK run;
+    dQ's chunks as DQ_MODE 0, 2, 3, 4 (`_bwd_step`); OPS_SMEM 3 sums the two consumers'
+    shares before one reduce-add (`_dq_sum`)."""
     b, hq, m0, slot = where
     q_empty, do_empty = bars[2], bars[4]
     CHUNK: gl.constexpr = dq_bufs.shape[4]
@@ -224,13 +228,24 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_b
         dq0 = _dq_issue(ds_me, k_me, 0, CHUNK)
     if PENDING > 1:
         dq1 = _dq_issue(ds_me, k_me, 1, CHUNK)
-    if OPS_SMEM == 2:
+    if OPS_SMEM >= 2:
         dv, dk = warpgroup_mma_wait(PENDING, deps=[dv, dk])
     else:
         dv, dk, _p = warpgroup_mma_wait(PENDING, deps=[dv, dk, p_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
-    if PENDING == 2:
+    if OPS_SMEM == 3:  # one reduce-add of both consumers' shares (consumer 0 adds)
+        sync = (bars[5], bars[6], t)
+        if PENDING == 2:
+            _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 1)
+            _dq_sum(dq1, 1, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+        else:
+            if PENDING == 1:
+                _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+            for c in gl.static_range(PENDING, dq_bufs.shape[0] // 2):
+                dq = _dq_issue(ds_me, k_me, c, CHUNK)
+                _dq_sum(dq, c, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+    elif PENDING == 2:
         _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
         _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
     elif PENDING == 1:

@@ -30,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from child_watch import emit as _emit
 from child_watch import run_watched
 
-STALL_S = 60.0
+# a child killed when its lines stop growing this long ($AB_STALL_S overrides: a hang costs
+# that much of the call)
+STALL_S = float(os.environ.get("AB_STALL_S", "60"))
 SHAPES = [(n, c) for n in (4096, 16384) for c in (False, True)]
 ROLES = {128: "ws,ws-early2,ws-dqfirst", 64: "ws,ws-dqfirst"}
 

@@ -21,9 +21,9 @@ OUT=${OUT:-fa-bench-out/out}
 export OUT
 LIMIT=${LIMIT:-90}
 PHASE=${PHASE:-ab}
-ROLES128=${ROLES128:-ws,ws-pss-early2,ws-pss}
-ROLES64=${ROLES64:-ws,ws-pss-early,ws-pss}
-TESTS_K=${TESTS_K:-accuracy and 4097 and pss-early}
+ROLES128=${ROLES128:-ws,ws-pss-early2,ws-sum-early2}
+ROLES64=${ROLES64:-ws,ws-pss-early,ws-sum-early}
+TESTS_K=${TESTS_K:-accuracy and 4097 and (pss-early or sum-early)}
 ROLE=${ROLE:-}
 IMPLS=${IMPLS:-triton-onepass,sdpa-cudnn}
 DTYPES=${DTYPES:-bf16,fp16}
@@ -51,7 +51,7 @@ tests() {
 }
 
 if [ "$PHASE" = ab ]; then
-  step "gluon bwd a/b" 62 env OUT="$FILES" AB_PROBE=0 python3 tools/gpu/gluon_bwd_ab.py \
+  step "gluon bwd a/b" 62 env OUT="$FILES" AB_PROBE=0 AB_STALL_S=25 python3 tools/gpu/gluon_bwd_ab.py \
     --roles128 "$ROLES128" --roles64 "$ROLES64" > "$FILES/ab.log" 2>&1
   # a cut child leaves its lines: the table from them
   [ -f "$FILES/gluon_bwd_ab.md" ] || python3 tools/gpu/gluon_bwd_ab.py --from-lines \
