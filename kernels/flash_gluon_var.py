@@ -154,11 +154,17 @@ def alibi_positions(rows, row0, diag, BLOCK_N: gl.constexpr, VAR: gl.constexpr,
 
 
 @gluon.jit
+def fixed_p(s, sc, SOFTMAX: gl.constexpr):
+    """FIXED_MAX's P in fp32: p = 2^(s · sc − (sc − HEADROOM))."""
+    return exp2_split(s * sc - (sc - HEADROOM), softmax_emu(SOFTMAX))
+
+
+@gluon.jit
 def softmax_fixed(s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
                   SOFTMAX: gl.constexpr):  # fmt: skip
     """FIXED_MAX's softmax step: (l, P) with p = 2^(s · sc − (sc − HEADROOM)); the sums
     and O are never rescaled (the offset never moves)."""
-    p = exp2_split(s * sc - (sc - HEADROOM), softmax_emu(SOFTMAX))
+    p = fixed_p(s, sc, SOFTMAX)
     l_new = l_i + row_sum(p, l_i, softmax_tree(SOFTMAX))
     return l_new, gl.convert_layout(p.to(dtype), p_layout)
 

@@ -53,9 +53,11 @@ from fa_bench.kernels.flash_gluon_var import (
     _window_bounds,
     alibi_positions,
     alibi_shift,
+    fixed_p,
     scale_q,
     softmax_fixed,
 )
+from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, sum_levels
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
 
 
@@ -128,12 +130,17 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     acc = _pv(p, v_bufs, v_ready, i - 1, acc)
     if PINGPONG:
         mbarrier.arrive(turn.index(1 - ME), count=1)
+    if sum_levels(VAR, BLOCK_N) > 0:  # P_{j−1}'s row sums while S_j and PV_{j−1} run
+        l_i = lazy_sum(p, l_i, s_layout, sum_levels(VAR, BLOCK_N))
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
     SOFTMAX: gl.constexpr = (VAR >> 6) & 31  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
     if VAR & FIXED_MAX:  # a fixed offset: no row max, nothing to rescale
-        l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
+        if sum_levels(VAR, BLOCK_N) > 0:  # P only: its sums come in the next step
+            p_next = gl.convert_layout(fixed_p(s, scalars[2], SOFTMAX).to(dtype), p_layout)
+        else:
+            l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
     else:
@@ -187,7 +194,10 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
         SOFTMAX: gl.constexpr = (VAR >> 6) & 31
         if VAR & FIXED_MAX:
-            l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
+            if sum_levels(VAR, BLOCK_N) > 0:  # its sums in the next step (lazy_sum)
+                p = gl.convert_layout(fixed_p(s, sc, SOFTMAX).to(dtype), p_layout)
+            else:
+                l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
             m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
         elif VAR & ALIBI_COL:
             shift = alibi_shift(lo, vr[3], vr[4], BLOCK_N)
@@ -201,6 +211,8 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
                                          VAR)  # fmt: skip
         last = n_end - 1 - lo
         acc = _pv(p, v_bufs, v_ready, last, acc)
+        if sum_levels(VAR, BLOCK_N) > 0:  # the last block's sums
+            l_i = lazy_sum(p, l_i, s_layout, sum_levels(VAR, BLOCK_N))
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index(last % STAGES), count=1)
     return acc, m_i, l_i

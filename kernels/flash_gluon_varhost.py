@@ -65,6 +65,11 @@ FIXED_MAX = False
 # against 492.1 without them, 481.1 with FIXED_MAX alone; the checks passed with both).
 # Off: the switches alone decide (the GPU tools' development rows turn it off).
 SOFTCAP_FAST = True
+# A development switch (session 7): a FIXED_MAX launch's row sums from the bf16 P in packed
+# bf16x2 adds (flash_gluon_var_sum.SUM_BF16: 30 HADD2 in place of 60 FADD per block and
+# thread in the SASS). Not the default until measured faster and within the accuracy rule.
+SOFTCAP_SUM_BF16 = False
+_SUM_BF16 = 16384  # flash_gluon_var_sum.SUM_BF16
 
 
 def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
@@ -100,7 +105,7 @@ def variant_bits(
     GluonConfig.softmax_code(): its exp2 split, + 16 for tree reductions; a softcap
     launch takes SOFTCAP_EMU's split when that is set), ALIBI_COL for a causal ALiBi
     (`alibi_columns`), FIXED_MAX for a bounded softcap (`fixed_max`, by q's dtype) and
-    with it QSCALE under SOFTCAP_FAST."""
+    with it QSCALE under SOFTCAP_FAST and SUM_BF16 under SOFTCAP_SUM_BF16."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -114,6 +119,7 @@ def variant_bits(
     bits |= _ALIBI if variant.slopes is not None else 0
     bits |= _ALIBI_COL if alibi_columns(variant, causal) else 0
     bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
+    bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 
 
