@@ -13,7 +13,9 @@
 #   (2) with the time left, the GPU tests TESTS_K of tests/test_flash_gluon_bwd_s7.py.
 # PHASE=run: (1) the GPU tests TESTS_K; (2) tools/gpu/gluon_bwd_run.py: `fa-bench run -s
 #   standard --mode bwd` at 4k/16k for IMPLS, DTYPES in order, with
-#   $FA_BENCH_GLUON_BWD_ROLE=$ROLE (empty: the heuristic as committed), and its table.
+#   $FA_BENCH_GLUON_BWD_ROLE=$ROLE (empty: the heuristic as committed), and its table;
+#   MEM=1: then fwd+bwd at 16k, head_dim 128, bf16, triton-onepass beside sdpa-flash
+#   (peak memory, mem.log).
 # Everything in $OUT/gluon-bwd-s7.tgz (gluon_bwd_ab.md / gluon_bwd_run.md: the tables).
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
@@ -60,10 +62,18 @@ if [ "$PHASE" = ab ]; then
   tests 40
 else
   tests 30
-  BUDGET=$(($(left) - 8))
+  # MEM=1: the last MEM_S seconds measure fwd+bwd's peak memory at 16k beside sdpa-flash
+  MEM_S=$([ "${MEM:-0}" = 1 ] && echo 24 || echo 0)
+  BUDGET=$(($(left) - 8 - MEM_S))
   step "fa-bench run bwd" "$BUDGET" env OUT="$FILES" FA_BENCH_GLUON_BWD_ROLE="$ROLE" \
     python3 tools/gpu/gluon_bwd_run.py --dtypes "$DTYPES" --impls "$IMPLS" \
     --budget "$((BUDGET - 3))" --max-time "$MAX_TIME" > "$FILES/run.log" 2>&1
+  if [ "$MEM_S" -gt 0 ]; then
+    step "peak memory fwd_bwd 16k" "$((MEM_S - 2))" env FA_BENCH_GLUON_BWD_ROLE="$ROLE" \
+      fa-bench run -s standard --mode fwd_bwd --seqlen 16384 --head-dim 128 --dtype bf16 \
+      -i triton-onepass -i sdpa-flash --max-time 0.1 --no-report -o "$FILES/mem" \
+      > "$FILES/mem.log" 2>&1
+  fi
 fi
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 cp "$FILES"/gluon_bwd_*.md "$OUT/" 2> /dev/null
