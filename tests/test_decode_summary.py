@@ -1,6 +1,7 @@
-"""Session 5's decode GPU tools on the CPU: tools/gpu/decode_summary.py (issue 20's
-targets met or missed from a results.json), the A/B table of tools/gpu/decode_fused_ab.py
-and tools/gpu/decode_s5.sh's arguments."""
+"""Sessions 5 and 6's decode GPU tools on the CPU: tools/gpu/decode_summary.py (issue 20's
+targets met or missed from a results.json), the A/B tables of tools/gpu/decode_ab.py
+(once decode_fused_ab.py and decode_s6_ab.py) and tools/gpu/decode_gpu.sh's arguments (once
+decode_s5.sh and decode_s6.sh)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,8 @@ def test_a_run_without_calibration_or_targets_says_not_measured():
 
 
 def test_the_ab_table_formats_each_variant():
-    sys.modules.pop("decode_fused_ab", None)
-    import decode_fused_ab
+    sys.modules.pop("decode_ab", None)
+    import decode_ab
 
     rows = [
         {"batch": 1, "context": 32768, "page": 0, "variant": "ours fused",
@@ -93,18 +94,39 @@ def test_the_ab_table_formats_each_variant():
         {"batch": 8, "context": 8192, "page": 64, "variant": "ours fused x12",
          "backend": "b", "read_us": 70.0, "read_gbps": 3800.0, "read_copy": 0.9},
     ]  # fmt: skip
-    lines = decode_fused_ab._markdown(rows, 4200.0)
+    lines = decode_ab._fused_markdown(rows, 4200.0)
     assert lines[0].startswith("copy bandwidth: 4200 GB/s")
     assert "| b1 32k contig | ours fused | 50.0 / 2680 | 41.0 / 3270 | 0.78 | " in lines[4]
     assert lines[5].startswith("| b8 8k page64 | ours fused x12 | – | 70.0 / 3800 | 0.90 |")
 
 
 def test_the_gpu_script_parses_and_refuses_an_unknown_mode(tmp_path: Path):
-    script = ROOT / "tools" / "gpu" / "decode_s5.sh"
+    script = ROOT / "tools" / "gpu" / "decode_gpu.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     env = {"MODE": "x", "OUT": str(tmp_path), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "MODE must be ab, suite or targets, got 'x'" in done.stderr
+    assert done.returncode == 2
+    assert "MODE must be fused-ab, launches-ab, suite or targets, got 'x'" in done.stderr
+
+
+def test_the_launches_ab_table_formats_each_candidate():
+    sys.modules.pop("decode_ab", None)
+    import decode_ab
+
+    rows = [
+        {"batch": 8, "context": 8192, "page": 0, "variant": "sdpa", "us": 70.0,
+         "gbps": 3800.0, "launch": "cudnn", "copy": 0.9},
+        {"batch": 64, "context": 131072, "page": 64, "variant": "heuristic", "us": 9000.0,
+         "gbps": 4100.0, "launch": "s1 bn32 w4 st5", "copy": 0.98, "max_diff": 0.0,
+         "split_us": 8000.0, "measure_us": 9010.0},
+    ]  # fmt: skip
+    lines = decode_ab._launches_markdown(rows, 4200.0)
+    assert lines[0] == "copy bandwidth: 4200 GB/s"
+    assert lines[4] == "| b8 8k contig | sdpa | cudnn | 70.0 | – | 3800 | 0.900 | – |"
+    assert lines[5] == (
+        "| b64 128k page64 | heuristic | s1 bn32 w4 st5 | 9000.0 | 8000.0; timing.measure "
+        "9010.0 | 4100 | 0.980 | 0.00e+00 |"
+    )
 
 
 def test_runs_merge_by_case_id_the_later_run_winning():
