@@ -79,7 +79,21 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
     return _override(head_dim, causal) or _heuristic(head_dim, causal)
 
 
+# Session 7's roles the heuristic takes per head_dim (candidate_bwd_configs' names; a head
+# dim not named keeps session 6's launch, `_session6`)
+_ROLES7: dict[int, str] = {}
+
+
 def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
+    role = _ROLES7.get(head_dim)
+    if role is None:
+        return _session6(head_dim, causal)
+    cfg = candidate_bwd_configs(head_dim)[role]
+    # causal CTAs start at their diagonal: no rotation
+    return dataclasses.replace(cfg, rotate=cfg.rotate and not causal)
+
+
+def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
     wide = head_dim > 64
     base = GluonBwdConfig(block_m=64 if wide else 128, early_dq=wide, rotate=wide and not causal)
     return _deepest(base, head_dim)
@@ -94,12 +108,16 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
     "ws-early" dQ's first chunk queued early, "ws-kbmajor" the first causal grid order,
     "ws-pp" the consumers' ping-pong, "ws-early2" (head_dim 128) the heuristic with both
     dQ chunks queued early, "ws-dqfirst" the heuristic with FA3's dV, dQ, dK order,
-    "ws-dqfirst1" (head_dim 128) with only dQ's first chunk before dK."""
-    base = _heuristic(head_dim, False)
+    "ws-dqfirst1" (head_dim 128) with only dQ's first chunk before dK; session 7's
+    A operands from shared memory (GluonBwdConfig.ops_smem): "ws-dss", "ws-pss", "ws-sum"
+    on session 6's launch, and with every dQ chunk queued early ("-early2" at head_dim
+    128, "-early" at 64). All but "ws" are built on session 6's launch ("ws-s6")."""
+    base = _session6(head_dim, False)
     # the heuristic's tiles and order with none of the dQ schedules (each role sets one)
     bare = dataclasses.replace(base, early_dq=False, early_dq_all=False, dq_first=0)
     plain = dataclasses.replace(bare, rotate=False)
-    out = {"ws": base, "ws-plain": plain, "ws-rot": dataclasses.replace(plain, rotate=True),
+    out = {"ws": base, "ws-s6": base, "ws-plain": plain,
+           "ws-rot": dataclasses.replace(plain, rotate=True),
            "ws-early": dataclasses.replace(plain, early_dq=True),
            "ws-kbmajor": dataclasses.replace(base, kb_major=True),
            "ws-pp": dataclasses.replace(base, pingpong=True),
@@ -120,6 +138,8 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
         out[f"ws-{name}"] = _deepest(dataclasses.replace(base, ops_smem=ops), head_dim)
         out[f"ws-{name}-{tag}"] = _deepest(dataclasses.replace(bare, ops_smem=ops, **early),
                                            head_dim)  # fmt: skip
+    if head_dim in _ROLES7:  # "ws" is the heuristic's launch
+        out["ws"] = out[_ROLES7[head_dim]]
     return out
 
 
