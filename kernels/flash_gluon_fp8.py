@@ -57,9 +57,9 @@ class Fp8GluonConfig:
       row's maximum moved (flash_gluon_fp8_parts).
     ahead: QKᵀ one key block ahead of the softmax (kernels/flash_gluon_fp8_ahead.py;
       P through shared memory, no ping-pong).
-    consumers: 2, or 3 consumer warpgroups (a CTA covers 192 rows; not persistent, not
-      ahead; ping-pong then passes the turn round robin; consumer_regs at most 160: the
-      64K registers over four warpgroups).
+    consumers: 2, or 3 consumer warpgroups (a CTA covers 192 rows; not ahead; ping-pong
+      then passes the turn round robin; consumer_regs at most 160: the 64K registers over
+      four warpgroups).
     o_in_p: each consumer's bf16 O tile in its two P buffers (p_smem, not persistent; at
       head_dim ≤ block_n): the shared memory for a fourth ring stage with three consumers.
     """
@@ -98,11 +98,11 @@ class Fp8GluonConfig:
                 f"persistent={self.persistent}): QKᵀ ahead takes P through shared memory, "
                 "without ping-pong, not persistent"
             )
-        if self.consumers == 3 and (self.persistent or self.ahead or self.consumer_regs > 160):
+        if self.consumers == 3 and (self.ahead or self.consumer_regs > 160):
             raise ValueError(
-                f"Fp8GluonConfig(consumers=3, persistent={self.persistent}, ahead={self.ahead}, "
-                f"consumer_regs={self.consumer_regs}): three consumers run the plain key loop, "
-                "not persistent, with at most 160 registers each"
+                f"Fp8GluonConfig(consumers=3, ahead={self.ahead}, consumer_regs="
+                f"{self.consumer_regs}): three consumers run the plain key loop with at most 160 "
+                "registers each"
             )
         if self.o_in_p and (self.persistent or not self.p_smem):
             raise ValueError(
@@ -208,6 +208,7 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
             "ws-c3": c3,
             "ws-c3-nopp": dataclasses.replace(c3, pingpong=False),
             "ws-c3-oinp": deepest(dataclasses.replace(c3, o_in_p=True), head_dim),
+            "ws-c3-persist": dataclasses.replace(c3, persistent=True),
         }.items()
     )
 
@@ -388,7 +389,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         grid: tuple[int, ...] = (min(sms, tiles * n_bh),)
         group = persist_bh_group(n_bh, heads_q, heads_kv, seq_k, head_dim)
-        _fwd_fp8_persistent[grid](*args, n_bh, group, **consts)
+        _fwd_fp8_persistent[grid](*args, n_bh, group, CONSUMERS=cfg.consumers, **consts)
     else:
         from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
 

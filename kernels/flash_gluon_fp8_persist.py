@@ -34,37 +34,41 @@ from fa_bench.kernels.flash_gluon_persist import _tile as _coords
 
 
 @gluon.jit
-def _tile_at(t, sched, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _tile_at(t, sched, bh_group, HALF: gl.constexpr, BLOCK_N: gl.constexpr,
              CAUSAL: gl.constexpr):  # fmt: skip
-    """Tile t of the order above: (b, h, kv head, flat (b, h) index, first row, n_end)."""
+    """Tile t of the order above: (b, h, kv head, flat (b, h) index, first row, n_end).
+    A tile has 2 · HALF rows (HALF = consumers · BLOCK_M / 2: the bf16 kernel's helpers
+    take tiles of two BLOCK_M)."""
     if CAUSAL:
         heads_q, group, seq_q, seq_k, n_bh = sched
-        n_m = gl.cdiv(seq_q, 2 * BLOCK_M)
+        n_m = gl.cdiv(seq_q, 2 * HALF)
         grp = t // (n_m * bh_group)
         first = grp * bh_group
         size = gl.minimum(bh_group, n_bh - first)  # the last group may be smaller
         r = t - grp * (n_m * bh_group)
-        row0 = (n_m - 1 - r // size) * (2 * BLOCK_M)
+        row0 = (n_m - 1 - r // size) * (2 * HALF)
         bh = first + r % size
-        _n_full, n_end = _kv_bounds(row0, 2 * BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+        _n_full, n_end = _kv_bounds(row0, 2 * HALF, seq_q, seq_k, BLOCK_N, CAUSAL)
         h = bh % heads_q
         return bh // heads_q, h, h // group, bh.to(gl.int64), row0, n_end
     else:
-        return _coords(t, sched, BLOCK_M, BLOCK_N, CAUSAL)
+        return _coords(t, sched, HALF, BLOCK_N, CAUSAL)
 
 
 @gluon.jit
 def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr):
-    """One warp: per tile, both Q tiles (once the consumers freed them), then K/Vᵀ."""
+    """One warp: per tile, every consumer's Q tile (once freed), then K/Vᵀ."""
     q_desc = descs[0]
     q_smem, q_bars = smem[0], bars[0]
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     BLOCK_N: gl.constexpr = smem[1].shape[3]
+    CONSUMERS: gl.constexpr = q_smem.shape[0]
+    HALF: gl.constexpr = CONSUMERS * BLOCK_M // 2
     g = 0
     it = 0
-    for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
-        b, h, hk, _bh, row0, n_end = _tile_at(t, sched, bh_group, BLOCK_M, BLOCK_N, CAUSAL)
-        for c in gl.static_range(2):
+    for t in range(gl.program_id(0), _n_tiles(sched, HALF), gl.num_programs(0)):
+        b, h, hk, _bh, row0, n_end = _tile_at(t, sched, bh_group, HALF, BLOCK_N, CAUSAL)
+        for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
             mbarrier.expect(q_bars.index(c), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(
@@ -86,13 +90,14 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_sc
     BLOCK_M: gl.constexpr = q_smem.shape[3]
     HEAD_DIM: gl.constexpr = q_smem.shape[4]
     BLOCK_N: gl.constexpr = smem[1].shape[3]
+    HALF: gl.constexpr = q_smem.shape[0] * BLOCK_M // 2
     qk_scale = gl.load(q_descale_ptr) * gl.load(k_descale_ptr) * sm_scale_log2
     v_descale = gl.load(v_descale_ptr)
     g = 0
     tc = 0
     it = 0
-    for t in range(gl.program_id(0), _n_tiles(sched, BLOCK_M), gl.num_programs(0)):
-        b, h, _hk, bh, row0, n_end = _tile_at(t, sched, bh_group, BLOCK_M, BLOCK_N, CAUSAL)
+    for t in range(gl.program_id(0), _n_tiles(sched, HALF), gl.num_programs(0)):
+        b, h, _hk, bh, row0, n_end = _tile_at(t, sched, bh_group, HALF, BLOCK_N, CAUSAL)
         my_row0 = row0 + ME * BLOCK_M
         mbarrier.wait(bars[0].index(ME), it & 1)
         q2 = q_smem.index(ME).reshape([BLOCK_M, HEAD_DIM])
@@ -126,38 +131,75 @@ def _consumer1(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descale
 
 
 @gluon.jit
+def _consumer2(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+               CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+               P_SMEM: gl.constexpr):  # fmt: skip
+    _consumer(2, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
+              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
+
+
+@gluon.jit
 def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                         k_descale_ptr, v_descale_ptr, heads_q, group, seq_q, seq_k,
                         sm_scale_log2, n_bh, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                         HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                        P_SMEM: gl.constexpr):  # fmt: skip
+                        P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # fmt: skip
     """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; bh_group (1..n_bh): the
-    causal order's (batch, head)s per group; the rest as _fwd_fp8_ws."""
+    causal order's (batch, head)s per group; the rest (CONSUMERS 2 or 3) as _fwd_fp8_ws."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
     q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
                                                           BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                                          P_SMEM)  # fmt: skip
-    bars = _alloc_bars(STAGES)
-    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(2):
+                                                          P_SMEM, CONSUMERS)  # fmt: skip
+    bars = _alloc_bars(STAGES, CONSUMERS)
+    q_empty = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(CONSUMERS):
         mbarrier.init(q_empty.index(c), count=1)
-    # the argument tuples are written inline: an assignment would turn constexprs in
-    # them into tensors (triton 3.6's code generator)
+    if CONSUMERS == 3:
+        _specialize3(q_desc, k_desc, vt_desc, o_desc, lse_ptr, (q_smem, k_bufs, vt_bufs, o_smem,
+                     p_smem), bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
+                     sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL,
+                     PINGPONG, SOFTMAX, PRODUCER_REGS, CONSUMER_REGS, P_SMEM)  # fmt: skip
+    else:
+        # the argument tuples are written inline: an assignment would turn constexprs in
+        # them into tensors (triton 3.6's code generator)
+        gl.warp_specialize(
+            [
+                (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
+                              bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
+                              sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr),
+                              CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
+                              bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
+                              sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr),
+                              CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem,
+                             p_smem), bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh),
+                             bh_group, CAUSAL)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )  # fmt: skip
+
+
+@gluon.jit
+def _specialize3(q_desc, k_desc, vt_desc, o_desc, lse_ptr, smem, bars, q_empty, sched,
+                 bh_group, sm_scale_log2, descales, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                 SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                 P_SMEM: gl.constexpr):  # fmt: skip
+    """_fwd_fp8_persistent's partitions with three consumers."""
     gl.warp_specialize(
         [
-            (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, sm_scale_log2,
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
-                          P_SMEM)),
-            (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                          q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, sm_scale_log2,
-                          (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG, SOFTMAX,
-                          P_SMEM)),
-            (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
-                         bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group, CAUSAL)),
+            (_consumer0, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
+                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+            (_consumer1, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
+                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+            (_consumer2, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
+                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+            (_producer, ((q_desc, k_desc, vt_desc), smem, bars, q_empty, sched, bh_group,
+                         CAUSAL)),
         ],
-        [4, 1],
-        [CONSUMER_REGS, PRODUCER_REGS],
+        [4, 4, 1],
+        [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip

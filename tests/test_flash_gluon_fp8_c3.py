@@ -40,7 +40,6 @@ def _no_overrides(monkeypatch):
         (dict(consumers=4), "consumers=4"),
         (dict(consumers=1), "consumers=1"),
         (dict(consumers=True), "consumers=True"),
-        (dict(consumers=3, consumer_regs=160, persistent=True), "persistent=True"),
         (
             dict(consumers=3, consumer_regs=160, ahead=True, pingpong=False, p_smem=True),
             "ahead=True",
@@ -71,6 +70,13 @@ def test_candidates_are_three_stages_deep_with_160_registers():
     # the two-consumer launch is unchanged
     assert cands["ws"].consumers == 2 and cands["ws"].label() == "fp8-ws-m64-n128-s4-psmem"
     assert candidate_configs(64)["ws-c3"].stages == 4  # d64's ring is half the size
+
+
+def test_the_persistent_form_loops_over_192_row_tiles():
+    persist = candidate_configs(128)["ws-c3-persist"]
+    assert persist == dataclasses.replace(candidate_configs(128)["ws-c3"], persistent=True)
+    assert persist.label() == "fp8-ws-m64-n128-s3-psmem-c3-persist"
+    assert persist.smem_bytes(128) == 216 * 1024
 
 
 def test_o_tiles_in_the_p_buffers_make_room_for_a_fourth_stage():
@@ -145,8 +151,15 @@ def test_fields_over_a_three_consumer_launch(monkeypatch):
     # four stages do not fit with three consumers: named, with the bytes
     with pytest.raises(ValueError, match=r"gluon_stages=4.*c3 needs 253952 bytes"):
         from_fields(FlashConfig(gluon_stages=4), 128, False)
-    # no persistent form
-    with pytest.raises(ValueError, match="consumers=3, persistent=True"):
+    # its persistent form
+    assert (
+        from_fields(FlashConfig(gluon_persistent=True), 128, False)
+        == candidate_configs(128)["ws-c3-persist"]
+    )
+    # the O tiles in the P buffers have none: the store of one tile's O would overlap the
+    # next tile's P
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws-c3-oinp")
+    with pytest.raises(ValueError, match="o_in_p=True, persistent=True"):
         from_fields(FlashConfig(gluon_persistent=True), 128, False)
 
 

@@ -70,8 +70,8 @@ def compile_one(cfg: Fp8GluonConfig, head_dim: int, causal: bool) -> object:
         sig["n_bh"] = "i32"
         sig["bh_group"] = "i32"
     else:
-        consts["CONSUMERS"] = cfg.consumers
         consts["O_IN_P"] = cfg.o_in_p
+    consts["CONSUMERS"] = cfg.consumers
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=fn, signature=sig, constexprs=consts)
     return triton.compile(source, target=TARGET, options={"num_warps": 4})
