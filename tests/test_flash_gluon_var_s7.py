@@ -87,16 +87,20 @@ def test_the_plugin_switches_around_each_call_only(monkeypatch):
 
 def test_the_speed_tools_candidates_are_valid_launches():
     from fa_bench.kernels import gluon_fields
-    from fa_bench.kernels.flash_gluon import SMEM_BYTES
+    from fa_bench.kernels.flash_gluon import SMEM_BYTES, GluonConfig
 
     tool = _tool("variants_gluon_s7")
     assert tool.CANDIDATES["default"] == (False, {})
     timed = {c for *_shape, cands in tool.SHAPES for c in cands}
     for name, (_sum, fields) in tool.CANDIDATES.items():
-        values = dict(gluon_fields.UNSET, **fields)
-        gluon_fields.check(values)  # a ValueError names a bad field or value
-        # the launch the variant kernel runs for it fits shared memory at head_dim 128
-        cfg = vh.variant_config(gluon_fields.resolve(values, 128, True), 128)
+        if name in tool.DIRECT:  # GluonConfig's own fields, launched by variant_forward
+            cfg = GluonConfig(**fields, **tool.DIRECT[name])
+            assert cfg.registers()[0] >= cfg.consumer_regs  # consumer 0 not starved
+        else:
+            values = dict(gluon_fields.UNSET, **fields)
+            gluon_fields.check(values)  # a ValueError names a bad field or value
+            # the launch the variant kernel runs for it
+            cfg = vh.variant_config(gluon_fields.resolve(values, 128, True), 128)
         assert cfg.smem_bytes(128) <= SMEM_BYTES, name
         assert name in timed, name
 

@@ -47,6 +47,10 @@ LAUNCHES: dict[str, tuple[int, dict]] = {
     "softcap n64 s4": (DEFAULT, dict(block_n=64, stages=4)),
     "softcap sum-bf16 nopp": (DEFAULT | SUM_BF16, dict(pingpong=False)),
     "softcap plain": (2, {}),
+    "softcap c3 n64 s4": (
+        DEFAULT,
+        dict(consumers=3, block_n=64, stages=4, pingpong=False, consumer_regs=160),
+    ),
 }
 # the mask's instructions (diagonal / window-edge blocks only)
 MASK = ("FSEL", "ISETP", "LOP3")
