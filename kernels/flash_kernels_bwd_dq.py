@@ -1,24 +1,16 @@
 """The two-kernel backward's dQ `@triton.jit` kernel (split from flash_kernels_bwd.py,
 which re-exports it): one program holds BLOCK_HELD query rows of one (batch, q head) and
 streams the visible keys; full key blocks load unmasked (a packed sequence's too: its
-ranges come from its own length), the diagonal and tail blocks masked. Names, flags and
-the compile-time shape checks are those of flash_kernels.py.
-
-Triton decides when these functions are defined whether to interpret them, so
-TRITON_INTERPRET must be set before this module (or triton) is first imported.
+ranges come from its own length), the diagonal and tail blocks masked. Names, flags, the
+compile-time shape checks and when TRITON_INTERPRET must be set are flash_kernels.py's;
+the variants' helpers are called through their module (fv).
 """
 
 import triton
 import triton.language as tl
 
+from fa_bench.kernels import flash_kernels_variants as fv
 from fa_bench.kernels.flash_kernels import check_shapes, key_ranges, load_rows, store_rows
-from fa_bench.kernels.flash_kernels_variants import (
-    alibi_slope2,
-    sequence,
-    variant_scores,
-    window_keep,
-    window_ranges,
-)
 
 
 @triton.jit
@@ -46,7 +38,7 @@ def _bwd_dq_inner(
                        MASK_D)  # fmt: skip
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
         if SOFTCAP or ALIBI:
-            s2, th = variant_scores(
+            s2, th = fv.variant_scores(
                 qk, qk_scale, softcap2, slope2, offs_m, offs_n, causal_off, SOFTCAP, ALIBI, False
             )
             p = tl.math.exp2(s2 - lse2[:, None])
@@ -57,7 +49,7 @@ def _bwd_dq_inner(
             # and inf · 0 would reach dQ, so the tail is masked too
             keep = offs_n[None, :] < seq_k
             if WINDOW:
-                keep = keep & window_keep(offs_m, offs_n, causal_off, win_left, win_right, False)
+                keep = keep & fv.window_keep(offs_m, offs_n, causal_off, win_left, win_right, False)
             elif CAUSAL:
                 keep = keep & (offs_n[None, :] <= offs_m[:, None] + causal_off)
             p = tl.where(keep, p, 0.0)
@@ -130,8 +122,8 @@ def _bwd_dq_kernel(
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     if VARLEN:
         row0 = off_h * seq_q  # lse2 and delta are (H, T): seq_q is the total here
-        q_start, seq_q = sequence(CuQ, off_b)
-        k_start, seq_k = sequence(CuK, off_b)
+        q_start, seq_q = fv.sequence(CuQ, off_b)
+        k_start, seq_k = fv.sequence(CuK, off_b)
         if m0 >= seq_q:
             return
         row0 += q_start
@@ -158,11 +150,15 @@ def _bwd_dq_kernel(
 
     causal_off = seq_k - seq_q
     if ALIBI:
-        slope2 = alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
+        slope2 = fv.alibi_slope2(Slopes, stride_slope_b, off_b, off_h, ALIBI)
     else:
         slope2 = None
+    # the keys in up to three ranges, each through the one helper with its mask a
+    # constexpr: a window's masked lead [lo, n_lo_full), then (the static loop) whole
+    # blocks unmasked [n_lo_full or 0, n_full) and the masked diagonal and tail
+    # [n_full, n_end)
     if WINDOW:
-        lo, n_lo_full, n_full, n_end = window_ranges(
+        lo, n_lo_full, n_full, n_end = fv.window_ranges(
             m0, seq_k, causal_off - win_left, causal_off + win_right, BLOCK_HELD, BLOCK_STREAMED
         )
         dq = _bwd_dq_inner(
@@ -171,26 +167,16 @@ def _bwd_dq_kernel(
             HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
             win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
         )  # fmt: skip
-        dq = _bwd_dq_inner(
-            dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-            n_lo_full, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-        )  # fmt: skip
     else:
         n_full, n_end = key_ranges(m0, seq_k, causal_off, BLOCK_HELD, BLOCK_STREAMED, CAUSAL)
+    for masked in tl.static_range(2):
         dq = _bwd_dq_inner(
             dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-            0, n_full, offs_m, offs_d, seq_k, causal_off, qk_scale,
-            HEAD_DIM, BLOCK_STREAMED, False, CAUSAL, MASK_D, DOT_PREC,
-            win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
+            n_full if masked else (n_lo_full if WINDOW else 0), n_end if masked else n_full,
+            offs_m, offs_d, seq_k, causal_off, qk_scale,
+            HEAD_DIM, BLOCK_STREAMED, masked == 1, CAUSAL,
+            MASK_D, DOT_PREC, win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
         )  # fmt: skip
-    dq = _bwd_dq_inner(
-        dq, q, do, lse2, delta, k_base, v_base, stride_ks, stride_vs,
-        n_full, n_end, offs_m, offs_d, seq_k, causal_off, qk_scale,
-        HEAD_DIM, BLOCK_STREAMED, True, CAUSAL, MASK_D, DOT_PREC,
-        win_left, win_right, softcap2, slope2, WINDOW, SOFTCAP, ALIBI,
-    )  # fmt: skip
     dq = dq * sm_scale
     if VARLEN:
         dq_base = DQ + q_start.to(tl.int64) * stride_dqs + off_h * stride_dqh
