@@ -173,7 +173,9 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
           P_SMEM: gl.constexpr):  # fmt: skip
     """One consumer's rows against key blocks [0, n_end): (acc, m_i, l_i). The first block
     is ring index g0 and the first ping-pong turn tc0 (both 0 but in the persistent
-    kernel); uses n_end ring indices and n_end − 1 turns."""
+    kernel); uses n_end ring indices and n_end − 1 turns. With three consumers, one whose
+    rows all lie past seq_q (the last CTA of a 192-row tiling: 4096 = 21⅓ × 192) only
+    passes the ring slots and turns on (_idle), leaving the tensor cores to the others."""
     k_bufs, vt_bufs, p_bufs = smem[1], smem[2], smem[3]
     k_ready, k_empty, v_ready, v_empty = bars[1], bars[2], bars[3], bars[4]
     seq_q, seq_k, qk_scale = scalars
@@ -184,7 +186,12 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
     s_layout: gl.constexpr = _acc_layout(BLOCK_N)
     n_full, rows, m_i, l_i, acc = _tile_start(my_row0, seq_q, seq_k, BLOCK_M, BLOCK_N, HEAD_DIM,
                                               CAUSAL)  # fmt: skip
-    if n_end > 0:
+    n_run = n_end
+    if smem[0].shape[0] == 3:
+        if my_row0 >= seq_q:
+            _idle(bars, n_end, g0, tc0, ME, PINGPONG)
+            n_run = n_end * 0
+    if n_run > 0:
         # block 0: S_0 and its softmax, nothing to overlap with yet
         mbarrier.wait(k_ready.index(g0 % STAGES), (g0 // STAGES) & 1)
         s = _qk(q2, k_bufs, g0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
@@ -201,15 +208,37 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
             acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
                                      rows, scalars, ME, CAUSAL, PINGPONG, SOFTMAX, P_SMEM,
                                      False)  # fmt: skip
-        for j in range(gl.maximum(n_full, 1), n_end):
+        for j in range(gl.maximum(n_full, 1), n_run):
             acc, m_i, l_i, p = _step(j, g0 + j, tc0 + j - 1, q2, acc, m_i, l_i, p, smem, bars,
                                      rows, scalars, ME, CAUSAL, PINGPONG, SOFTMAX, P_SMEM,
                                      True)  # fmt: skip
-        last = n_end - 1
+        last = n_run - 1
         acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, g0 + last, acc)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index((g0 + last) % STAGES), count=1)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _idle(bars, n_end, g0, tc0, ME: gl.constexpr, PINGPONG: gl.constexpr):
+    """A consumer without rows: each ring slot released once it has landed (its empty
+    mbarriers count every consumer; waiting for the landing keeps this consumer's arrivals
+    in the slot's phase), each ping-pong turn taken and passed on, no matmul."""
+    k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
+    STAGES: gl.constexpr = k_ready.shape[0]
+    for j in range(n_end):
+        g = g0 + j
+        mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
+        if PINGPONG:
+            if j > 0:  # the parities of _step's turn (consumer 0 goes first)
+                if ME == 0:
+                    mbarrier.wait(turn.index(ME), (tc0 + j) & 1)
+                else:
+                    mbarrier.wait(turn.index(ME), (tc0 + j - 1) & 1)
+                mbarrier.arrive(turn.index((ME + 1) % turn.shape[0]), count=1)
+        mbarrier.arrive(k_empty.index(g % STAGES), count=1)
+        mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+        mbarrier.arrive(v_empty.index(g % STAGES), count=1)
 
 
 @gluon.jit
