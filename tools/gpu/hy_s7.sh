@@ -35,10 +35,7 @@ STEP_RESERVE=3 STEP_MIN=8 STEP_KILL=5
 # shellcheck source=tools/gpu/steps.sh
 . "$(dirname "$0")/steps.sh"
 
-{
-  git log --oneline -1 2> /dev/null
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-} >> "$STEPS" 2>&1
+steps_header
 
 TESTS="tests/test_flash_gluon_plan.py tests/test_decode_kernel_plan.py
   tests/test_flash_varlen_clamp_gpu.py tests/test_flash_varlen_sched_gpu.py

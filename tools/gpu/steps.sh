@@ -24,3 +24,12 @@ step() {
   echo "[$(date -u +%T) +${SECONDS}s] $name: exit $rc" | tee -a "$STEPS"
   return 0
 }
+
+# `steps_header`: the commit and the torch and triton versions, the first lines of $STEPS
+# (what every GPU check script logs before its first step).
+steps_header() {
+  {
+    git log --oneline -1 2> /dev/null
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  } >> "$STEPS" 2>&1
+}
