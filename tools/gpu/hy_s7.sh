@@ -6,15 +6,15 @@
 #   MODE=final LIMIT=90 bash tools/gpu/hy_s7.sh    (call 2)
 #
 # MODE=dev:
-#  (1) the GPU tests of what HY touched: the planned Gluon forward bit for bit against the
-#      unplanned launch, a refilled buffer, a CUDA graph (tests/test_flash_gluon_plan.py);
-#      the decode plan's bound launch (its _Bound moved to kernels/bound_launch.py); the
-#      packed dQ kernel's one masked/unmasked helper and the test helpers moved to
-#      tests/_helpers.py (the packed and decode GPU tests) -> $FILES/tests.log
-#  (2) tools/gpu/host_cost.py at 1k and 2k (d128, 16k tokens): host µs per call of
-#      "triton" (planned launches) beside "triton-unplanned" (the JIT every call, as
+#  (1) tools/gpu/host_cost.py at HOST_N (default 1024; d128, 16k tokens): host µs per call
+#      of "triton" (planned launches) beside "triton-unplanned" (the JIT every call, as
 #      before) and sdpa-cudnn, GPU µs from a CUDA graph, timing.measure's median, a
 #      cProfile of the planned calls -> $FILES/host_cost.md
+#  (2) the GPU tests of what HY touched: the planned Gluon forward bit for bit against the
+#      unplanned launch, a refilled buffer, a CUDA graph (tests/test_flash_gluon_plan.py);
+#      the decode plan's bound launch (its _Bound moved to kernels/bound_launch.py); the
+#      packed and decode GPU tests (the dQ kernel's loop over the one helper; their
+#      helpers moved to tests/packed_gpu.py, tests/decode_sm90.py) -> $FILES/tests.log
 # MODE=final:
 #  (1) `fa-bench run` forward, triton and sdpa-cudnn, bf16 and fp16, head_dim 64 and 128,
 #      N 1k and 2k, causal and not (issue 21's "below 4k, say where we stand"), and
@@ -43,11 +43,13 @@ TESTS="tests/test_flash_gluon_plan.py tests/test_decode_kernel_plan.py
 
 case "$MODE" in
   dev)
-    # shellcheck disable=SC2086
-    step "gpu tests" 50 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider \
-      --durations 10 $TESTS > "$FILES/tests.log" 2>&1
-    step "host cost 1k,2k" 60 python3 tools/gpu/host_cost.py --seqlen 1024,2048 \
+    # the host cost first (the A/B's rows print as they come), then the tests, each
+    # outcome on its own line (-v) so that a cut step still shows which passed
+    step "host cost ${HOST_N:-1024}" 35 python3 tools/gpu/host_cost.py --seqlen "${HOST_N:-1024}" \
       > "$FILES/host_cost.md" 2>&1
+    # shellcheck disable=SC2086
+    step "gpu tests" 50 python3 -m pytest -v -rfE -m gpu -n 4 -p no:cacheprovider \
+      $TESTS > "$FILES/tests.log" 2>&1
     ;;
   final)
     step "run short" 60 fa-bench run -s standard --mode fwd -i triton -i sdpa-cudnn \
