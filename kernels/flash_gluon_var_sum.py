@@ -39,6 +39,16 @@ from fa_bench.kernels.gluon_exp2 import tree_levels
 SUM_BF16 = gl.constexpr(16384)
 
 
+# With SUM_BF16: P rounded to bf16 by integer ops (IADD 0x8000 on the fp32 bits, then the
+# high halves packed by PRMT: round half away from zero in magnitude, where F2FP rounds to
+# nearest even). Why: if F2FP issues on the MUFU's pipe (tools/gpu/variants_gluon_s7.py
+# mufu measures it), the softcap's 0.5 F2FP per score competes with its two MUFU ops; the
+# ALU pipe has room (SASS: 32 F2FP become 64 VIADD + 32 PRMT per block and thread). The
+# packed sums add the same P, so l and O agree on its rounding. (Truncating, PRMT alone,
+# compiled to more instructions: the halves went through extra moves.)
+P_ALU = gl.constexpr(32768)
+
+
 @gluon.constexpr_function
 def sum_levels(var, n):
     """How many packed bf16 halvings a launch's VAR asks for at n keys per block (0: the
@@ -74,3 +84,14 @@ def lazy_sum(p, l_i, s_layout: gl.constexpr, LEVELS: gl.constexpr):
     """l + the row sums of a block's P (bf16, PV's register operand in p_layout), taken
     once that PV is issued (see the module docstring)."""
     return l_i + row_sum_bf16x2(gl.convert_layout(p, s_layout), l_i, LEVELS)
+
+
+@gluon.jit
+def p_bf16(p, VAR: gl.constexpr):
+    """fp32 P as bf16: F2FP (cvt.rn), or P_ALU's integer rounding (the high 16 bits of
+    each fp32 after adding 0x8000)."""
+    if VAR & 32768:
+        bits = p.to(gl.uint32, bitcast=True) + 0x8000
+        return (bits >> 16).to(gl.uint16).to(gl.bfloat16, bitcast=True)
+    else:
+        return p.to(gl.bfloat16)

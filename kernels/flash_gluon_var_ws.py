@@ -57,7 +57,7 @@ from fa_bench.kernels.flash_gluon_var import (
     scale_q,
     softmax_fixed,
 )
-from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, sum_levels
+from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, p_bf16, sum_levels
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
 
 
@@ -138,7 +138,7 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     SOFTMAX: gl.constexpr = (VAR >> 6) & 31  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
     if VAR & FIXED_MAX:  # a fixed offset: no row max, nothing to rescale
         if sum_levels(VAR, BLOCK_N) > 0:  # P only: its sums come in the next step
-            p_next = gl.convert_layout(fixed_p(s, scalars[2], SOFTMAX).to(dtype), p_layout)
+            p_next = gl.convert_layout(p_bf16(fixed_p(s, scalars[2], SOFTMAX), VAR), p_layout)
         else:
             l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -195,7 +195,7 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         SOFTMAX: gl.constexpr = (VAR >> 6) & 31
         if VAR & FIXED_MAX:
             if sum_levels(VAR, BLOCK_N) > 0:  # its sums in the next step (lazy_sum)
-                p = gl.convert_layout(fixed_p(s, sc, SOFTMAX).to(dtype), p_layout)
+                p = gl.convert_layout(p_bf16(fixed_p(s, sc, SOFTMAX), VAR), p_layout)
             else:
                 l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
             m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))

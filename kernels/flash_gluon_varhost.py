@@ -70,6 +70,10 @@ SOFTCAP_FAST = True
 # thread in the SASS). Not the default until measured faster and within the accuracy rule.
 SOFTCAP_SUM_BF16 = False
 _SUM_BF16 = 16384  # flash_gluon_var_sum.SUM_BF16
+# A development switch (session 7), with SOFTCAP_SUM_BF16: P rounded to bf16 on the integer
+# ALU (flash_gluon_var_sum.P_ALU) in place of F2FP, in case F2FP shares the MUFU's pipe.
+SOFTCAP_P_ALU = False
+_P_ALU = 32768  # flash_gluon_var_sum.P_ALU
 
 
 def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
@@ -105,7 +109,8 @@ def variant_bits(
     GluonConfig.softmax_code(): its exp2 split, + 16 for tree reductions; a softcap
     launch takes SOFTCAP_EMU's split when that is set), ALIBI_COL for a causal ALiBi
     (`alibi_columns`), FIXED_MAX for a bounded softcap (`fixed_max`, by q's dtype) and
-    with it QSCALE under SOFTCAP_FAST and SUM_BF16 under SOFTCAP_SUM_BF16."""
+    with it QSCALE under SOFTCAP_FAST, SUM_BF16 under SOFTCAP_SUM_BF16 and with that P_ALU
+    under SOFTCAP_P_ALU."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -120,6 +125,7 @@ def variant_bits(
     bits |= _ALIBI_COL if alibi_columns(variant, causal) else 0
     bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
     bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
+    bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 
 

@@ -1,6 +1,6 @@
 """The softcap's row sums from the bf16 P in packed bf16x2 adds (issue 19, session 7:
-kernels/flash_gluon_var_sum.py, the SUM_BF16 bit, flash_gluon_varhost.SOFTCAP_SUM_BF16)
-and the session's GPU tools.
+kernels/flash_gluon_var_sum.py, the SUM_BF16 bit, flash_gluon_varhost.SOFTCAP_SUM_BF16),
+with P rounded on the integer ALU (P_ALU, SOFTCAP_P_ALU), and the session's GPU tools.
 
 CPU: which launches take the bit (FIXED_MAX ones only: a bf16 softcap without ALiBi), that
 it matches the kernel's constant and is off by default; the levels it asks for; the
@@ -10,7 +10,8 @@ triton 3.6 (where /tmp/tri36 holds it) has packed adds in its key-block loop and
 fp32 adds than the default. GPU (`-m gpu`): every softcap check of
 tools/gpu/variants_gluon_checks.py (bf16 and fp16, d64/d128, causal both, a window, GQA,
 Sq ≠ Sk, odd lengths, the `tl` backward on its output) and packed and longer ones with the
-switch on, against the float64 reference under the accuracy rule.
+switch on, three of them with P_ALU too, against the float64 reference under the accuracy
+rule.
 """
 
 from __future__ import annotations
@@ -61,12 +62,36 @@ def test_the_packed_sum_rides_on_the_fixed_offset_only(monkeypatch):
     assert vh.variant_bits(v50) == vh._SOFTCAP
     # the bit is clear of every other one (the softmax code's at 6 .. 10 included)
     others = vh._ALIBI_COL | vh._FIXED_MAX | (31 << 6) | 63
-    assert not vh._SUM_BF16 & others
+    assert not vh._SUM_BF16 & others and not vh._P_ALU & (others | vh._SUM_BF16)
+
+
+def test_p_on_the_alu_rides_on_the_packed_sum_only(monkeypatch):
+    v50 = _softcap()
+    monkeypatch.setattr(vh, "SOFTCAP_P_ALU", True)
+    assert vh.variant_bits(v50, dtype=torch.bfloat16) == FAST  # not without the packed sum
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_BF16", True)
+    assert vh.variant_bits(v50, dtype=torch.bfloat16) == FAST | vh._SUM_BF16 | vh._P_ALU
+    assert vh.variant_bits(v50, dtype=torch.float16) == vh._SOFTCAP
+
+
+def test_p_alus_rounding_is_round_to_nearest_but_for_ties():
+    """P_ALU's bf16: the high 16 bits of the fp32 pattern + 0x8000: within half a bf16
+    ulp like F2FP's round to nearest even, the same value except on exact ties (P is
+    positive and finite: no sign or NaN cases)."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.exp2(torch.empty(1 << 16).uniform_(-80.0, 64.0, generator=g))
+    bits = p.view(torch.int32).to(torch.int64)
+    alu = (((bits + 0x8000) >> 16) << 16).to(torch.int32).view(torch.float32)
+    rn = p.to(torch.bfloat16).float()
+    tie = (bits & 0xFFFF) == 0x8000
+    assert torch.equal(alu[~tie], rn[~tie])
+    assert ((alu - p).abs() <= p.abs() * 2.0**-8).all()
 
 
 def test_the_bit_and_its_levels_match_the_kernel():
     kernel = pytest.importorskip("fa_bench.kernels.flash_gluon_var_sum")  # needs Gluon
     assert int(kernel.SUM_BF16.value) == vh._SUM_BF16
+    assert int(kernel.P_ALU.value) == vh._P_ALU
     # every register-local halving of a thread's columns: 128 keys → 8 columns left
     assert kernel.sum_levels(FAST | vh._SUM_BF16, 128) == 4
     assert kernel.sum_levels(FAST | vh._SUM_BF16, 64) == 3
@@ -90,9 +115,10 @@ def test_the_speed_tools_candidates_are_valid_launches():
     from fa_bench.kernels.flash_gluon import SMEM_BYTES, GluonConfig
 
     tool = _tool("variants_gluon_s7")
-    assert tool.CANDIDATES["default"] == (False, {})
+    assert tool.CANDIDATES["default"] == ((), {})
     timed = {c for *_shape, cands in tool.SHAPES for c in cands}
-    for name, (_sum, fields) in tool.CANDIDATES.items():
+    for name, (switches, fields) in tool.CANDIDATES.items():
+        assert all(isinstance(getattr(vh, n), bool) for n in switches), switches
         if name in tool.DIRECT:  # GluonConfig's own fields, launched by variant_forward
             cfg = GluonConfig(**fields, **tool.DIRECT[name])
             assert cfg.registers()[0] >= cfg.consumer_regs  # consumer 0 not starved
@@ -232,3 +258,28 @@ def test_gpu_softcap_packed_sum_against_the_float64_reference(name, monkeypatch)
     assert all(r["passed"] for r in res.values()), res
     want = vh._SUM_BF16 if args[0] == torch.bfloat16 else 0
     assert seen and all(b & vh._SUM_BF16 == want for b in seen), seen
+
+
+_P_ALU_CHECKS = (
+    "bf16 d128 softcap 50 causal 1000",
+    "bf16 d128 window (256,0) causal softcap 50 700x1500",
+    "bf16 d128 packed softcap 50 causal [1, 300, 1, 1000, 129, 64]",
+)
+
+
+@pytest.mark.gpu
+@needs_gluon_gpu
+@pytest.mark.parametrize("name", [n for n in _names() if n in _P_ALU_CHECKS])
+def test_gpu_softcap_p_on_the_alu_against_the_float64_reference(name, monkeypatch):
+    """With P rounded on the integer ALU too (SOFTCAP_P_ALU), the accuracy rule holds and
+    the launches took both bits."""
+    _, fn, args, kw = next(c for c in _softcap_checks() if c[0] == name)
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_BF16", True)
+    monkeypatch.setattr(vh, "SOFTCAP_P_ALU", True)
+    seen: list[int] = []
+    bits = vh.variant_bits
+    monkeypatch.setattr(vh, "variant_bits", lambda *a, **k: seen.append(bits(*a, **k)) or seen[-1])
+    res = fn(*args, **kw)
+    assert all(r["passed"] for r in res.values()), res
+    want = vh._SUM_BF16 | vh._P_ALU
+    assert seen and all(b & want == want for b in seen), seen

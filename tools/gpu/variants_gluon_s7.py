@@ -7,7 +7,8 @@ candidates beside the default and the dense kernel.
 
 `mufu`: a plain Triton kernel running long dependent chains of one PTX op per element
 (8 independent chains per thread, 16 CTAs of 4 warps per SM): tanh.approx.f32,
-ex2.approx.ftz.f32 of a negated input, both in turn, and fma.rn.f32 as the clock's
+ex2.approx.ftz.f32 of a negated input, both in turn, F2FP (cvt.rn.bf16x2.f32, P's
+conversion) with a LOP3 back, and fma.rn.f32 as the clock's
 yardstick (128 lanes per clock per SM on sm_90), so each MUFU op's results per clock per
 SM = its rate / (FFMA's rate / 128). The softcap's diagnosis rests on MUFU.TANH running
 at MUFU.EX2's rate (16 per clock per SM); this measures it.
@@ -15,9 +16,10 @@ at MUFU.EX2's rate (16 per clock per SM); this measures it.
 `speed`: forward TFLOP/s over the attended pairs (fa_bench.variants.window_pairs;
 triton.testing.do_bench, L2 flushed), bf16, 32 query / 8 KV heads, head_dim 128, causal,
 softcap 50 with and without a 4k window, at 8 × 8k and 2 × 16k: each candidate
-(`CANDIDATES`: the default, the packed bf16 row sums, no ping-pong, ring depth 2, 64-key
-blocks) timed twice in turn with the dense Gluon kernel of the same shape, and its output's
-largest difference from the default's (a smoke check; the GPU tests apply the accuracy
+(`CANDIDATES`: the default, the packed bf16 row sums (with P rounded on the ALU too), no
+ping-pong, ring depth 2, 64-key blocks, three consumers) timed twice in turn with the
+dense Gluon kernel of the same shape, and its output's largest difference from the
+default's (a smoke check; the GPU tests apply the accuracy
 rule). Candidates' kernels are compiled first in parallel worker processes.
 
 `summary`: from a `fa-bench run` of tools/gpu/variants_gluon_s7.toml (with the plugin's
@@ -42,27 +44,30 @@ import time
 import torch
 
 HQ, HKV, D, CAP = 32, 8, 128, 50.0
-# name -> (flash_gluon_varhost.SOFTCAP_SUM_BF16, FlashConfig gluon_* fields)
-CANDIDATES: dict[str, tuple[bool, dict]] = {
-    "default": (False, {}),
-    "sum-bf16": (True, {}),
-    "nopp": (False, dict(gluon_pingpong=False)),
-    "sum-bf16 nopp": (True, dict(gluon_pingpong=False)),
-    "s2": (False, dict(gluon_stages=2)),
-    "n64 s4": (False, dict(gluon_block_n=64, gluon_stages=4)),
+# name -> (flash_gluon_varhost switches turned on, FlashConfig gluon_* fields)
+SUM = ("SOFTCAP_SUM_BF16",)
+CANDIDATES: dict[str, tuple[tuple[str, ...], dict]] = {
+    "default": ((), {}),
+    "sum-bf16": (SUM, {}),
+    "nopp": ((), dict(gluon_pingpong=False)),
+    "sum-bf16 nopp": (SUM, dict(gluon_pingpong=False)),
+    # P rounded on the integer ALU, not by F2FP (in case F2FP shares the MUFU's pipe)
+    "sum-bf16 palu": ((*SUM, "SOFTCAP_P_ALU"), {}),
+    "s2": ((), dict(gluon_stages=2)),
+    "n64 s4": ((), dict(gluon_block_n=64, gluon_stages=4)),
     # three consumer warpgroups (192 rows, no ping-pong) over 64-key blocks: 160 registers
     # each, no spills (the 128-key form spilled in session 6); variant_config turns a
     # three-consumer launch into the plain one, so this runs through variant_forward
-    "c3 n64 s4": (False, dict(consumers=3, block_n=64, stages=4, pingpong=False)),
+    "c3 n64 s4": ((), dict(consumers=3, block_n=64, stages=4, pingpong=False)),
 }
 # candidates launched directly with these GluonConfig fields (not FlashConfig's)
 DIRECT = {"c3 n64 s4": dict(consumer_regs=160)}
 # (batch, N, window left or None, the candidates timed there)
 SHAPES = (
     (8, 8192, None, tuple(CANDIDATES)),
-    (2, 16384, None, ("default", "sum-bf16", "nopp", "sum-bf16 nopp")),
-    (8, 8192, 4096, ("default", "sum-bf16", "nopp", "sum-bf16 nopp")),
-    (2, 16384, 4096, ("default", "sum-bf16", "nopp", "sum-bf16 nopp")),
+    (2, 16384, None, ("default", "sum-bf16", "nopp", "sum-bf16 palu")),
+    (8, 8192, 4096, ("default", "sum-bf16", "nopp", "sum-bf16 palu")),
+    (2, 16384, 4096, ("default", "sum-bf16", "nopp", "sum-bf16 palu")),
 )
 
 
@@ -79,6 +84,9 @@ _OPS = {
     "ex2": "{ .reg .f32 t; neg.f32 t, $1; ex2.approx.ftz.f32 $0, t; }",
     "tanh+ex2": "{ .reg .f32 t; tanh.approx.f32 t, $1; ex2.approx.ftz.f32 $0, t; }",
     "ffma": "fma.rn.f32 $0, $1, 0f3F7FFFFF, 0f33800000;",
+    # F2FP (cvt.rn.bf16x2.f32, P's conversion) then a LOP3 back to fp32: ~16 if F2FP
+    # issues on the MUFU's pipe, more if on the ALU's
+    "f2fp+lop3": "{ .reg .b32 p; cvt.rn.bf16x2.f32 p, $1, $1; and.b32 $0, p, 0xffff0000; }",
 }
 
 
@@ -137,30 +145,34 @@ def _mufu_md(rows: list[dict]) -> str:
 def _call(name: str, q, k, v, window):
     """The forward of candidate `name` (None: the dense Gluon kernel)."""
     from fa_bench.kernels import FlashConfig, flash_attention
-    from fa_bench.kernels import flash_gluon_varhost as vh
 
     if name is None:
         return lambda: flash_attention(q, k, v, causal=True)
-    sum_bf16, fields = CANDIDATES[name]
+    switches, fields = CANDIDATES[name]
     if name in DIRECT:
-        return _direct(q, k, v, window, sum_bf16, dict(fields, **DIRECT[name]))
+        return _direct(q, k, v, window, switches, dict(fields, **DIRECT[name]))
     cfg = FlashConfig(forward="gluon", **fields)
     kw = dict(causal=True, softcap=CAP, config=cfg)
     if window is not None:
         kw["window"] = (window, -1)
-
-    def run():
-        saved = vh.SOFTCAP_SUM_BF16
-        vh.SOFTCAP_SUM_BF16 = sum_bf16
-        try:
-            return flash_attention(q, k, v, **kw)
-        finally:
-            vh.SOFTCAP_SUM_BF16 = saved
-
-    return run
+    return lambda: _switched(switches, lambda: flash_attention(q, k, v, **kw))
 
 
-def _direct(q, k, v, window, sum_bf16: bool, fields: dict):
+def _switched(switches: tuple[str, ...], fn):
+    """fn() with these flash_gluon_varhost switches on, the old values back after."""
+    from fa_bench.kernels import flash_gluon_varhost as vh
+
+    saved = {n: getattr(vh, n) for n in switches}
+    for n in switches:
+        setattr(vh, n, True)
+    try:
+        return fn()
+    finally:
+        for n, value in saved.items():
+            setattr(vh, n, value)
+
+
+def _direct(q, k, v, window, switches: tuple[str, ...], fields: dict):
     """A launch the dispatch would not take, run by flash_gluon_varhost.variant_forward."""
     from fa_bench.kernels import flash_gluon_varhost as vh
     from fa_bench.kernels.flash_gluon import GluonConfig
@@ -170,16 +182,9 @@ def _direct(q, k, v, window, sum_bf16: bool, fields: dict):
     variant = make_variant(q, causal=True, window=(-1, -1) if window is None else (window, -1),
                            alibi_slopes=None, softcap=CAP, batch=b, seq_q=n, seq_k=n)  # fmt: skip
     cfg = GluonConfig(**fields)
-
-    def run():
-        saved = vh.SOFTCAP_SUM_BF16
-        vh.SOFTCAP_SUM_BF16 = sum_bf16
-        try:
-            return vh.variant_forward(q, k, v, True, d**-0.5, cfg, variant)[0]
-        finally:
-            vh.SOFTCAP_SUM_BF16 = saved
-
-    return run
+    return lambda: _switched(
+        switches, lambda: vh.variant_forward(q, k, v, True, d**-0.5, cfg, variant)[0]
+    )
 
 
 def _inputs(b: int, n: int, seed: int = 0):

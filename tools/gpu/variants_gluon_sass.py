@@ -34,14 +34,17 @@ from gluon_compile import compile_one, compile_variant, ptxas_info
 from fa_bench.kernels.flash_gluon import GluonConfig, gluon_config
 from fa_bench.kernels.flash_gluon_varhost import variant_config
 
-# VAR bits: SOFTCAP 2, QSCALE 32, FIXED_MAX 8192, SUM_BF16 16384 (flash_gluon_var*.py)
+# VAR bits: SOFTCAP 2, QSCALE 32, FIXED_MAX 8192, SUM_BF16 16384, P_ALU 32768
+# (flash_gluon_var*.py)
 DEFAULT = 2 | 32 | 8192
 SUM_BF16 = 16384
+P_ALU = 32768
 # name -> (VAR bits, 0 = the dense kernel; GluonConfig fields over the variant launch)
 LAUNCHES: dict[str, tuple[int, dict]] = {
     "dense": (0, {}),
     "softcap": (DEFAULT, {}),
     "softcap sum-bf16": (DEFAULT | SUM_BF16, {}),
+    "softcap sum-bf16 palu": (DEFAULT | SUM_BF16 | P_ALU, {}),
     "softcap nopp": (DEFAULT, dict(pingpong=False)),
     "softcap s2": (DEFAULT, dict(stages=2)),
     "softcap n64 s4": (DEFAULT, dict(block_n=64, stages=4)),
