@@ -87,12 +87,13 @@ _REASONS: OrderedDict[tuple, str | None] = OrderedDict()
 
 def _reason_key(q: Any, k: Any, v: Any) -> tuple | None:
     """What `_reason` reads of its inputs and the environment, or None when one of q, k, v
-    is not a tensor (checked uncached: a non-tensor's check is cheap and rare)."""
+    is not a plain tensor (checked uncached: a non-tensor's check is cheap and rare, and a
+    tensor subclass, a FakeTensor say, may not give its address)."""
     import torch
 
     key: list = [os.environ.get("TRITON_INTERPRET") == "1"]
     for t in (q, k, v):
-        if not isinstance(t, torch.Tensor):
+        if type(t) is not torch.Tensor:
             return None
         key.append((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN))
     return tuple(key)

@@ -3,6 +3,8 @@ flash_gluon.py, and the bounded cache of their answers."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -83,6 +85,17 @@ def test_non_tensors_are_checked_every_time(counted):
     assert "list" in gluon_reason([1], q, q, False)
     assert "list" in gluon_reason([1], q, q, False)
     assert len(counted) == 2 and not flash_gluon_checks._REASONS
+
+
+def test_tensor_subclasses_are_checked_uncached_without_their_address(counted):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 64, 64, dtype=torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # FakeTensor warns when its data pointer is read
+        assert "float32" in gluon_reason(q, q, q, False)
+    assert len(counted) == 1 and not flash_gluon_checks._REASONS
 
 
 def test_the_cache_is_bounded_least_recently_used_first(counted, monkeypatch):
