@@ -93,3 +93,25 @@ def test_a_bad_line_in_a_lane_file_is_named_and_a_missing_file_refused(tmp_path)
     assert proc.returncode == 2 and "LANE1 step 2 ('not a step')" in proc.stderr
     proc, _ = _run(tmp_path, LANE0_FILE=str(tmp_path / "nope"))
     assert proc.returncode == 2 and "LANE0_FILE=" in proc.stderr and "nope" in proc.stderr
+
+
+def test_two_gpus_run_the_lanes_side_by_side_each_on_its_gpu(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: H200'\necho 'GPU 1: H200'\n")
+    smi.chmod(0o755)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANE")}
+    env.update(
+        PATH=f"{fake}{os.pathsep}{os.environ['PATH']}",
+        OUT=str(out),
+        LANE0="a:10:sleep 1 && echo $CUDA_VISIBLE_DEVICES > $OUT/gpu",
+        LANE1="b:10:sleep 1 && echo $CUDA_VISIBLE_DEVICES > $OUT/gpu",
+    )
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "a" / "gpu").read_text() == "0\n" and (out / "b" / "gpu").read_text() == "1\n"
+    log = _log(out)
+    assert log.index("b: start") < log.index("a: exit")  # side by side
