@@ -48,7 +48,7 @@ case "$MODE" in
     step "host cost ${HOST_N:-1024}" 35 python3 tools/gpu/host_cost.py --seqlen "${HOST_N:-1024}" \
       > "$FILES/host_cost.md" 2>&1
     # shellcheck disable=SC2086
-    step "gpu tests" 50 python3 -m pytest -v -rfE -m gpu -n 4 -p no:cacheprovider \
+    step "gpu tests" 50 python3 -m pytest -v -rfE -m gpu -n 8 -p no:cacheprovider \
       $TESTS > "$FILES/tests.log" 2>&1
     ;;
   final)
