@@ -161,6 +161,8 @@ def _bind(cfg: GluonConfig, fn: Any, compiled: Any, tensors: tuple, lse2: torch.
     compiled = compiled.result() if hasattr(compiled, "result") else compiled
     if not hasattr(compiled, "run") or not hasattr(compiled, "function"):
         return None, f"no compiled kernel to bind for {getattr(fn, '__name__', fn)}"
+    if _VERIFIED.get(compiled) is False:  # checked once already: not another try per call
+        return None, "the bound launch did not reproduce the JIT launch"
     if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
         return None, "a CUDA graph is being captured: the check waits for a plain call"
     ptrs = tuple(_Ptr(t) for t in tensors)

@@ -308,3 +308,19 @@ def test_the_bound_launch_module_is_what_decode_plans_use():
 
     assert decode_plan._Bound is bound_launch.Bound
     assert decode_plan._values is bound_launch.jit_values
+
+
+def test_a_kernel_whose_bound_launch_failed_its_check_is_not_bound_again(monkeypatch):
+    from types import SimpleNamespace
+
+    compiled = SimpleNamespace(run=None, function=None)
+    monkeypatch.setattr(flash_gluon_plan, "_VERIFIED", {compiled: False})
+
+    def no_call(*a):
+        raise AssertionError("the launch was described again")
+
+    monkeypatch.setattr(flash_gluon_plan, "call", no_call)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cuda = SimpleNamespace(device=torch.device("cuda", 0))
+    bound, why = flash_gluon_plan._bind(CFG, None, compiled, (cuda,) * 4, cuda, False, 0.1)
+    assert bound is None and "did not reproduce" in why
