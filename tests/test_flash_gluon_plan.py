@@ -313,7 +313,10 @@ def test_the_bound_launch_module_is_what_decode_plans_use():
 def test_a_kernel_whose_bound_launch_failed_its_check_is_not_bound_again(monkeypatch):
     from types import SimpleNamespace
 
-    compiled = SimpleNamespace(run=None, function=None)
+    class Compiled:  # hashable, as triton's CompiledKernel
+        run = function = None
+
+    compiled = Compiled()
     monkeypatch.setattr(flash_gluon_plan, "_VERIFIED", {compiled: False})
 
     def no_call(*a):
