@@ -30,6 +30,7 @@ from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_gluon_bwd import (
     BWD_HEAD_DIMS,
     GluonBwdConfig,
+    _session6,
     backward_choice,
     candidate_bwd_configs,
     gluon_backward,
@@ -80,10 +81,11 @@ def test_heuristic_and_candidates_fit_shared_memory(head_dim):
 
 def test_heuristic_stages_and_labels():
     assert gluon_bwd_config(128).stages == 2 and gluon_bwd_config(64).stages == 2
+    # session 6's launch (the heuristic's since session 7: tests/test_flash_gluon_bwd_s7.py):
     # dQ's first chunk early, and non-causal the rotated query order (call C)
-    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-early"
-    assert gluon_bwd_config(128, causal=True).label() == "gluon-bwd-m64-n128-s2-early"
-    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2"  # plain at 64 (call D)
+    assert _session6(128, False).label() == "gluon-bwd-m64-n128-s2-rot-early"
+    assert _session6(128, True).label() == "gluon-bwd-m64-n128-s2-early"
+    assert _session6(64, False).label() == "gluon-bwd-m128-n128-s2"  # plain at 64 (call D)
     assert candidate_bwd_configs(128)["ws-plain"].label() == "gluon-bwd-m64-n128-s2"
     assert candidate_bwd_configs(64)["ws-m64"].label() == "gluon-bwd-m64-n128-s4"
     assert candidate_bwd_configs(64)["ws-m64"].smem_bytes(64) <= flash_gluon.SMEM_BYTES
@@ -92,7 +94,7 @@ def test_heuristic_stages_and_labels():
     assert sdq.shared_dq and sdq.stages == 3 and sdq.label() == "gluon-bwd-m64-n128-s3-sdq"
     # (at head_dim 64 too since session 6, 32-column halves: tests/test_flash_gluon_bwd_s6.py)
     assert candidate_bwd_configs(64)["ws-sdq"].label() == "gluon-bwd-m128-n128-s3-sdq"
-    m128 = gluon_bwd_config(64)  # FA3's 128-row query blocks at head_dim 64
+    m128 = _session6(64, False)  # FA3's 128-row query blocks at head_dim 64
     assert (m128.block_m, m128.stages) == (128, 2)
     kbm = candidate_bwd_configs(128)["ws-kbmajor"]
     assert kbm.kb_major and kbm.label() == "gluon-bwd-m64-n128-s2-rot-kbmajor-early"
@@ -229,7 +231,8 @@ def test_backend_label_names_the_gluon_backward(runnable):
 
     q = _t()
     case = Case("triton-onepass", "fwd_bwd", "fp16", 1, 2, 2, 64, 64, 128, True)
-    gluon = "gluon-bwd-m64-n128-s2-early"  # causal: no rotation
+    gluon = gluon_bwd_config(128, causal=True).label()  # causal: no rotation
+    assert "-rot" not in gluon
     for backward, det, want in (("auto", False, gluon), ("tl", False, None),
                                 ("auto", True, None), ("gluon", False, gluon)):  # fmt: skip
         cfg = FlashConfig(backward=backward)
