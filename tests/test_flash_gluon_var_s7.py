@@ -108,6 +108,12 @@ def test_the_plugin_switches_around_each_call_only(monkeypatch):
     with pytest.raises(RuntimeError), plugin._sum_bf16(True):
         raise RuntimeError("a failing call")
     assert vh.SOFTCAP_SUM_BF16 is False
+    # the baseline impl turns the session's switches off whatever the defaults are
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_BF16", True)
+    monkeypatch.setattr(vh, "SOFTCAP_P_ALU", True)
+    with plugin._switches(plugin._S6):
+        assert (vh.SOFTCAP_SUM_BF16, vh.SOFTCAP_P_ALU) == (False, False)
+    assert (vh.SOFTCAP_SUM_BF16, vh.SOFTCAP_P_ALU) == (True, True)
 
 
 def test_the_speed_tools_candidates_are_valid_launches():
