@@ -11,8 +11,9 @@
 #        256 x 8k page 16);
 #     2. tests/test_decode_s7_gpu.py: every candidate launch against the float64
 #        reference (-n 8 where xdist is installed).
-#   [TESTS=1] MODE=targets LIMIT=90 bash tools/gpu/decode_s7.sh        (call 2)
-#     TESTS=1: first the GPU tests (tests/test_decode_s7_gpu.py, the PDL tests);
+#   [AB_S=40] [TESTS=1] MODE=targets LIMIT=90 bash tools/gpu/decode_s7.sh  (call 2)
+#     AB_S: first decode_s7_ab.py for AB_S seconds; TESTS=1: the GPU tests
+#     (tests/test_decode_s7_gpu.py, the PDL tests);
 #     then `fa-bench run -s tools/gpu/decode_s7_targets.toml` (the batch 8 x 8k cases of
 #     the decode suite, then neighbours), tools/gpu/decode_summary.py and
 #     decode_check_report.py on what it measured.
@@ -58,6 +59,12 @@ if [ "$MODE" = ab ]; then
   tail -3 "$W/decode_s7_ab.err" >> "$STEPS"
   gpu_tests "$TEST_S" tests/test_decode_s7_gpu.py
 else
+  if [ -n "${AB_S:-}" ]; then
+    # the A/B first, for AB_S seconds (its most wanted shapes come first)
+    step ab $((AB_S + 10)) env DEADLINE_S="$AB_S" python3 tools/gpu/decode_s7_ab.py \
+      --json "$W/decode_s7_ab.json" > "$W/decode_s7_ab.md" 2> "$W/decode_s7_ab.err"
+    tail -3 "$W/decode_s7_ab.err" >> "$STEPS"
+  fi
   if [ "${TESTS:-0}" = 1 ]; then
     gpu_tests "${TEST_S:-30}" tests/test_decode_s7_gpu.py tests/test_decode_pdl.py
   fi
