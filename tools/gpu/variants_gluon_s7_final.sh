@@ -5,9 +5,9 @@
 #      targets: window 4k 2 x 32k, softcap 50 and ALiBi 8 x 8k, packed 16k tokens, each
 #      beside its dense causal control) with the session's default, and its targets' table
 #      (tools/gpu/variants_gluon_summary.py);
-#  (2) the same run's softcap pair again beside session 6's softcap (`triton-s6`, the
-#      plugin) in one fa-bench run of tools/gpu/variants_gluon_s7.toml, with clocks and
-#      energy per call;
+#  (2) the softcap pair again beside the plugin's implementations in $AB (default
+#      `triton-s6`: session 6's softcap) in one fa-bench run of
+#      tools/gpu/variants_gluon_s7.toml, with clocks and energy per call;
 #  (3) the GPU tests of the softcap paths (tests/test_flash_gluon_var_s7.py, bf16 and
 #      fp16, then the fixed-offset ones of tests/test_flash_gluon_var_alibi.py).
 # Everything in $OUT/variants-gluon-s7-final.tgz, the tables in $OUT/summary.md. From the
@@ -18,6 +18,7 @@ set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 LIMIT=${LIMIT:-85}
+AB=${AB:-triton-s6}  # the plugin's implementations timed beside `triton` in (2)
 FILES="$OUT/variants-gluon-s7-final"
 RUN=fa-bench-out/variants-gluon-s7-final
 rm -rf "$FILES" "$RUN"
@@ -34,8 +35,11 @@ STEP_RESERVE=3 STEP_MIN=8 STEP_KILL=5
 step "targets" 40 fa-bench run -s tools/gpu/variants_gluon_d.toml -i triton --max-time 0.3 \
   --no-report -o "$RUN/targets" > "$FILES/targets.log" 2>&1
 cp "$RUN/targets/results.json" "$FILES/targets.json" 2>> "$STEPS"
+IMPLS="-i triton"
+for c in ${AB//,/ }; do IMPLS="$IMPLS -i $c"; done
+# shellcheck disable=SC2086
 step "ab" 24 fa-bench run --plugin tools/gpu/variants_gluon_s7_plugin.py \
-  -s tools/gpu/variants_gluon_s7.toml -i triton -i triton-s6 --max-time 0.3 --no-report \
+  -s tools/gpu/variants_gluon_s7.toml $IMPLS --max-time 0.3 --no-report \
   -o "$RUN/ab" > "$FILES/ab.log" 2>&1
 cp "$RUN/ab/results.json" "$FILES/ab.json" 2>> "$STEPS"
 step "gpu tests" 30 python3 -m pytest -q -rfE -m gpu -n 4 -p no:cacheprovider \
