@@ -173,3 +173,24 @@ def test_the_heuristic_takes_a_session7_role_per_head_dim(monkeypatch):
     assert cands["ws"] == cands["ws-sum-early2"]
     assert cands["ws-s6"] == flash_gluon_bwd._session6(128, False)
     assert cands["ws-early2"].label() == "gluon-bwd-m64-n128-s2-rot-early2"  # old roles kept
+
+
+def test_the_pick_takes_a_clear_winner_with_dq_agreeing_per_head_dim():
+    pick = _tool("gluon_bwd_pick").pick
+
+    def row(d, impl, n, tf, dq=1e-3):
+        return dict(kind="bench", head_dim=d, impl=impl, n=n, causal=False, tflops=tf, dq_rel=dq)
+
+    rows = [row(128, "ws", 4096, 500.0), row(128, "ws", 16384, 500.0),
+            row(128, "ws-pss-early2", 4096, 540.0), row(128, "ws-pss-early2", 16384, 530.0),
+            row(128, "ws-sum-early2", 4096, 600.0, dq=0.5),  # wrong dQ: out
+            row(128, "ws-sum-early2", 16384, 600.0, dq=0.5),
+            row(64, "ws", 4096, 400.0), row(64, "ws", 16384, 400.0),
+            row(64, "ws-pss-early", 4096, 401.0), row(64, "ws-pss-early", 16384, 401.0),
+            row(64, "ws-sum-early", 4096, 900.0),  # one shape short: out
+            dict(kind="bench", head_dim=64, impl="cudnn", n=4096, tflops=450.0)]  # fmt: skip
+    roles = {"128": ["ws", "ws-pss-early2", "ws-sum-early2"],
+             "64": ["ws", "ws-pss-early", "ws-sum-early"]}  # fmt: skip
+    # 64: 0.25% faster is under the margin, the baseline stays
+    assert pick(dict(rows=rows, roles=roles)) == {128: "ws-pss-early2", 64: "ws"}
+    assert pick(dict(rows=[], roles=roles)) == {}

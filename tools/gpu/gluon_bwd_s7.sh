@@ -16,6 +16,8 @@
 #   $FA_BENCH_GLUON_BWD_ROLE=$ROLE (empty: the heuristic as committed), and its table;
 #   MEM=1: then fwd+bwd at 16k, head_dim 128, bf16, triton-onepass beside sdpa-flash
 #   (peak memory, mem.log).
+# PHASE=both: the A/B (AB_S seconds, 62), then fa-bench run's backward with the launch
+#   per head_dim it measured fastest (tools/gpu/gluon_bwd_pick.py; the pick in steps.log).
 # Everything in $OUT/gluon-bwd-s7.tgz (gluon_bwd_ab.md / gluon_bwd_run.md: the tables).
 set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
@@ -52,14 +54,27 @@ tests() {
   tail -3 "$FILES/tests.log" >> "$STEPS"
 }
 
-if [ "$PHASE" = ab ]; then
-  step "gluon bwd a/b" 62 env OUT="$FILES" AB_PROBE=0 AB_STALL_S=25 python3 tools/gpu/gluon_bwd_ab.py \
-    --roles128 "$ROLES128" --roles64 "$ROLES64" > "$FILES/ab.log" 2>&1
+ab() {
+  step "gluon bwd a/b" "$1" env OUT="$FILES" AB_PROBE=0 AB_STALL_S=25 \
+    python3 tools/gpu/gluon_bwd_ab.py --roles128 "$ROLES128" --roles64 "$ROLES64" > "$FILES/ab.log" 2>&1
   # a cut child leaves its lines: the table from them
   [ -f "$FILES/gluon_bwd_ab.md" ] || python3 tools/gpu/gluon_bwd_ab.py --from-lines \
     "$FILES/gluon-bwd-ab-lines.jsonl" --roles128 "$ROLES128" --roles64 "$ROLES64" \
     > "$FILES/gluon_bwd_ab.md" 2>> "$STEPS"
+}
+
+if [ "$PHASE" = ab ]; then
+  ab 62
   tests 40
+elif [ "$PHASE" = both ]; then
+  # the A/B, then fa-bench run with the launch it measured fastest per head_dim
+  ab "${AB_S:-62}"
+  ROLE=$(python3 tools/gpu/gluon_bwd_pick.py "$FILES/gluon_bwd_ab.json" 2>> "$STEPS")
+  echo "picked FA_BENCH_GLUON_BWD_ROLE=$ROLE" >> "$STEPS"
+  BUDGET=$(($(left) - 6))
+  step "fa-bench run bwd" "$BUDGET" env OUT="$FILES" FA_BENCH_GLUON_BWD_ROLE="$ROLE" \
+    python3 tools/gpu/gluon_bwd_run.py --dtypes "$DTYPES" --impls "$IMPLS" \
+    --budget "$((BUDGET - 3))" --max-time "$MAX_TIME" > "$FILES/run.log" 2>&1
 else
   tests 30
   # MEM=1: the last MEM_S seconds measure fwd+bwd's peak memory at 16k beside sdpa-flash
