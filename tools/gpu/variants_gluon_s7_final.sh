@@ -6,7 +6,7 @@
 #      beside its dense causal control) with the session's default, and its targets' table
 #      (tools/gpu/variants_gluon_summary.py);
 #  (2) the softcap pair again beside the plugin's implementations in $AB (default
-#      `triton-s6`: session 6's softcap) in one fa-bench run of
+#      `triton-sum`, the packed row sums; `triton-s6`: session 6's softcap) in one run of
 #      tools/gpu/variants_gluon_s7.toml, with clocks and energy per call;
 #  (3) the GPU tests of the softcap paths (tests/test_flash_gluon_var_s7.py, bf16 and
 #      fp16, then the fixed-offset ones of tests/test_flash_gluon_var_alibi.py).
@@ -18,7 +18,7 @@ set -u
 export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 LIMIT=${LIMIT:-85}
-AB=${AB:-triton-s6}  # the plugin's implementations timed beside `triton` in (2)
+AB=${AB:-triton-sum}  # the plugin's implementations timed beside `triton` in (2)
 FILES="$OUT/variants-gluon-s7-final"
 RUN=fa-bench-out/variants-gluon-s7-final
 rm -rf "$FILES" "$RUN"
@@ -49,7 +49,7 @@ tail -3 "$FILES/tests.log" >> "$STEPS"
 {
   echo "## Targets (fa-bench run, variants_gluon_d.toml)"
   python3 tools/gpu/variants_gluon_summary.py "$FILES/targets.json"
-  echo "## Softcap beside session 6's (one fa-bench run)"
+  echo "## Softcap beside $AB (one fa-bench run)"
   python3 tools/gpu/variants_gluon_s7.py summary "$FILES/ab.json"
   echo "## GPU tests"
   tail -3 "$FILES/tests.log"
