@@ -36,7 +36,14 @@ def _tool(name: str):
     sys.path.insert(0, str(GPU_TOOLS))
     spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    # the compile tools drop TRITON_INTERPRET at import (they compile for sm_90): keep it
+    # for the interpreter tests that run after these in the same process
+    saved = os.environ.get("TRITON_INTERPRET")
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
     return mod
 
 
