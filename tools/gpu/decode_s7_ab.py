@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 
+import decode_ab
 import torch
 
 from fa_bench import models
@@ -111,24 +112,10 @@ def case_of(batch: int, hq: int, sq: int, ctx: int, page: int, spread: float = 1
 
 
 def copy_gbps() -> float:
-    """The run's copy bandwidth as the bench calibrates it: read + write of 1 GiB."""
+    """The run's copy bandwidth as decode_ab.py measures it (read + write of 1 GiB)."""
     if RUN["device"] != "cuda":
         return 1.0
-    n = 1 << 30
-    src = torch.ones(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(23):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        dst.copy_(src)
-        e.record()
-        times.append((s, e))
-    torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in times[3:])
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * n / ms / 1e6
+    return decode_ab.copy_gbps()
 
 
 def median_us(fn, flush, calls: int) -> float:
