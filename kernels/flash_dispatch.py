@@ -44,7 +44,9 @@ def gluon_choice(q: Any, k: Any, v: Any, causal: bool, cfg: FlashConfig,
                 raise ValueError(f"FlashConfig(forward='gluon') cannot run this call: {reason}")
         elif reason or not vh.variant_preferred(k, q.shape[-1], variant):
             return None
-        return vh.variant_config(_resolved(cfg, q.shape[-1], causal), q.shape[-1])
+        pinned = gluon_fields.is_set(cfg.__dict__)  # a set gluon_* field: that launch
+        return vh.variant_config(_resolved(cfg, q.shape[-1], causal), q.shape[-1], variant,
+                                 q.dtype, causal, pinned)  # fmt: skip
     if cfg.forward == "gluon":
         reason = flash_gluon.gluon_reason(q, k, v, causal)
         if reason:

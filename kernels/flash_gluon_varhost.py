@@ -152,18 +152,80 @@ def variant_preferred(k: Any, head_dim: int, variant: Variant) -> bool:
     return threshold is not None and longest_keys(k, variant) >= threshold
 
 
-def variant_config(cfg: GluonConfig, head_dim: int) -> GluonConfig:
+def variant_config(
+    cfg: GluonConfig,
+    head_dim: int,
+    variant: Variant | None = None,
+    dtype: Any = None,
+    causal: bool = False,
+    pinned: bool = False,
+) -> GluonConfig:
     """The launch a variant runs: the dense choice when it is the non-persistent "ws"
     kernel; a persistent one without persistence (one Q buffer, the deepest ring that
     then fits); the "pipelined" kernel (causal d64) becomes the plain "ws" launch (128-key
     steps, 64 at d256, the deepest ring): the variants exist in the non-persistent "ws"
     kernel only. Three consumers (non-causal d64's heuristic since session 5's call C)
-    also become that plain launch: the variants were built and measured with two."""
+    also become that plain launch: the variants were built and measured with two.
+    Given the call's `variant`, q's `dtype` and `causal`, and unless the caller `pinned`
+    the launch (a FlashConfig gluon_* field set), `three_consumers` may take the
+    three-consumer 64-key launch (C3_N64) in place of that plain one."""
     if cfg.variant != "ws" or cfg.consumers != 2:
-        return _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
-    if cfg.persistent:
-        return _deepest(dataclasses.replace(cfg, persistent=False, q_buffers=1), head_dim)
+        cfg = _deepest(GluonConfig(block_n=64 if head_dim > 128 else 128), head_dim)
+    elif cfg.persistent:
+        cfg = _deepest(dataclasses.replace(cfg, persistent=False, q_buffers=1), head_dim)
+    if variant is not None and not pinned and three_consumers(variant, dtype, head_dim, causal):
+        return C3_N64
     return cfg
+
+
+# Session 8: three consumer warpgroups over 64-key blocks (192 query rows per CTA, a
+# 4-deep K/V ring, no ping-pong, 160 registers each; ptxas: no spills for any VAR
+# combination it serves, tools/gpu/variants_gluon_s8_sass.py). Session 8's call 0
+# (do_bench, softcap 50 causal bf16 8 x 8k): 559.7 TFLOP/s = 0.992 x dense, against the
+# two-consumer 128-key launch's 0.904 (527.4): the softcap's tanh shares the MUFU unit
+# with exp2, and a third warpgroup's softmax keeps it busy while the others' matmuls run.
+C3_N64 = GluonConfig(block_n=64, stages=4, consumers=3, pingpong=False, consumer_regs=160)
+# Which variant kinds (`variant_kind`) take C3_N64, by q's dtype: head_dim 128, causal
+# only (where it was measured). Set from the H200's A/B (tools/gpu/variants_gluon_s8.py);
+# a kind not listed keeps the two-consumer launch.
+C3_KINDS: dict[str, frozenset[str]] = {
+    "bf16": frozenset({"softcap"}),
+    "fp16": frozenset({"softcap"}),
+}
+C3_HEAD_DIMS = (128,)
+# Kinds C3_N64 never serves, whatever C3_KINDS lists: ptxas spills their consumers at 160
+# registers (triton 3.6, sm_90: window+alibi+varlen 4/12 bytes, all four 36/52 causal and
+# 108/124 not, in either dtype; tools/gpu/variants_gluon_s8_sass.py).
+C3_SPILLS = frozenset({"window+alibi+varlen", "window+softcap+alibi+varlen"})
+# q's dtype -> its C3_KINDS key, by the dtype object (str(dtype) costs ~0.3 µs per call in
+# a timed forward); filled on first use, torch being imported lazily here
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def variant_kind(variant: Variant) -> str:
+    """The variant's features joined by "+" in a fixed order: window, softcap, alibi,
+    varlen (e.g. "window+softcap"); a causal call without a window has none of "window"."""
+    parts = (
+        ("window", variant.window is not None),
+        ("softcap", variant.softcap > 0),
+        ("alibi", variant.slopes is not None),
+        ("varlen", variant.varlen is not None),
+    )
+    return "+".join(name for name, on in parts if on)
+
+
+def three_consumers(variant: Variant, dtype: Any, head_dim: int, causal: bool) -> bool:
+    """Whether this call takes C3_N64: causal, a head_dim in C3_HEAD_DIMS, and its kind
+    listed in C3_KINDS for q's dtype (bf16 / fp16) and not in C3_SPILLS."""
+    if not causal or head_dim not in C3_HEAD_DIMS:
+        return False
+    if not _DTYPE_NAMES:
+        import torch
+
+        _DTYPE_NAMES.update({torch.bfloat16: "bf16", torch.float16: "fp16"})
+    kinds = C3_KINDS.get(_DTYPE_NAMES.get(dtype, ""), frozenset())
+    kind = variant_kind(variant)
+    return kind in kinds and kind not in C3_SPILLS
 
 
 def _kernel_args(variant: Variant, scale: float, o: torch.Tensor) -> tuple[float, dict]:
