@@ -51,6 +51,7 @@ from fa_bench.kernels.decode_config import (  # noqa: F401  (re-exported: tests,
     block_n_for,
     check_config,
     choose_num_splits,
+    merge_chunk,
     resolve,
     row_tiles,
 )
@@ -69,10 +70,12 @@ _INTERPRETER_SMS = 4
 def _kernels() -> SimpleNamespace:
     """The `@triton.jit` kernels, imported (with triton) at the first launch: importing
     this module must not decide whether triton interprets (see the package docstring)."""
-    from fa_bench.kernels import decode_kernels
+    from fa_bench.kernels import decode_kernels, decode_merge
 
     return SimpleNamespace(
-        split=decode_kernels._decode_split_kernel, combine=decode_kernels._decode_combine_kernel
+        split=decode_kernels._decode_split_kernel,
+        combine=decode_kernels._decode_combine_kernel,
+        combine_tile=decode_merge._decode_combine_tile_kernel,
     )
 
 
@@ -281,6 +284,7 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
     else:
         o_part = lse_part = o  # unused: SPLIT=False never touches them
     fused = split and launch.fused_combine
+    tile, chunk = launch.merge_tile, merge_chunk(num_splits, block_rows)
     pdl = split and not fused and launch.pdl and _pdl_ok(q.device)
     # the fused combine's arrival counters, one per split program's (sequence, KV head,
     # row block): zero here, and put back to zero by the launch that used them
@@ -307,23 +311,30 @@ def _launch_calls(q, k_cache, v_cache, cache_seqlens, block_table, scale: float,
         DOT_PREC=_dot_precision(q.dtype), INTERLEAVE=launch.interleave,
         FUSED=fused, SPLITS_PAD=pad_pow2(num_splits) if fused else 1,
         PDL=pdl, ONE_LOOP=launch.one_loop,
+        MERGE_TILE=tile and fused, CHUNK=chunk if tile and fused else 1,
         num_warps=launch.num_warps, num_stages=launch.num_stages,
     )  # fmt: skip
     calls: list[tuple[Any, tuple[int, ...], tuple, dict]] = [
         (kernels.split, (programs, num_splits), split_args, split_kw)
     ]
     if split and not fused:
-        combine_args = (
-            o_part, lse_part, o, lse2,
-            o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1),
-            heads_q, seq_q, num_splits,
-        )  # fmt: skip
-        combine_kw: dict[str, Any] = dict(
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits), PDL=pdl
-        )
+        strides = (o.stride(0), o.stride(1), o.stride(2), lse2.stride(0), lse2.stride(1))
+        if tile:  # one program per row block (fa_bench.kernels.decode_merge)
+            fn, grid = kernels.combine_tile, (programs,)
+            combine_args = (o_part, lse_part, o, lse2, *strides, heads_kv, row_blocks, num_splits)
+            combine_kw: dict[str, Any] = dict(
+                HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, GROUP=group, SEQ_Q=seq_q,
+                BLOCK_ROWS=block_rows, CHUNK=chunk, PDL=pdl,
+            )  # fmt: skip
+        else:  # one program per output row
+            fn, grid = kernels.combine, (batch * seq_q * heads_q,)
+            combine_args = (o_part, lse_part, o, lse2, *strides, heads_q, seq_q, num_splits)
+            combine_kw = dict(
+                HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, SPLITS_PAD=pad_pow2(num_splits), PDL=pdl
+            )
         if pdl:  # the launch option (the combine starts before the split kernel ends)
             combine_kw["launch_pdl"] = True
-        calls.append((kernels.combine, (batch * seq_q * heads_q,), combine_args, combine_kw))
+        calls.append((fn, grid, combine_args, combine_kw))
     return o, lse2, calls
 
 

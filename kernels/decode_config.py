@@ -17,6 +17,11 @@ is the heuristic's:
 - `pdl`: with the combine kernel, launch it by programmatic dependent launch (sm_90 and
   up; the split kernel lets it start at once, it waits on the split grid on the GPU), so
   its launch and start-up overlap the split kernel instead of following it;
+- `merge_tile` (session 8): the combine merges a (sequence, KV head, row block)'s rows
+  at once, every split's partials in flight together (fa_bench.kernels.decode_merge):
+  in the fused combine's last program, or in a combine kernel of one program per row
+  block; else row by row (one combine program per output row, or the fused program's
+  loop over its rows);
 - `one_loop`: every key block of a split goes through the masked block loop (one
   software-pipelined loop), instead of the blocks every row sees whole through an
   unmasked loop and the rest (the causal diagonal of Sq > 1, a ragged length's last
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 
 from fa_bench.kernels.flash_config import pad_pow2
@@ -61,6 +67,19 @@ _FUSED_COMBINE = False
 _PDL = True
 # Two block loops (unmasked, then masked) unless measured otherwise (session 7, call 1).
 _ONE_LOOP = False
+# The combine row by row until session 8's A/B (tools/gpu/decode_s8_ab.py) measures the
+# tile merge.
+_MERGE_TILE = False
+# $FA_BENCH_DECODE_COMBINE overrides the two defaults above (a GPU script's in-process
+# pick, as $FA_BENCH_GLUON_BWD_ROLE does for the Gluon backward): each name is
+# (fused_combine, merge_tile); a DecodeConfig's set fields still win.
+COMBINE_ENV = "FA_BENCH_DECODE_COMBINE"
+COMBINES = {
+    "rows": (False, False),  # combine kernel, one program per output row
+    "tile": (False, True),  # combine kernel, one program per row block
+    "fused-rows": (True, False),  # the last split program, row by row (session 5)
+    "fused-tile": (True, True),  # the last split program, the row block at once
+}
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.
@@ -97,6 +116,7 @@ class DecodeConfig:
     fused_combine: bool | None = None
     pdl: bool | None = None
     one_loop: bool | None = None
+    merge_tile: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,7 @@ class Launch:
     fused_combine: bool = _FUSED_COMBINE  # (no effect with one split)
     pdl: bool = _PDL  # (only with the combine kernel, on sm_90 and up)
     one_loop: bool = _ONE_LOOP
+    merge_tile: bool = _MERGE_TILE  # (no effect with one split)
 
 
 def _cdiv(n: int, d: int) -> int:
@@ -159,6 +180,8 @@ def check_config(config: object, page_size: int | None) -> None:
         raise ValueError(f"config.pdl must be a bool or None, got {config.pdl!r}")
     if config.one_loop is not None and not isinstance(config.one_loop, bool):
         raise ValueError(f"config.one_loop must be a bool or None, got {config.one_loop!r}")
+    if config.merge_tile is not None and not isinstance(config.merge_tile, bool):
+        raise ValueError(f"config.merge_tile must be a bool or None, got {config.merge_tile!r}")
 
 
 def block_n_for(page_size: int | None, capacity: int = 0, many: bool = False) -> int:
@@ -179,6 +202,29 @@ def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
     """(rows per program, row blocks) for GROUP · Sq rows."""
     block = min(_MAX_ROWS, pad_pow2(group * seq_q))
     return block, _cdiv(group * seq_q, block)
+
+
+# The tile merge's splits in flight at once: CHUNK x BLOCK_ROWS partial rows of fp32
+# (16 x 128 at d128: 16 registers a thread at 4 warps, 128 for the chunk), so the fused
+# combine leaves the split kernel's registers (4 programs per SM) as they are.
+_MERGE_ROWS_IN_FLIGHT = 128
+
+
+def combine_defaults() -> tuple[bool, bool]:
+    """(fused_combine, merge_tile) for the fields a DecodeConfig leaves None: the
+    module's defaults, or $FA_BENCH_DECODE_COMBINE's (ValueError naming a bad value)."""
+    name = os.environ.get(COMBINE_ENV, "")
+    if not name:
+        return _FUSED_COMBINE, _MERGE_TILE
+    if name not in COMBINES:
+        raise ValueError(f"${COMBINE_ENV} is {name!r}; valid: {', '.join(COMBINES)}")
+    return COMBINES[name]
+
+
+def merge_chunk(num_splits: int, block_rows: int) -> int:
+    """Splits the tile merge loads at once (a power of two, at most num_splits padded)."""
+    splits_pow2 = 1 << max(0, num_splits - 1).bit_length()  # (pad_pow2 stops at 16)
+    return max(1, min(splits_pow2, _MERGE_ROWS_IN_FLIGHT // block_rows))
 
 
 def kv_buffers(num_stages: int, paged: bool) -> int:
@@ -285,13 +331,15 @@ def resolve(
         block_n = min(block_n, block_n_for(page_size))
     if num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
+    fused_default, tile_default = combine_defaults()
     return Launch(
         block_n=block_n,
         num_warps=config.num_warps or _NUM_WARPS,
         num_stages=stages,
         interleave=_INTERLEAVE if config.interleave is None else config.interleave,
         num_splits=num_splits,
-        fused_combine=_FUSED_COMBINE if config.fused_combine is None else config.fused_combine,
+        fused_combine=fused_default if config.fused_combine is None else config.fused_combine,
         pdl=_PDL if config.pdl is None else config.pdl,
         one_loop=_ONE_LOOP if config.one_loop is None else config.one_loop,
+        merge_tile=tile_default if config.merge_tile is None else config.merge_tile,
     )

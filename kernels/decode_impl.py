@@ -74,8 +74,9 @@ def build(
     case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
 ) -> Prepared:
     """The decode builder. `options={"num_splits": n}` fixes the split count (else the
-    kernel's heuristic picks it); `{"fused_combine": bool}` how the splits are merged
-    (DecodeConfig.fused_combine; else the heuristic's)."""
+    kernel's heuristic picks it); `{"fused_combine": bool}` and `{"merge_tile": bool}`
+    how the splits are merged (DecodeConfig's fields of those names; else the
+    heuristic's)."""
     try:
         from fa_bench.kernels.decode_attention import DecodeConfig, decode_attention
         from fa_bench.kernels.decode_plan import plan_decode
@@ -83,7 +84,8 @@ def build(
         raise Unsupported(f"decode kernel not built: {exc}") from exc
 
     num_splits = (options or {}).get("num_splits")
-    config = DecodeConfig(fused_combine=(options or {}).get("fused_combine"))
+    config = DecodeConfig(fused_combine=(options or {}).get("fused_combine"),
+                          merge_tile=(options or {}).get("merge_tile"))  # fmt: skip
     seqlens = torch.tensor(case.context_lengths(), dtype=torch.int32, device=q.device)
     if case.page_size:
         k_cache, v_cache, table = paged_cache(case, k, v)
@@ -120,6 +122,7 @@ def build(
     combine = ""
     if launch.num_splits > 1:
         combine = ", fused combine" if launch.fused_combine else ", combine kernel"
+        combine += " (tile)" if launch.merge_tile else ""
         if plan.pdl:
             combine += " (PDL)"
     return Prepared(

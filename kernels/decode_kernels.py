@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from fa_bench.kernels.decode_merge import _merge_tile_if_last
 from fa_bench.kernels.flash_kernels import check_shapes
 
 
@@ -161,6 +162,9 @@ def _decode_split_kernel(
     PDL: tl.constexpr = False,
     # every block through the masked loop (DecodeConfig.one_loop): one pipelined loop
     ONE_LOOP: tl.constexpr = False,
+    # FUSED only: the last program merges its row block's rows at once, CHUNK splits'
+    # partials in flight together (fa_bench.kernels.decode_merge), not row by row
+    MERGE_TILE: tl.constexpr = False, CHUNK: tl.constexpr = 1,
 ):  # fmt: skip
     """One program: the rows of one row block of one (sequence, KV head) against one
     split of that sequence's keys."""
@@ -254,7 +258,13 @@ def _decode_split_kernel(
         tl.store(LsePart + part_row, lse2, mask=row_ok)
         o_ptrs = OPart + part_row[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(o_ptrs, acc, mask=row_ok[:, None] & d_ok)
-        if FUSED:
+        if FUSED and MERGE_TILE:
+            _merge_tile_if_last(
+                OPart, LsePart, Out, Lse, Counters + pid, off_b, off_hk, row_block,
+                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, heads_q, num_splits,
+                HEAD_DIM, HEAD_DIM_PAD, GROUP, SEQ_Q, BLOCK_ROWS, CHUNK,
+            )  # fmt: skip
+        elif FUSED:
             _combine_if_last(
                 OPart, LsePart, Out, Lse, Counters + pid, off_b, off_hk, row_block,
                 stride_ob, stride_os, stride_oh, stride_lb, stride_lh, heads_q, num_splits,

@@ -14,7 +14,14 @@ _FP32_POINTERS = ("Lse", "OPart", "LsePart")
 
 def signature(fn: Any, consts: dict, dtype: str) -> dict[str, str]:
     """triton.compile's signature of a decode kernel: constexprs, i32 sizes and strides,
-    the fp32 scale, int32 and fp32 pointers by name, the rest pointers to `dtype`."""
+    the fp32 scale, int32 and fp32 pointers by name, the rest pointers to `dtype`.
+
+    A constexpr parameter with a default that `consts` leaves out is added to `consts`
+    with its default (so a launch option added later, e.g. MERGE_TILE, compiles as a
+    launch that does not set it; else it would be typed a pointer)."""
+    for param in fn.params:
+        if param.is_constexpr and param.has_default and param.name not in consts:
+            consts[param.name] = param.default
     out = {}
     for name in fn.arg_names:
         if name in consts:
