@@ -141,31 +141,15 @@ os.environ.pop("TRITON_INTERPRET", None)
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from decode_sm90 import signature
 from fa_bench.kernels import decode_kernels as dk
-
-def signature(fn, consts):
-    out = {{}}
-    for name in fn.arg_names:
-        if name in consts:
-            out[name] = "constexpr"
-        elif name.startswith("stride_") or name in ("heads_kv", "row_blocks"):
-            out[name] = "i32"
-        elif name == "qk_scale":
-            out[name] = "fp32"
-        elif name in ("SeqLens", "BlockTable", "Counters"):
-            out[name] = "*i32"
-        elif name in ("Lse", "OPart", "LsePart"):
-            out[name] = "*fp32"
-        else:
-            out[name] = "*bf16"
-    return out
 
 for group, sq, page, bn, stages, one in {launches!r}:
     consts = dict(HEAD_DIM=128, HEAD_DIM_PAD=128, GROUP=group, SEQ_Q=sq, BLOCK_ROWS=16,
                   BLOCK_N=bn, PAGED=bool(page), PAGE_SIZE=page, SPLIT=True,
                   DOT_PREC="tf32", INTERLEAVE=False, FUSED=False, SPLITS_PAD=1, PDL=True,
                   ONE_LOOP=one)
-    sig = signature(dk._decode_split_kernel, consts)
+    sig = signature(dk._decode_split_kernel, consts, "bf16")
     attrs = {{(i,): [["tt.divisibility", 16]] for i, name in
              enumerate(dk._decode_split_kernel.arg_names) if name not in consts
              and (sig[name][0] == "*" or name.startswith("stride_"))}}
@@ -190,8 +174,10 @@ def test_session_7_launches_compile_for_sm90_pipelined() -> None:
     import subprocess
     import sys
 
+    from decode_sm90 import subprocess_env
+
     code = _COMPILE.format(launches=S7_LAUNCHES)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = subprocess_env()  # no interpreter; tests/ on the path (decode_sm90)
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
     )
