@@ -231,3 +231,48 @@ def test_every_served_combination_compiles_for_sm90_without_spills(tmp_path):
     served = {(k, d) for d, ks in vh.C3_KINDS.items() for k in ks}
     assert {(r["kind"], r["dtype"]) for r in rows} == served
     assert all(r["spill_stores"] == 0 and r["spill_loads"] == 0 for r in rows), rows
+
+
+def test_the_speed_tools_rows_time_each_launch_under_its_label(monkeypatch):
+    """A row's plumbing on CPU (fake timings): the c2 / c3 calls run under their tables
+    and the dispatch names C3_N64 for c3 and the plain launch for c2; TFLOP/s count the
+    attended pairs; the table is the committed one again after."""
+    tool = _tool("variants_gluon_s8")
+    monkeypatch.setattr(tool, "DEVICE", "cpu")
+    monkeypatch.setattr(flash_gluon, "gluon_reason", lambda *a: None)
+    calls: list[str] = []
+
+    def fake_fn(kind, q, k, v, kw):
+        def run():
+            calls.append("c3" if vh.C3_KINDS else "c2")
+            return q.float()
+
+        return run
+
+    def fake_dense(q, k, v):
+        return lambda: calls.append("dense")
+
+    ms = {"c2": 3.0, "c3": 2.0, "dense": 1.5}
+
+    def fake_bench(fn):
+        fn()
+        return ms[calls[-1]]
+
+    monkeypatch.setattr(tool, "_fn", fake_fn)
+    monkeypatch.setattr(tool, "_dense", fake_dense)
+    monkeypatch.setattr(tool, "_bench", fake_bench)
+    before = vh.C3_KINDS
+    row = tool._row("window+softcap", 1, 512, "bf16")
+    assert vh.C3_KINDS is before
+    assert row["labels"] == {"c2": "gluon-ws-m64-n128-s3", "c3": "gluon-ws-m64-n64-s4-c3-nopp"}
+    from fa_bench.variants import window_pairs
+
+    flops = 4.0 * window_pairs(512, 512, True, tool.WIN) * tool.D * tool.HQ
+    assert row["c3"] == pytest.approx(flops / 2.0 / 1e9)
+    assert row["c3_over_c2"] == pytest.approx(1.5) and row["max_diff"] == 0.0
+    dense = 4.0 * window_pairs(512, 512, True) * tool.D * tool.HQ / 1.5 / 1e9
+    assert row["dense"] == pytest.approx(dense)
+    packed = tool._row("varlen", 2, 0, "fp16")
+    assert packed["labels"]["c3"] == "gluon-ws-m64-n64-s4-c3-nopp"
+    assert packed["shape"].startswith("packed uniform:256-3840")
+    assert calls.count("dense") == 4  # twice per row

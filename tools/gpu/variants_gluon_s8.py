@@ -4,6 +4,7 @@ every variant ran before) and the dense kernel, per variant kind and dtype, and 
 
     python tools/gpu/variants_gluon_s8.py speed [--quick] [--budget S]
     python tools/gpu/variants_gluon_s8.py pick SPEED_JSON   # the C3_KINDS the rows say
+    python tools/gpu/variants_gluon_s8.py targets RESULTS_JSON [--impl NAME]
 
 `speed`: forward TFLOP/s over the attended pairs (fa_bench.variants.window_pairs),
 triton.testing.do_bench (L2 flushed), 32 query / 8 KV heads, head_dim 128, causal, bf16
@@ -21,6 +22,10 @@ may cut it) and $OUT/variants_gluon_s8_pick.json (`pick`'s answer).
 `pick`: per (kind, dtype), C3_N64 where its time is at least PICK_MARGIN below c2's in
 the geometric mean over that kind's rows; a kind with no rows keeps the committed table's
 choice. Prints C3_KINDS as Python and writes the JSON the plugin's `triton-pick` reads.
+
+`targets`: tools/gpu/variants_summary.py's table (each variant ÷ its dense control, the
+backend) of a `fa-bench run`, for implementation NAME (default triton; the plugin's
+`triton-pick` when the call-2 script picked in-process).
 
 A developer tool, not installed.
 """
@@ -56,6 +61,7 @@ ROWS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
 QUICK = 4  # --quick: the first rows only
 LAUNCHES = ("c2", "c3")
 PICK_MARGIN = 0.01
+DEVICE = "cuda"  # a CPU test runs the rows' plumbing with "cpu"
 
 
 def _out(name: str) -> str:
@@ -90,13 +96,13 @@ def _inputs(kind: str, b: int, n: int, dtype: torch.dtype, seed: int = 0) -> tup
     """(q, k, v, kwargs, attended pairs, the dense control's (q, k, v) and pairs)."""
     from fa_bench.variants import alibi_slopes, varlen_lengths, window_pairs
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    rand = lambda *s: torch.randn(s, generator=g, device="cuda").to(dtype)  # noqa: E731
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    rand = lambda *s: torch.randn(s, generator=g, device=DEVICE).to(dtype)  # noqa: E731
     if kind == "varlen":
         lens = varlen_lengths(PACKED, b)
         t = sum(lens)
         q, k, v = rand(t, HQ, D), rand(t, HKV, D), rand(t, HKV, D)
-        cu = torch.tensor([0, *_cumsum(lens)], dtype=torch.int32, device="cuda")
+        cu = torch.tensor([0, *_cumsum(lens)], dtype=torch.int32, device=DEVICE)
         kw = dict(cu=cu, max_len=max(lens))
         pairs = sum(window_pairs(n_, n_, True) for n_ in lens)
         n_ctrl = 2048  # fa-bench's control (variants_targets_s7.toml): 8 x 2048, dense
@@ -110,7 +116,7 @@ def _inputs(kind: str, b: int, n: int, dtype: torch.dtype, seed: int = 0) -> tup
     if "softcap" in kind:
         kw["softcap"] = CAP
     if "alibi" in kind:
-        kw["alibi_slopes"] = torch.tensor(alibi_slopes(HQ), dtype=torch.float32, device="cuda")
+        kw["alibi_slopes"] = torch.tensor(alibi_slopes(HQ), dtype=torch.float32, device=DEVICE)
     pairs = b * window_pairs(n, n, True, left)
     return q, k, v, kw, pairs, (q, k, v), b * window_pairs(n, n, True)
 
@@ -282,16 +288,32 @@ def pick(rows: list[dict], committed: dict[str, frozenset[str]]) -> dict[str, li
     return out
 
 
+def targets(path: str, impl: str) -> str:
+    """variants_summary's table of `impl`'s records in a run's results (named `triton` for
+    it: the table reads that implementation), flex's kept for its column."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import variants_summary
+
+    recs = [r for r in variants_summary._records([path]) if r["impl"] in (impl, "flex")]
+    for r in recs:
+        r["impl"] = "triton" if r["impl"] == impl else r["impl"]
+    return "\n".join(variants_summary.summary(recs)) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("speed", "pick"))
-    ap.add_argument("results", nargs="?", help="pick: a speed JSON")
+    ap.add_argument("what", choices=("speed", "pick", "targets"))
+    ap.add_argument("results", nargs="?", help="pick: a speed JSON; targets: a results.json")
+    ap.add_argument("--impl", default="triton", help="targets: the implementation's records")
     ap.add_argument("--quick", action="store_true", help=f"speed: the first {QUICK} rows")
     ap.add_argument("--budget", type=float, default=60.0, help="speed: seconds to stop timing")
     ap.add_argument("--workers", type=int, default=8, help="speed: compile processes")
     args = ap.parse_args()
     from fa_bench.kernels import flash_gluon_varhost as vh
 
+    if args.what == "targets":
+        print(targets(args.results, args.impl))
+        return 0
     if args.what == "pick":
         with open(args.results) as f:
             rows = json.load(f)
