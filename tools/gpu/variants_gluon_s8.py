@@ -168,9 +168,11 @@ def _label(kind: str, q, k, v, kw: dict) -> str:
 
 def _warm(job: tuple) -> str:
     """A worker process: compile (launch, kind, dtype) by one small call (no kernel
-    specialises on the lengths here: multiples of 16, none equal to 1)."""
+    specialises on these lengths: multiples of 16, none equal to 1; the packed row's own
+    documents, whose token total triton specialises on)."""
     name, kind, dname = job
-    q, k, v, kw, *_ = _inputs(kind, 2, 1024, DTYPES[dname])
+    b = next((b for k, b, _n, _d in ROWS if k == kind), 2) if kind == "varlen" else 2
+    q, k, v, kw, *_ = _inputs(kind, b, 1024, DTYPES[dname])
     if name == "dense":
         _dense(q, k, v)()
     else:
