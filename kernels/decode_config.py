@@ -70,16 +70,22 @@ _ONE_LOOP = False
 # The combine row by row until session 8's A/B (tools/gpu/decode_s8_ab.py) measures the
 # tile merge.
 _MERGE_TILE = False
-# $FA_BENCH_DECODE_COMBINE overrides the two defaults above (a GPU script's in-process
-# pick, as $FA_BENCH_GLUON_BWD_ROLE does for the Gluon backward): each name is
-# (fused_combine, merge_tile); a DecodeConfig's set fields still win.
+# How the splits are merged, by name: (fused_combine, merge_tile), or a rule of the split
+# count. `_COMBINE` is the heuristic's; $FA_BENCH_DECODE_COMBINE overrides it (a GPU
+# script's in-process pick, as $FA_BENCH_GLUON_BWD_ROLE does for the Gluon backward); a
+# DecodeConfig's set fields still win.
 COMBINE_ENV = "FA_BENCH_DECODE_COMBINE"
-COMBINES = {
+FEW = "fused-tile-few"
+COMBINES: dict[str, tuple[bool, bool] | None] = {
     "rows": (False, False),  # combine kernel, one program per output row
     "tile": (False, True),  # combine kernel, one program per row block
     "fused-rows": (True, False),  # the last split program, row by row (session 5)
     "fused-tile": (True, True),  # the last split program, the row block at once
+    # fused-tile where the merge loads every split at once (one chunk: 8 splits at 16
+    # rows), else rows (many splits: a loop of chunks, one L2 round trip each)
+    FEW: None,
 }
+_COMBINE = "rows"
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.
@@ -210,15 +216,18 @@ def row_tiles(group: int, seq_q: int) -> tuple[int, int]:
 _MERGE_ROWS_IN_FLIGHT = 128
 
 
-def combine_defaults() -> tuple[bool, bool]:
-    """(fused_combine, merge_tile) for the fields a DecodeConfig leaves None: the
-    module's defaults, or $FA_BENCH_DECODE_COMBINE's (ValueError naming a bad value)."""
-    name = os.environ.get(COMBINE_ENV, "")
-    if not name:
-        return _FUSED_COMBINE, _MERGE_TILE
+def combine_defaults(num_splits: int, block_rows: int) -> tuple[bool, bool]:
+    """(fused_combine, merge_tile) for the fields a DecodeConfig leaves None at this
+    split count and rows per program: `_COMBINE`'s, or $FA_BENCH_DECODE_COMBINE's
+    (ValueError naming a bad value)."""
+    name = os.environ.get(COMBINE_ENV, "") or _COMBINE
     if name not in COMBINES:
         raise ValueError(f"${COMBINE_ENV} is {name!r}; valid: {', '.join(COMBINES)}")
-    return COMBINES[name]
+    fixed = COMBINES[name]
+    if fixed is not None:
+        return fixed
+    one_chunk = num_splits <= merge_chunk(num_splits, block_rows)
+    return COMBINES["fused-tile" if one_chunk else "rows"] or (False, False)
 
 
 def merge_chunk(num_splits: int, block_rows: int) -> int:
@@ -331,7 +340,7 @@ def resolve(
         block_n = min(block_n, block_n_for(page_size))
     if num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
-    fused_default, tile_default = combine_defaults()
+    fused_default, tile_default = combine_defaults(num_splits, block_rows)
     return Launch(
         block_n=block_n,
         num_warps=config.num_warps or _NUM_WARPS,

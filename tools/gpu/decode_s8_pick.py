@@ -2,13 +2,15 @@
 prints the winning $FA_BENCH_DECODE_COMBINE value (kernels/decode_config.py COMBINES) on
 stdout, the reasons on stderr.
 
-Each candidate (`tile`, `fused-tile`) is timed against `rows` (the combine kernel of one
-program per output row) on every shape where both ran: it is picked if its geometric mean
-speed-up over `rows` is at least MIN_GAIN, it is no more than MAX_LOSS slower on any
-shape, and its output is within MAX_DIFF of the heuristic's (a broken merge must not
-win); of those, the larger geometric mean. Else `rows`.
+Each candidate (`tile`, `fused-tile`, and `fused-tile-few`: fused-tile's time where
+its split count fits one merge chunk, else rows', as kernels/decode_config.py's rule of
+that name launches) is timed against `rows` (the combine kernel of one program per
+output row) on every shape where both ran: it is picked if its geometric mean speed-up
+over `rows` is at least MIN_GAIN, it is no more than MAX_LOSS slower on any shape, and
+its output is within MAX_DIFF of the heuristic's (a broken merge must not win); of
+those, the larger geometric mean. Else `rows`.
 
-    python tools/gpu/decode_s8_pick.py ab.json      # -> rows | tile | fused-tile
+    python tools/gpu/decode_s8_pick.py ab.json   # -> rows | tile | fused-tile | fused-tile-few
 """
 
 from __future__ import annotations
@@ -18,10 +20,30 @@ import math
 import sys
 
 BASE = "rows"
-CANDIDATES = ("tile", "fused-tile")
+FEW = "fused-tile-few"
+CANDIDATES = ("tile", "fused-tile", FEW)
 MIN_GAIN = 1.005  # beyond one A/B's run-to-run spread of the geometric mean
 MAX_LOSS = 0.985  # no shape more than 1.5% slower (about 1 us at batch 8 x 8k)
 MAX_DIFF = 1e-2  # bf16 outputs of the same sums in another order differ by ~1e-3
+
+
+def one_chunk(shape: str, launch: str) -> bool:
+    """Whether the launch's splits fit one merge chunk: the shape as decode_s7_ab names
+    it ("b8 hq32 sq4 8k page64", 8 KV heads), the launch as its label ("s8 bn32 ...")."""
+    from fa_bench.kernels.decode_config import merge_chunk, row_tiles
+
+    fields = shape.split()
+    group, sq = int(fields[1][2:]) // 8, int(fields[2][2:])
+    splits = int(launch.split()[0][1:])
+    return splits <= merge_chunk(splits, row_tiles(group, sq)[0])
+
+
+def _few(got: dict[str, dict], shape: str) -> dict | None:
+    """fused-tile-few's row at a shape: fused-tile's where one chunk holds the splits."""
+    fused, rows = got.get("fused-tile"), got.get(BASE)
+    if fused is None:
+        return None
+    return fused if one_chunk(shape, fused["launch"]) else rows
 
 
 def ratios(rows: list[dict], name: str) -> list[tuple[str, float]]:
@@ -32,7 +54,8 @@ def ratios(rows: list[dict], name: str) -> list[tuple[str, float]]:
         by_shape.setdefault(r["shape"], {})[r["variant"]] = r
     out = []
     for shape, got in by_shape.items():
-        base, cand = got.get(BASE), got.get(name)
+        base = got.get(BASE)
+        cand = _few(got, shape) if name == FEW else got.get(name)
         if base is None or cand is None:
             continue
         if cand.get("max_diff", 0.0) > MAX_DIFF:
