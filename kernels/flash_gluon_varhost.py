@@ -65,6 +65,13 @@ FIXED_MAX = False
 # against 492.1 without them, 481.1 with FIXED_MAX alone; the checks passed with both).
 # Off: the switches alone decide (the GPU tools' development rows turn it off).
 SOFTCAP_FAST = True
+# A development switch (session 8): an fp16 softcap launch scales Q by scale / c once per
+# tile too (the QSCALE bit; bf16 takes it with the fixed offset), where scale / c >=
+# QSCALE_FP16_MIN: Q·scale/c then stays a normal fp16 number for |q| >= 2^-4 (fp16's
+# normals start at 2^-14), its rounding fp16's own. Not the default until measured faster
+# and within the accuracy rule on the H200 (tools/gpu/variants_gluon_s8.py "c3q").
+SOFTCAP_QSCALE_FP16 = False
+QSCALE_FP16_MIN = 2.0**-10
 # A development switch (session 7): a FIXED_MAX launch's row sums from the bf16 P in packed
 # bf16x2 adds (flash_gluon_var_sum.SUM_BF16: 30 HADD2 in place of 60 FADD per block and
 # thread in the SASS). Not the default until measured faster and within the accuracy rule.
@@ -101,8 +108,22 @@ def alibi_columns(variant: Variant, causal: bool) -> bool:
     return variant.window is None or variant.window[1] <= 0
 
 
+def _qscale_fp16(variant: Variant, dtype: Any, scale: float | None) -> bool:
+    """Whether an fp16 softcap launch may fold scale / c into Q (SOFTCAP_QSCALE_FP16):
+    fp16, and scale / c at least QSCALE_FP16_MIN (None: unknown, no)."""
+    import torch
+
+    if dtype != torch.float16 or variant.softcap <= 0 or scale is None:
+        return False
+    return scale / variant.softcap >= QSCALE_FP16_MIN
+
+
 def variant_bits(
-    variant: Variant, softmax: int = 0, causal: bool = False, dtype: Any = None
+    variant: Variant,
+    softmax: int = 0,
+    causal: bool = False,
+    dtype: Any = None,
+    scale: float | None = None,
 ) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
     the variant bits, from the sixth bit on the softmax's code (the launch's
@@ -110,7 +131,8 @@ def variant_bits(
     launch takes SOFTCAP_EMU's split when that is set), ALIBI_COL for a causal ALiBi
     (`alibi_columns`), FIXED_MAX for a bounded softcap (`fixed_max`, by q's dtype) and
     with it QSCALE under SOFTCAP_FAST, SUM_BF16 under SOFTCAP_SUM_BF16 and with that P_ALU
-    under SOFTCAP_P_ALU."""
+    under SOFTCAP_P_ALU; QSCALE for an fp16 softcap under SOFTCAP_QSCALE_FP16 (by the
+    call's `scale`, `_qscale_fp16`)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -120,6 +142,7 @@ def variant_bits(
     bits |= _SOFTCAP if variant.softcap > 0 else 0
     bits |= _TANH_F16X2 if variant.softcap > 0 and TANH_F16X2 else 0
     qscale = QSCALE or (SOFTCAP_FAST and fixed_max(variant, dtype, True))
+    qscale = qscale or (SOFTCAP_QSCALE_FP16 and _qscale_fp16(variant, dtype, scale))
     bits |= _QSCALE if variant.softcap > 0 and qscale else 0
     bits |= _ALIBI if variant.slopes is not None else 0
     bits |= _ALIBI_COL if alibi_columns(variant, causal) else 0
@@ -298,6 +321,6 @@ def variant_forward(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
-        VAR=variant_bits(variant, cfg.softmax_code(), causal, q.dtype), num_warps=4,
+        VAR=variant_bits(variant, cfg.softmax_code(), causal, q.dtype, scale), num_warps=4,
     )  # fmt: skip
     return o, lse2

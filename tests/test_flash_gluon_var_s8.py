@@ -276,3 +276,39 @@ def test_the_speed_tools_rows_time_each_launch_under_its_label(monkeypatch):
     assert packed["labels"]["c3"] == "gluon-ws-m64-n64-s4-c3-nopp"
     assert packed["shape"].startswith("packed uniform:256-3840")
     assert calls.count("dense") == 4  # twice per row
+
+
+def test_fp16_softcap_scales_q_only_under_its_switch_and_bound(monkeypatch):
+    """SOFTCAP_QSCALE_FP16 (off by default): an fp16 softcap launch carries QSCALE when
+    scale / c >= QSCALE_FP16_MIN and the call's scale is known; bf16's bits unchanged."""
+    cap = _v(softcap=50.0)
+    scale = 128**-0.5
+    assert not vh.SOFTCAP_QSCALE_FP16
+    assert vh.variant_bits(cap, 0, True, FP16, scale) == vh._SOFTCAP
+    monkeypatch.setattr(vh, "SOFTCAP_QSCALE_FP16", True)
+    assert vh.variant_bits(cap, 0, True, FP16, scale) == vh._SOFTCAP | vh._QSCALE
+    with_alibi = _v(softcap=50.0, alibi=True)
+    assert vh.variant_bits(with_alibi, 0, True, FP16, scale) & vh._QSCALE
+    assert not vh.variant_bits(cap, 0, True, FP16) & vh._QSCALE  # scale unknown
+    big = _v(softcap=scale / vh.QSCALE_FP16_MIN * 1.01)  # scale / c just below the bound
+    assert not vh.variant_bits(big, 0, True, FP16, scale) & vh._QSCALE
+    assert not vh.variant_bits(_v(window=(3, 0)), 0, True, FP16, scale) & vh._QSCALE
+    fast = vh._SOFTCAP | vh._FIXED_MAX | vh._QSCALE
+    assert vh.variant_bits(cap, 0, True, BF16, scale) == fast  # bf16: as before
+
+
+def test_the_speed_tool_times_c3q_on_fp16_softcap_rows_only(monkeypatch):
+    tool = _tool("variants_gluon_s8")
+    assert tool.launches("softcap", "fp16") == ("c2", "c3", "c3q")
+    assert tool.launches("window+softcap", "fp16")[-1] == "c3q"
+    assert tool.launches("softcap", "bf16") == ("c2", "c3")
+    assert tool.launches("alibi", "fp16") == ("c2", "c3")
+    seen = []
+    for name in ("c2", "c3", "c3q"):
+        with tool.launch(name):
+            seen.append((bool(vh.C3_KINDS), vh.SOFTCAP_QSCALE_FP16))
+    assert seen == [(False, False), (True, False), (True, True)]
+    assert vh.SOFTCAP_QSCALE_FP16 is False
+    assert tool.pick_qscale([{"c3q_over_c3": 1.03}, {"c3q_over_c3": 1.0}]) is True
+    assert tool.pick_qscale([{"c3q_over_c3": 1.005}]) is False
+    assert tool.pick_qscale([{"c3_over_c2": 1.2}]) is None

@@ -136,3 +136,23 @@ def test_gpu_the_committed_table_runs_c3_by_default(case, monkeypatch):
     _id, _kind_name, _dname, fn, args, kw = case
     seen = _run(fn, args, kw, monkeypatch)
     assert seen and set(seen) == {vh.C3_N64.label()}, seen
+
+
+_FP16_SOFTCAP = [c for c in _CHECKS if c[2] == "fp16" and "softcap" in c[1]]
+
+
+@pytest.mark.parametrize("case", _FP16_SOFTCAP, ids=[f"qscale {c[0]}" for c in _FP16_SOFTCAP])
+def test_gpu_c3_fp16_softcap_with_q_scaled_once(case, monkeypatch):
+    """fp16 softcap checks on C3_N64 with SOFTCAP_QSCALE_FP16 on pass the accuracy rule,
+    and their launches carried the QSCALE bit (a kind C3_SPILLS names keeps two consumers)."""
+    _id, kind, _dname, fn, args, kw = case
+    every = frozenset(_KINDS)
+    monkeypatch.setattr(vh, "C3_KINDS", {"bf16": every, "fp16": every})
+    monkeypatch.setattr(vh, "SOFTCAP_QSCALE_FP16", True)
+    bits: list[int] = []
+    real = vh.variant_bits
+    monkeypatch.setattr(vh, "variant_bits", lambda *a, **k: bits.append(real(*a, **k)) or bits[-1])
+    seen = _run(fn, args, kw, monkeypatch)
+    want = vh.C3_N64.label() if kind not in vh.C3_SPILLS else "ws-m64-n128-s3"
+    assert seen and set(seen) == {want}, seen
+    assert bits and all(b & vh._QSCALE for b in bits), bits

@@ -21,7 +21,9 @@ may cut it) and $OUT/variants_gluon_s8_pick.json (`pick`'s answer).
 
 `pick`: per (kind, dtype), C3_N64 where its time is at least PICK_MARGIN below c2's in
 the geometric mean over that kind's rows; a kind with no rows keeps the committed table's
-choice. Prints C3_KINDS as Python and writes the JSON the plugin's `triton-pick` reads.
+choice. Prints C3_KINDS as Python and writes the JSON the plugin's `triton-pick` reads;
+prints whether c3q (fp16 softcap rows: Q scaled by scale / c once per tile,
+flash_gluon_varhost.SOFTCAP_QSCALE_FP16) beat c3 by the same margin.
 
 `targets`: tools/gpu/variants_summary.py's table (each variant ÷ its dense control, the
 backend) of a `fa-bench run`, for implementation NAME (default triton; the plugin's
@@ -60,6 +62,9 @@ ROWS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
 )
 QUICK = 4  # --quick: the first rows only
 LAUNCHES = ("c2", "c3")
+# fp16 softcap rows also time "c3q": C3_N64 with Q scaled by scale / c once per tile
+# (flash_gluon_varhost.SOFTCAP_QSCALE_FP16; bf16 has it with the fixed offset already)
+QSCALE_LAUNCH = "c3q"
 PICK_MARGIN = 0.01
 DEVICE = "cuda"  # a CPU test runs the rows' plumbing with "cpu"
 
@@ -76,13 +81,14 @@ def launch(name: str) -> Iterator[None]:
     dtypes), the committed table back after."""
     from fa_bench.kernels import flash_gluon_varhost as vh
 
-    saved = vh.C3_KINDS
+    saved = vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16
     every = frozenset(_all_kinds())
     vh.C3_KINDS = {} if name == "c2" else {d: every for d in DTYPES}
+    vh.SOFTCAP_QSCALE_FP16 = name == QSCALE_LAUNCH
     try:
         yield
     finally:
-        vh.C3_KINDS = saved
+        vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16 = saved
 
 
 def _all_kinds() -> list[str]:
@@ -90,6 +96,11 @@ def _all_kinds() -> list[str]:
 
     feats = ("window", "softcap", "alibi", "varlen")
     return ["+".join(c) for n in range(1, 5) for c in itertools.combinations(feats, n)]
+
+
+def launches(kind: str, dname: str) -> tuple[str, ...]:
+    """The launches a row times: c2 and c3, and c3q for an fp16 softcap."""
+    return LAUNCHES + ((QSCALE_LAUNCH,) if dname == "fp16" and "softcap" in kind else ())
 
 
 def _inputs(kind: str, b: int, n: int, dtype: torch.dtype, seed: int = 0) -> tuple:
@@ -183,7 +194,9 @@ def _warm(job: tuple) -> str:
 
 
 def warm(rows, workers: int) -> None:
-    jobs = sorted({(n, kind, d) for kind, _b, _n, ds in rows for d in ds for n in LAUNCHES})
+    jobs = sorted(
+        {(n, kind, d) for kind, _b, _n, ds in rows for d in ds for n in launches(kind, d)}
+    )
     jobs += [("dense", "softcap", d) for d in DTYPES]
     ctx = mp.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
@@ -202,7 +215,7 @@ def _row(kind: str, b: int, n: int, dname: str) -> dict:
     two timings in turn), the labels, max |o_c3 − o_c2|."""
     q, k, v, kw, pairs, ctrl, ctrl_pairs = _inputs(kind, b, n, DTYPES[dname])
     fns, outs, labels = {}, {}, {}
-    for name in LAUNCHES:
+    for name in launches(kind, dname):
         with launch(name):
             labels[name] = _label(kind, q, k, v, kw)
             outs[name] = _fn(kind, q, k, v, kw)().float()
@@ -216,12 +229,17 @@ def _row(kind: str, b: int, n: int, dname: str) -> dict:
     flops = {name: 4.0 * (ctrl_pairs if name == "dense" else pairs) * D * HQ for name in fns}
     tf = {name: flops[name] / (sum(t) / len(t)) / 1e9 for name, t in times.items()}
     shape = f"packed {PACKED} x{b}" if kind == "varlen" else f"{b} x {n}"
-    return dict(kind=kind, dtype=dname, shape=shape, c2=tf["c2"], c3=tf["c3"],
-                dense=tf["dense"], c3_over_c2=tf["c3"] / tf["c2"],
-                c2_over_dense=tf["c2"] / tf["dense"], c3_over_dense=tf["c3"] / tf["dense"],
-                ms={name: sum(t) / len(t) for name, t in times.items()},
-                labels=labels,
-                max_diff=(outs["c3"] - outs["c2"]).abs().max().item())  # fmt: skip
+    row = dict(kind=kind, dtype=dname, shape=shape, c2=tf["c2"], c3=tf["c3"],
+               dense=tf["dense"], c3_over_c2=tf["c3"] / tf["c2"],
+               c2_over_dense=tf["c2"] / tf["dense"], c3_over_dense=tf["c3"] / tf["dense"],
+               ms={name: sum(t) / len(t) for name, t in times.items()},
+               labels=labels,
+               max_diff=(outs["c3"] - outs["c2"]).abs().max().item())  # fmt: skip
+    if QSCALE_LAUNCH in tf:
+        row.update(c3q=tf["c3q"], c3q_over_c3=tf["c3q"] / tf["c3"],
+                   c3q_over_dense=tf["c3q"] / tf["dense"],
+                   max_diff_c3q=(outs["c3q"] - outs["c2"]).abs().max().item())  # fmt: skip
+    return row
 
 
 def _switched(name: str, fn):
@@ -249,14 +267,15 @@ def speed(rows, deadline: float) -> list[dict]:
 def _md(rows: list[dict]) -> str:
     lines = [
         "| kind | dtype | shape | c2 TFLOP/s | c3 TFLOP/s | dense | c2 ÷ dense | c3 ÷ dense | "
-        "c3 ÷ c2 | max |o_c3 − o_c2| | c3's launch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "c3 ÷ c2 | max |o_c3 − o_c2| | c3q ÷ dense (max diff) | c3's launch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        c3q = f"{r['c3q_over_dense']:.3f} ({r['max_diff_c3q']:.1e})" if "c3q" in r else "–"
         lines.append(
             f"| {r['kind']} | {r['dtype']} | {r['shape']} | {r['c2']:.1f} | {r['c3']:.1f} | "
             f"{r['dense']:.1f} | {r['c2_over_dense']:.3f} | {r['c3_over_dense']:.3f} | "
-            f"{r['c3_over_c2']:.3f} | {r['max_diff']:.2e} | {r['labels']['c3']} |"
+            f"{r['c3_over_c2']:.3f} | {r['max_diff']:.2e} | {c3q} | {r['labels']['c3']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -288,6 +307,15 @@ def pick(rows: list[dict], committed: dict[str, frozenset[str]]) -> dict[str, li
                 kinds.discard(kind)
         out[dname] = sorted(kinds)
     return out
+
+
+def pick_qscale(rows: list[dict]) -> bool | None:
+    """Whether c3q (fp16 softcap, Q scaled once) beat c3 by PICK_MARGIN in the geometric
+    mean over the rows that timed it (None: none did)."""
+    rs = [r["c3q_over_c3"] for r in rows if "c3q_over_c3" in r]
+    if not rs:
+        return None
+    return math.exp(sum(math.log(x) for x in rs) / len(rs)) >= 1 + PICK_MARGIN
 
 
 def targets(path: str, impl: str) -> str:
@@ -330,6 +358,7 @@ def main() -> int:
     with open(_out("variants_gluon_s8_pick.json"), "w") as f:
         json.dump(chosen, f, indent=1)
     print("C3_KINDS =", {d: f"frozenset({set(k) or '{}'})" for d, k in chosen.items()})
+    print("SOFTCAP_QSCALE_FP16 =", pick_qscale(rows), "(None: not timed)")
     return 0
 
 

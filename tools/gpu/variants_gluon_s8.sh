@@ -5,11 +5,13 @@
 #      flash_gluon_varhost.C3_N64) against the two-consumer 128-key one (c2) and the dense
 #      kernel, do_bench, causal d128 32/8 heads, bf16 and fp16: softcap 50 and ALiBi at
 #      8 x 8k, a 4k window alone and with softcap 50 at 2 x 32k, the packed 16k tokens
-#      (uniform:256-3840) against 8 x 2048, softcap at 2 x 16k; then the pick (the
-#      C3_KINDS those rows say, $OUT/.../variants_gluon_s8_pick.json);
+#      (uniform:256-3840) against 8 x 2048, softcap at 2 x 16k; fp16 softcap rows also
+#      "c3q" (Q scaled by scale / c once per tile, SOFTCAP_QSCALE_FP16); then the pick
+#      (the C3_KINDS those rows say, $OUT/.../variants_gluon_s8_pick.json);
 #  (2) the GPU tests of the c3 launch (tests/test_flash_gluon_var_s8_gpu.py, -k $TESTS,
-#      default all: every causal d128 variant check on c3 under the accuracy rule, and the
-#      committed table's default), verbose so a cut run still shows each result.
+#      default all: every causal d128 variant check on c3 under the accuracy rule, the fp16
+#      softcap ones with SOFTCAP_QSCALE_FP16 too, and the committed table's default),
+#      verbose so a cut run still shows each result.
 # Everything in $OUT/variants-gluon-s8.tgz, the tables also in $OUT/summary.md. From the
 # repository root:
 #
@@ -19,7 +21,7 @@ export PYTHONUNBUFFERED=1 FA_BENCH_TUNING_CACHE=off COLUMNS=110
 OUT=${OUT:-fa-bench-out/out}
 LIMIT=${LIMIT:-90}
 SPEED=${SPEED:-}  # "--quick": the first four rows only
-SPEED_CAP=${SPEED_CAP:-50}
+SPEED_CAP=${SPEED_CAP:-46}
 TESTS=${TESTS:-c3 or default}  # the GPU tests' -k
 FILES="$OUT/variants-gluon-s8"
 rm -rf "$FILES"
@@ -37,7 +39,7 @@ step "speed" "$SPEED_CAP" env OUT="$FILES" python3 tools/gpu/variants_gluon_s8.p
 [ -f "$FILES/variants_gluon_s8_speed.json" ] && env OUT="$FILES" python3 \
   tools/gpu/variants_gluon_s8.py pick "$FILES/variants_gluon_s8_speed.json" \
   > "$FILES/pick.log" 2>&1
-step "gpu tests" 60 python3 -m pytest -v -rfE -m gpu -n 8 -p no:cacheprovider -k "$TESTS" \
+step "gpu tests" 60 python3 -m pytest -v -rfE -m gpu -n 12 -p no:cacheprovider -k "$TESTS" \
   tests/test_flash_gluon_var_s8_gpu.py > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
 {

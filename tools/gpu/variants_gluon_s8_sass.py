@@ -3,13 +3,16 @@ flash_gluon_varhost.C3_N64) for every VAR combination it could serve, compiled f
 on a CPU (no GPU needed up to the cubin), with the H200's triton installed aside:
 
     PYTHONPATH=/tmp/tri36 python tools/gpu/variants_gluon_s8_sass.py [--json OUT] [--served]
+        [--qscale-fp16]
 
 One line per (kind, dtype, causal): the VAR bits flash_gluon_varhost.variant_bits gives
 that call, shared memory, registers and ptxas's spill bytes. Every kind (window, softcap,
 ALiBi, packed and their combinations), bf16 and fp16, causal both, head_dim 128 (GQA
 changes no code: the KV head is an index); `--served`: only the (kind, dtype) pairs
-C3_KINDS lists, causal (what the dispatch hands the launch). Exits 1 if a served
-combination spills or fails to compile. A developer tool, not installed.
+C3_KINDS lists, causal (what the dispatch hands the launch); `--qscale-fp16`: with
+flash_gluon_varhost.SOFTCAP_QSCALE_FP16 on (the VAR bits at head_dim 128's scale).
+Exits 1 if a served combination spills or fails to compile. A developer tool, not
+installed.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def combos(served: bool) -> list[tuple[str, str, bool, int]]:
         assert vh.variant_kind(variant) == kind, kind
         if served and not vh.three_consumers(variant, DTYPES[dname], HEAD_DIM, causal):
             continue
-        bits = vh.variant_bits(variant, vh.C3_N64.softmax_code(), causal, DTYPES[dname])
+        bits = vh.variant_bits(variant, vh.C3_N64.softmax_code(), causal, DTYPES[dname],
+                               HEAD_DIM**-0.5)  # fmt: skip
         out.append((kind, dname, causal, bits))
     return out
 
@@ -88,7 +92,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--served", action="store_true", help="only what C3_KINDS serves")
+    ap.add_argument(
+        "--qscale-fp16", action="store_true", help="with SOFTCAP_QSCALE_FP16 on (fp16 softcap)"
+    )
     args = ap.parse_args()
+    vh.SOFTCAP_QSCALE_FP16 = vh.SOFTCAP_QSCALE_FP16 or args.qscale_fp16
     import triton
 
     print(f"triton {triton.__version__}, launch {vh.C3_N64.label()}", flush=True)
