@@ -19,13 +19,14 @@ Ranges = tuple[tuple[int, str], ...]
 
 # (head_dim, causal) -> ((first seqlen_q, role of flash_gluon_fp8.candidate_configs), ...)
 # in ascending order; the role of the last range that starts at or below seqlen_q runs.
-# Measured on the H200 (docs/kernel.md, the Gluon fp8 forward): 2026-11-30 session 6 call
-# B, do_bench TFLOP/s at d128 (16k tokens), ws / ws-persist: causal 4k 702.0 / 730.3,
-# 16k 832.8 / 794.3; non-causal 4k 823.0 / 819.6, 16k 842.5 / 836.3 (8k not measured: the
-# plain launch from 8k).
+# Measured on the H200 (docs/kernel.md, the Gluon fp8 forward): session 7 call 2, do_bench
+# TFLOP/s at d128 (16k tokens), ws / ws-c3 / ws-c3-persist: non-causal 4k 815.9 / 910.9 /
+# 929.3, 16k 857.9 / 947.4 / 971.6; causal 4k 706.2 / 709.7 / 728.2, 16k 830.1 / 884.4 /
+# 815.6 (8k not measured: the plain launch from 8k); `fa-bench run` with this table
+# (session 8 call 0): fp8 ÷ bf16 1.422, 1.497, causal 1.280, 1.467.
 ROLE_TABLE: dict[tuple[int, bool], Ranges] = {
-    (128, False): ((0, "ws"),),
-    (128, True): ((0, "ws-persist"), (8192, "ws")),
+    (128, False): ((0, "ws-c3-persist"),),
+    (128, True): ((0, "ws-c3-persist"), (8192, "ws-c3")),
     (64, False): ((0, "ws"),),
     (64, True): ((0, "ws"),),
 }

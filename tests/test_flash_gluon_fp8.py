@@ -37,6 +37,7 @@ from fa_bench.kernels.flash_gluon_fp8 import (
     from_fields,
     padded_v,
 )
+from fa_bench.kernels.flash_gluon_fp8_table import table_role
 
 # a dispatch table for the tests: head_dim 128 from 1k keys, causal and not
 PAYS = {(128, False): 1024, (128, True): 1024}
@@ -75,8 +76,18 @@ def test_config_names_a_bad_field_and_value(fields, match):
 
 
 def test_heuristic_is_the_deepest_ring_that_fits():
-    # d128: Q 16 KB + 4 × (K 16 KB + Vᵀ 16 KB) + O (bf16) 32 KB + P 2 × 2 × 8 KB = 208 KB
-    cfg = fp8_gluon_config(128)
+    # the heuristic's d128 launches (the table's, session 7): three consumers, whose
+    # deepest ring is 3 stages (216 KB; 4 do not fit), persistent but causal from 8k
+    c3 = fp8_gluon_config(128)
+    assert c3 == fp8_gluon_config(128, True, 4096) == candidate_configs(128)["ws-c3-persist"]
+    assert fp8_gluon_config(128, True, 8192) == candidate_configs(128)["ws-c3"]
+    assert (c3.consumers, c3.stages, c3.block_n, c3.p_smem, c3.persistent) == (3, 3, 128, True,
+                                                                              True)  # fmt: skip
+    assert c3.smem_bytes(128) == 216 * 1024 < dataclasses.replace(c3, stages=4).smem_bytes(128)
+    assert dataclasses.replace(c3, stages=4).smem_bytes(128) > SMEM_BYTES
+    # the two-consumer base ("ws"), d128: Q 16 KB + 4 × (K 16 KB + Vᵀ 16 KB) + O (bf16)
+    # 32 KB + P 2 × 2 × 8 KB = 208 KB
+    cfg = candidate_configs(128)["ws"]
     assert (cfg.block_n, cfg.stages, cfg.pingpong, cfg.emu, cfg.p_smem) == (128, 4, True, 0, True)
     assert cfg.smem_bytes(128) == 208 * 1024 <= SMEM_BYTES
     assert dataclasses.replace(cfg, block_n=256).smem_bytes(128) > SMEM_BYTES
@@ -98,7 +109,7 @@ def test_heuristic_is_the_deepest_ring_that_fits():
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_candidates_fit_and_differ(head_dim):
     cands = candidate_configs(head_dim)
-    assert cands["ws"] == fp8_gluon_config(head_dim)
+    assert cands[table_role(head_dim, False, None)] == fp8_gluon_config(head_dim)
     assert len({c.label() for c in cands.values()}) == len(cands)
     assert all(c.smem_bytes(head_dim) <= SMEM_BYTES for c in cands.values())
 
@@ -178,7 +189,9 @@ def test_choice_auto_on_cpu_is_tl():
     assert fp8_gluon_choice(*_inputs(), False, FlashConfig()) is None
 
 
-def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of():
+def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of(monkeypatch):
+    # over the two-consumer launch ("ws"; the table's three-consumer ones below)
+    monkeypatch.setenv(flash_gluon_fp8.ROLE_ENV, "ws")
     cfg = from_fields(FlashConfig(gluon_block_n=64, gluon_pingpong=False), 128, False)
     assert (cfg.block_n, cfg.stages, cfg.pingpong) == (64, 4, False)
     assert from_fields(FlashConfig(gluon_stages=2), 128, True).stages == 2
@@ -189,6 +202,13 @@ def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of():
         from_fields(FlashConfig(gluon_consumers=3), 128, False)
     with pytest.raises(ValueError, match=r"gluon_stages=4.*shared memory"):
         from_fields(FlashConfig(gluon_block_n=256, gluon_stages=4), 128, False)
+    monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV)
+    # three consumers' P buffers of 256 keys leave no room for even one stage
+    with pytest.raises(ValueError, match=r"c3-persist needs 237568 bytes"):
+        from_fields(FlashConfig(gluon_block_n=256), 128, False)
+    assert (
+        from_fields(FlashConfig(gluon_stages=2), 128, True).label().endswith("s2-psmem-c3-persist")
+    )
 
 
 def _descales():
@@ -286,7 +306,7 @@ def test_role_override_names_the_launch_per_causality(monkeypatch):
     with pytest.raises(ValueError, match="'ws-nope' is not one of"):
         fp8_gluon_config(128)
     monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV)
-    assert fp8_gluon_config(128) == cands["ws"]
+    assert fp8_gluon_config(128) == cands["ws-c3-persist"]  # the table's
 
 
 def test_the_dispatch_resolves_a_launch_once_per_config(monkeypatch):
