@@ -301,7 +301,10 @@ def _backward(
 
     gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg)
     if gluon is not None:  # sm_90, fp16/bf16, head_dim 64/128: the warp-specialised kernel
-        return flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, scale, gluon)
+        # checked: backward_choice has just asked gluon_bwd_reason (once per timed call)
+        return flash_gluon_bwd.gluon_backward(
+            do, q, k, v, o, lse2, causal, scale, gluon, checked=True
+        )
     return _backward_one_pass(do, q, k, v, o, lse2, causal, scale, cfg)
 
 

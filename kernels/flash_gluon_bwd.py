@@ -7,7 +7,8 @@ log-sum-exp, +inf for rows without keys) and returns (dq, dk, dv) in the layouts
 q, k, v. Three launches: delta = rowsum(dO ∘ O) (the `tl` preprocessing kernel), the
 Gluon kernel (kernels/flash_gluon_bwd_kernels.py: dK, dV, and dQ shares reduce-added into
 a zeroed fp32 workspace), then dQ = scale · workspace in q's dtype (the one-pass
-backward's `tl` postprocessing kernel).
+backward's `tl` postprocessing kernel); planned once per tensors' key and replayed
+(kernels/flash_gluon_bwd_plan.py).
 
 fp16/bf16 and head_dim 64 or 128 only, on sm_90 with triton 3.6 (Gluon's API moves
 between releases); everything else (fp32, head_dim 256 or others, the CPU interpreter,
@@ -18,6 +19,8 @@ torch's CUDA.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import flash_gluon
@@ -26,10 +29,7 @@ from fa_bench.kernels.flash_gluon_bwd_config import DQ_CHUNK, GluonBwdConfig
 if TYPE_CHECKING:
     import torch
 
-_LOG2E = 1.4426950408889634
 BWD_HEAD_DIMS = (64, 128)
-# Rows per program of the tl pre/postprocessing kernels (as flash_attention's)
-_ROWS = 64
 
 # `cfg` with the deepest Q/dO ring (up to 4 stages) that fits shared memory.
 _deepest = flash_gluon.deepest
@@ -80,8 +80,13 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 
 
 # Session 7's roles the heuristic takes per head_dim (candidate_bwd_configs' names; a head
-# dim not named keeps session 6's launch, `_session6`)
-_ROLES7: dict[int, str] = {}
+# dim not named keeps session 6's launch, `_session6`). 64: P and dS through shared memory
+# with dQ's chunk queued early, in fa-bench run (session 8 call 0, bf16) 0.969 / 0.984 of
+# cuDNN at 4k (non-causal / causal) and 0.904 / 0.916 at 16k, against session 6's launch's
+# 0.956 / 0.946 and 0.935 / 0.919 (session 6 call D); do_bench, kernel alone (session 7
+# call 2): 4k +2.8% / +3.8%, 16k -2.0% / -1.1% against session 6's launch. 128 keeps
+# session 6's launch (pss-early2 5-8% slower in that A/B).
+_ROLES7: dict[int, str] = {64: "ws-pss-early"}
 
 
 def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
@@ -178,27 +183,28 @@ def backward_choice(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool, cfg: 
     return None if reason else gluon_bwd_config(q.shape[-1], causal)
 
 
-def _descriptor(t: torch.Tensor, rows: int, cols: int = 0) -> Any:
-    """A 4-D TMA descriptor over (B, H, S, D) with a [1, 1, rows, cols or D] box: bounds
-    per head."""
-    import torch
-    from triton.experimental.gluon import language as gl
+def _descriptor(t: Any, rows: int, cols: int = 0) -> Any:
+    """A 4-D TMA descriptor over (B, H, S, D) (a tensor or a planned launch's stand-in)
+    with a [1, 1, rows, cols or D] box: bounds per head."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
     block = [1, 1, rows, cols or t.shape[3]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, dtypes[t.dtype])
+    layout = _box_layout(tuple(block), t.dtype)
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
-def _tl_launchers() -> Any:
-    """kernels/flash_attention.py, the module (the package's attribute of that name is
-    the function): its launchers of the `tl` pre/postprocessing kernels."""
-    import importlib
+@functools.cache
+def _box_layout(block: tuple, dtype: Any) -> Any:
+    """The box's shared layout, cached: building it was a third of a descriptor's host
+    time for the forward (kernels/flash_gluon_plan.py), and a backward builds twelve."""
+    import torch
+    from triton.experimental.gluon import language as gl
 
-    return importlib.import_module("fa_bench.kernels.flash_attention")
+    dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+    return gl.NVMMASharedLayout.get_default_for(list(block), dtypes[dtype])
 
 
+@functools.cache
 def row_layout() -> Any:
     """The shared layout of the lse2/delta tiles ([1, rows] fp32, unswizzled: the kernel
     reads each as a plain vector)."""
@@ -220,12 +226,19 @@ def tma_rows(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
-def _row_descriptor(t: torch.Tensor, rows: int) -> Any:
-    """A 2-D TMA descriptor over `tma_rows(t)` with a [1, rows] box: bounds per head."""
+def _row_descriptor(t: Any, rows: int) -> Any:
+    """A 2-D TMA descriptor over `tma_rows(t)` with a [1, rows] box: bounds per head. A
+    planned launch's stand-in (no reshape) must have rows that are a view: contiguous,
+    seq a multiple of 4 (flash_gluon_bwd_plan.plannable)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    flat = tma_rows(t)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [1, rows], row_layout())
+    if hasattr(t, "reshape"):
+        flat = tma_rows(t)
+        shape, strides = list(flat.shape), list(flat.stride())
+    else:
+        flat, seq = t, t.shape[-1]
+        shape, strides = [int(math.prod(t.shape[:-1])), seq], [seq, 1]
+    return TensorDescriptor(flat, shape, strides, [1, rows], row_layout())
 
 
 def _check_args(cfg: Any, causal: Any, scale: Any, head_dim: int) -> GluonBwdConfig:
@@ -259,11 +272,17 @@ def gluon_backward(
     causal: bool,
     scale: float,
     config: GluonBwdConfig | None = None,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel."""
+    """(dq, dk, dv) of softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel.
+    `checked=True`: the caller has just had `gluon_bwd_reason` say None for these
+    tensors (flash_attention's dispatch, through `backward_choice`), so it is not asked
+    twice per timed call."""
     import torch
 
-    reason = gluon_bwd_reason(q, k, v, o, do, causal)
+    from fa_bench.kernels import flash_gluon_bwd_plan
+
+    reason = None if checked else gluon_bwd_reason(q, k, v, o, do, causal)
     if reason:
         raise ValueError(f"gluon_backward cannot run these inputs: {reason}")
     batch, heads_q, seq_q, head_dim = q.shape
@@ -273,43 +292,30 @@ def gluon_backward(
             "float32 (the forward's log2-domain lse)"
         )
     cfg = _check_args(config, causal, scale, head_dim)
-    fa = _tl_launchers()
-
-    delta = fa._preprocess(do, o, lse2.contiguous())
-    dq_ws = torch.zeros((batch, heads_q, seq_q, head_dim), device=q.device, dtype=torch.float32)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _launch(cfg, (q, k, v, do, dk, dv, dq_ws), lse2.contiguous(), delta, causal, float(scale))
-    dq = torch.empty_like(q)
-    fa._kernels().dq_post[(-(-seq_q // _ROWS), batch * heads_q)](
-        dq_ws, dq, *fa._strides(dq), heads_q, seq_q, float(scale),
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS,
-    )  # fmt: skip
+    lse2 = lse2.contiguous()
+    # the fp32 dQ workspace (zeroed) and delta in one allocation: a small delta of its
+    # own could land at another address each call (the small pool is shared with the L2
+    # flush's and others' small tensors), and every address is part of a plan's key
+    rows = batch * heads_q * seq_q
+    buf = torch.empty(rows * (head_dim + 1), device=q.device, dtype=torch.float32)
+    dq_ws = buf[: rows * head_dim].view(batch, heads_q, seq_q, head_dim).zero_()
+    delta = buf[rows * head_dim :].view(batch, heads_q, seq_q)
+    dk, dv, dq = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+    # delta, the kernel, dQ's cast: replayed from a plan where one matches (the host's
+    # time is timed too when the GPU waits for it: see flash_gluon_bwd_plan)
+    tensors = (q, k, v, o, do, dk, dv, dq, dq_ws)
+    flash_gluon_bwd_plan.launch(cfg, tensors, lse2, delta, causal, float(scale))
     return dq, dk, dv
 
 
 def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
             scale: float, probe: int = 0) -> None:  # fmt: skip
-    """One launch of the Gluon kernel: descriptors, grid (a head's key blocks together,
-    heaviest first; `kb_major`: the key block on the slow axis), constexprs. `probe`
-    (tools/gpu/gluon_bwd_check.py's account of the time, dQ left wrong): 2 skips the dQ
-    reduce-adds."""
-    from fa_bench.kernels import flash_gluon_bwd_kernels
+    """One JIT launch of the Gluon kernel alone on (q, k, v, do, dk, dv, dq_ws)
+    (flash_gluon_bwd_plan.main_call). `probe` (tools/gpu's accounts of the time, dQ left
+    wrong): 2 skips the dQ reduce-adds."""
+    from fa_bench.kernels import flash_gluon_bwd_plan
 
-    q, k, v, do, dk, dv, dq_ws = tensors
-    batch, heads_q, seq_q, head_dim = q.shape
-    heads_kv, seq_k = k.shape[1], k.shape[2]
-    descs = [_descriptor(t, cfg.block_m) for t in (q,)]
-    descs += [_descriptor(t, cfg.keys) for t in (k, v)]
-    descs += [_descriptor(do, cfg.block_m)]
-    descs += [_descriptor(t, cfg.keys) for t in (dk, dv)]
-    descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
-    descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
-    blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
-    grid = (heads, blocks) if cfg.kb_major else (blocks, heads)
-    flash_gluon_bwd_kernels._bwd_ws[grid](
-        *descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
-        BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
-        CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs, CONSUMER_REGS=cfg.consumer_regs,
-        DQ_MODE=probe or cfg.dq_mode, ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major,
-        PINGPONG=cfg.pingpong, OPS_SMEM=cfg.ops_smem, num_warps=4,
-    )  # fmt: skip
+    fn, grid, args, kwargs = flash_gluon_bwd_plan.main_call(
+        cfg, tensors, lse2, delta, causal, scale, probe
+    )
+    fn[grid](*args, **kwargs)

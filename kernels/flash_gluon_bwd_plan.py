@@ -1,0 +1,234 @@
+"""The Gluon backward's planned launches (issue 18, session 8): its three launches
+(delta = rowsum(dO ∘ O), the Gluon kernel, dQ's cast) described once per key (every
+tensor's address, shape, strides and dtype; the config, causal, the scale, the device) and
+replayed as bound launches of the compiled kernels (kernels/bound_launch.py): the twelve
+TMA descriptors made once, no binding, no specialisation.
+
+Why: `fa-bench run` times each call between CUDA events recorded around the call, and
+when a call is the first of a batch (every call at 16k non-causal, where one call is
+over half the 20 ms batch), the GPU waits for the host from the start event to the first
+kernel that keeps it busy. On the H200 (session 8 call 0) the first call of each batch
+took ~1 ms more than the rest for our backward and ~0.4 ms more for cuDNN's, which put
+the 16k non-causal rows 7% below the kernel's do_bench (cuDNN's 2%). A short Gluon
+forward's host was ~200 µs for four descriptors and one launch (tools/gpu/host_cost.py);
+the backward builds twelve and makes three launches.
+
+As kernels/flash_gluon_plan.py (the forward's): a plan holds no tensor (the descriptors'
+bases and the pointer arguments are `_Ptr` stand-ins), so it serves any tensors with the
+same key, such as the next call's gradients and workspaces at the freed ones' addresses.
+The first bound replay of each compiled kernel triple is checked against the JIT launch
+(delta, dK and dV bit for bit; dQ, whose fp32 reduce-adds land in any order, within 1e-3
+of its largest value), else those kernels stay on the JIT path. Planned only where the
+lse2/delta rows are views (seq_q a multiple of 4: else they are padded copies made
+between the launches, see flash_gluon_bwd.tma_rows).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_PLANS = 32
+# False: every launch through triton's JIT with fresh descriptors (the "unplanned" side
+# of tools/gpu/gluon_bwd_host.py's A/B)
+ENABLED = True
+# "0": the same from the environment (tools/gpu's scripts, a `fa-bench run` without plans)
+PLAN_ENV = "FA_BENCH_GLUON_BWD_PLAN"
+_LOG2E = 1.4426950408889634
+# rows per program of the tl pre/postprocessing kernels (as flash_gluon_bwd's)
+_ROWS = 64
+_PLANS: OrderedDict[tuple, tuple] = OrderedDict()
+# the compiled (pre, main, post) kernels -> whether their bound launches reproduced the JIT's
+_VERIFIED: dict[tuple, bool] = {}
+# why the last miss made no plan ("" when it made one), and the replays so far
+last_reason = ""
+hits = 0
+
+# (q, k, v, o, do, dk, dv, dq, dq_ws): the tensors of one backward, in this order
+NAMES = ("q", "k", "v", "o", "do", "dk", "dv", "dq", "dq_ws")
+
+
+def _sig(t: Any) -> tuple:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def plan_key(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+             scale: float) -> tuple:  # fmt: skip
+    """Everything the three launches depend on but the stream."""
+    return (cfg, causal, scale, tensors[0].device, *(_sig(t) for t in (*tensors, lse2, delta)))
+
+
+def plannable(tensors: tuple, lse2: Any) -> str:
+    """Why these tensors are not planned ("" when they are)."""
+    if not ENABLED or os.environ.get(PLAN_ENV, "").strip() == "0":
+        return f"planned launches disabled (flash_gluon_bwd_plan.ENABLED, ${PLAN_ENV}=0)"
+    if os.environ.get("TRITON_INTERPRET") == "1" or tensors[0].device.type != "cuda":
+        return "the interpreter and the CPU launch through triton's JIT"
+    if lse2.shape[-1] % 4 or not lse2.is_contiguous():
+        return f"seq_q={lse2.shape[-1]}: the lse2/delta rows are padded copies (TMA strides)"
+    return ""
+
+
+def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+           scale: float) -> None:  # fmt: skip
+    """The backward's three launches into delta, dk, dv, dq (dq_ws zeroed by the caller):
+    the plan's if there is one, else through triton's JIT, then planned for the next call
+    with the same key."""
+    global last_reason, hits
+    why = plannable(tensors, lse2)
+    key = None if why else plan_key(cfg, tensors, lse2, delta, causal, scale)
+    bound = None if key is None else _PLANS.get(key)
+    if key is not None and bound is not None:
+        hits += 1
+        _PLANS.move_to_end(key)
+        for b in bound:
+            b()
+        return
+    steps = calls(cfg, tensors, lse2, delta, causal, scale)
+    compiled = tuple(fn[grid](*args, **kwargs) for fn, grid, args, kwargs in steps)
+    if key is None:
+        last_reason = why
+        return
+    bound, last_reason = _bind(cfg, steps, compiled, tensors, lse2, delta, causal, scale)
+    if bound is not None:
+        _PLANS[key] = bound
+        if len(_PLANS) > MAX_PLANS:
+            _PLANS.popitem(last=False)
+
+
+def clear() -> None:
+    """Forget every plan and verification (tests)."""
+    _PLANS.clear()
+    _VERIFIED.clear()
+
+
+def calls(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+          scale: float, probe: int = 0) -> list[tuple]:  # fmt: skip
+    """(jit function, grid, args, keywords) of the preprocessing kernel, the Gluon
+    kernel and dQ's cast, for tensors or their `_Ptr` stand-ins."""
+    import importlib
+
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
+    kernels = fa._kernels()
+    q, k, v, o, do, dk, dv, dq, dq_ws = tensors
+    batch, heads_q, seq_q, head_dim = q.shape
+    # as flash_attention._preprocess launches it (head_dim 64/128: no padding)
+    pre_rows = fa._PREPROCESS_ROWS
+    pre = (kernels.preprocess, (-(-seq_q // pre_rows), batch * heads_q),
+           (o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q),
+           dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=pre_rows))  # fmt: skip
+    rows = -(-seq_q // _ROWS)
+    main = main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe)
+    post = (kernels.dq_post, (rows, batch * heads_q),
+            (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
+            dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS))  # fmt: skip
+    return [pre, main, post]
+
+
+def _strides(t: Any) -> tuple[int, int, int]:
+    s = t.stride()
+    return s[0], s[1], s[2]
+
+
+def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+              scale: float, probe: int = 0) -> tuple:  # fmt: skip
+    """The Gluon kernel's launch (jit function, grid, args, keywords) for (q, k, v, do,
+    dk, dv, dq_ws) and the (B, H, S) lse2 and delta (tensors or stand-ins): descriptors,
+    grid (a head's key blocks together, heaviest first; `kb_major`: the key block on the
+    slow axis), constexprs. `probe` 2 skips the dQ reduce-adds (timing probes)."""
+    from fa_bench.kernels import flash_gluon_bwd_kernels
+    from fa_bench.kernels.flash_gluon_bwd import _descriptor, _row_descriptor
+
+    q, k, v, do, dk, dv, dq_ws = tensors
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    descs = [_descriptor(q, cfg.block_m)]
+    descs += [_descriptor(t, cfg.keys) for t in (k, v)]
+    descs += [_descriptor(do, cfg.block_m)]
+    descs += [_descriptor(t, cfg.keys) for t in (dk, dv)]
+    descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
+    descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
+    blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
+    grid = (heads, blocks) if cfg.kb_major else (blocks, heads)
+    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale)
+    kwargs = dict(BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
+                  CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
+                  CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
+                  ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major, PINGPONG=cfg.pingpong,
+                  OPS_SMEM=cfg.ops_smem, num_warps=4)  # fmt: skip
+    return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
+
+
+def _bind(cfg: GluonBwdConfig, steps: list, compiled: tuple, tensors: tuple, lse2: Any,
+          delta: Any, causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
+    """The three bound launches for these tensors' key, or (None, why not)."""
+    import torch
+
+    from fa_bench.kernels.bound_launch import Bound, jit_values
+    from fa_bench.kernels.flash_gluon_plan import _Ptr
+
+    compiled = tuple(c.result() if hasattr(c, "result") else c for c in compiled)
+    if not all(hasattr(c, "run") and hasattr(c, "function") for c in compiled):
+        return None, "no compiled kernel to bind"
+    if _VERIFIED.get(compiled) is False:  # checked once already: not another try per call
+        return None, "the bound launches did not reproduce the JIT launches"
+    if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
+        return None, "a CUDA graph is being captured: the check waits for a plain call"
+    ptrs = tuple(_Ptr(t) for t in tensors)
+    stand_ins = calls(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale)
+    bound = []
+    for (fn, grid, args, kwargs), c in zip(stand_ins, compiled, strict=True):
+        values = jit_values(fn, args, kwargs)
+        if values is None:
+            return None, f"an argument of {getattr(fn, '__name__', fn)} not given"
+        bound.append(Bound(c, grid, values, tensors[0].device.index or 0))
+    if compiled not in _VERIFIED:
+        _VERIFIED[compiled] = reproduces(tuple(bound), tensors, delta)
+    if not _VERIFIED[compiled]:
+        return None, "the bound launches did not reproduce the JIT launches"
+    return tuple(bound), ""
+
+
+def reproduces(bound: tuple, tensors: tuple, delta: Any) -> bool:
+    """Whether the bound launches write what the JIT launches just wrote: delta, dk, dv
+    bit for bit, dq_ws and dq within 1e-3 of their largest value (the reduce-adds' order
+    varies). The outputs are left holding the JIT launches' results either way."""
+
+    _, _, _, _, _, dk, dv, dq, dq_ws = tensors
+    outs = (delta, dk, dv, dq, dq_ws)
+    want = [t.clone() for t in outs]
+    for t in (delta, dk, dv, dq):
+        t.fill_(float("nan"))  # so that a launch writing nothing cannot pass
+    dq_ws.zero_()
+    try:
+        for b in bound:
+            b()
+        same = all(_bits(t).equal(_bits(w)) for t, w in zip(outs[:3], want[:3], strict=True))
+        same = same and all(_close(t, w) for t, w in zip(outs[3:], want[3:], strict=True))
+    except Exception:  # another triton's internals: stay on the JIT path
+        same = False
+    if not same:
+        for t, w in zip(outs, want, strict=True):
+            t.copy_(w)
+    return bool(same)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _close(t: torch.Tensor, want: torch.Tensor) -> bool:
+    """Within 1e-3 of want's largest magnitude everywhere, NaN nowhere."""
+    t, want = t.float(), want.float()
+    peak = float(want.abs().max()) if want.numel() else 0.0
+    if not t.isfinite().all():
+        return False
+    return float((t - want).abs().max()) <= 1e-3 * peak if t.numel() else True

@@ -1,0 +1,384 @@
+"""kernels/flash_gluon_bwd_plan.py: the Gluon backward's three launches planned once per
+tensors' key and replayed (issue 18, session 8). On a CPU: the cache (hit, a miss on each
+tensor and on the config, causal and scale, the bound), what is not planned, the stand-ins'
+launches equal to the tensors' but for the bases, the check of a bound replay; on the
+H200: planned gradients those of the unplanned launches (dK, dV bit for bit), a refilled
+buffer giving the new gradients, flash_attention's backward taking the plan."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fa_bench.kernels import flash_gluon_bwd, flash_gluon_bwd_plan
+from fa_bench.kernels.flash_gluon_bwd import candidate_bwd_configs, gluon_bwd_config
+from fa_bench.kernels.flash_gluon_plan import _Ptr
+
+CFG = gluon_bwd_config(128)
+_real_plannable = flash_gluon_bwd_plan.plannable
+
+
+class _Fake:
+    """Stands in for triton: counts JIT launches and bound replays."""
+
+    def __init__(self) -> None:
+        self.jit, self.bound = [], []
+
+    def calls(self, cfg, tensors, lse2, delta, causal, scale, probe=0):
+        fake = self
+
+        class Kernel:
+            def __getitem__(self, grid):
+                return lambda *a, **kw: fake.jit.append(tensors[0].data_ptr()) or "compiled"
+
+        return [(Kernel(), (1,), (), {})] * 3
+
+    def bind(self, cfg, steps, compiled, tensors, lse2, delta, causal, scale):
+        return (lambda: self.bound.append(tensors[0].data_ptr()),), ""
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = _Fake()
+    monkeypatch.setattr(flash_gluon_bwd_plan, "calls", f.calls)
+    monkeypatch.setattr(flash_gluon_bwd_plan, "_bind", f.bind)
+    monkeypatch.setattr(flash_gluon_bwd_plan, "plannable", lambda tensors, lse2: "")
+    monkeypatch.setattr(flash_gluon_bwd_plan, "_PLANS", type(flash_gluon_bwd_plan._PLANS)())
+    return f
+
+
+def _io(shape=(1, 2, 64, 128), heads_kv=2, dtype=torch.bfloat16):
+    """(tensors, lse2, delta) of one backward, in flash_gluon_bwd_plan.NAMES' order."""
+    b, h, s, d = shape
+    q, o, do = (torch.randn(shape, dtype=dtype) for _ in range(3))
+    k, v = (torch.randn(b, heads_kv, s, d, dtype=dtype) for _ in range(2))
+    dk, dv, dq = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+    dq_ws = torch.zeros(shape, dtype=torch.float32)
+    lse2, delta = torch.randn(b, h, s), torch.empty(b, h, s)
+    return [q, k, v, o, do, dk, dv, dq, dq_ws], lse2, delta
+
+
+def _column_major(shape):
+    strides, n = [], 1
+    for size in shape:
+        strides.append(n)
+        n *= size
+    return tuple(strides)
+
+
+def _go(t, lse2, delta, cfg=CFG, causal=False, scale=0.088):
+    flash_gluon_bwd_plan.launch(cfg, tuple(t), lse2, delta, causal, scale)
+
+
+def test_the_same_tensors_replay_the_plan(fake):
+    t, lse2, delta = _io()
+    for _ in range(3):
+        _go(t, lse2, delta)
+    assert len(fake.jit) == 3 and len(fake.bound) == 2  # three JIT launches once
+    assert flash_gluon_bwd_plan.last_reason == ""
+
+
+@pytest.mark.parametrize("part", range(len(flash_gluon_bwd_plan.NAMES) + 2))
+@pytest.mark.parametrize("change", ["pointer", "shape", "stride", "dtype"])
+def test_a_change_in_any_tensor_is_planned_anew(fake, part, change):
+    t, lse2, delta = _io()
+    _go(t, lse2, delta)
+    every = [*t, lse2, delta]
+    x = every[part]
+    # each change alone: the same address but for "pointer"
+    if change == "pointer":
+        x = x.clone()
+    elif change == "shape":
+        x = x[..., : x.shape[-1] // 2]
+    elif change == "stride":
+        x = x.as_strided(x.shape, _column_major(x.shape))
+    else:
+        x = x.view({torch.bfloat16: torch.float16, torch.float32: torch.int32}[x.dtype])
+    assert (x.data_ptr() == every[part].data_ptr()) == (change != "pointer")
+    every[part] = x
+    _go(every[:-2], every[-2], every[-1])
+    assert len(fake.jit) == 6, (part, change)
+
+
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(scale=0.1),
+                                dict(cfg=candidate_bwd_configs(128)["ws-pss-early2"])])  # fmt: skip
+def test_a_change_in_config_causal_or_scale_is_planned_anew(fake, kw):
+    t, lse2, delta = _io()
+    _go(t, lse2, delta)
+    _go(t, lse2, delta, **kw)
+    _go(t, lse2, delta, **kw)
+    assert len(fake.jit) == 6 and len(fake.bound) == 1
+
+
+def test_plans_are_bounded_least_recently_used_first(fake, monkeypatch):
+    monkeypatch.setattr(flash_gluon_bwd_plan, "MAX_PLANS", 2)
+    ios = [_io() for _ in range(3)]
+    for t, lse2, delta in ios:
+        _go(t, lse2, delta)
+    assert len(flash_gluon_bwd_plan._PLANS) == 2
+    _go(*ios[0])  # the oldest was dropped: planned anew
+    assert len(fake.jit) == 12 and not fake.bound
+    _go(*ios[2])
+    assert len(fake.bound) == 1
+
+
+def test_disabled_plans_launch_through_the_jit_every_call(fake, monkeypatch):
+    monkeypatch.setattr(flash_gluon_bwd_plan, "plannable", _real_plannable)
+    monkeypatch.setattr(flash_gluon_bwd_plan, "ENABLED", False)
+    t, lse2, delta = _io()
+    for _ in range(2):
+        _go(t, lse2, delta)
+    assert len(fake.jit) == 6 and not fake.bound
+    assert "disabled" in flash_gluon_bwd_plan.last_reason
+    monkeypatch.setattr(flash_gluon_bwd_plan, "ENABLED", True)
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_PLAN", "0")
+    assert "disabled" in _real_plannable((_cuda_like(t[0]), *t[1:]), lse2)
+    monkeypatch.setenv("FA_BENCH_GLUON_BWD_PLAN", "1")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert _real_plannable((_cuda_like(t[0]), *t[1:]), lse2) == ""
+
+
+def test_the_heuristic_takes_pss_early_at_64_and_keeps_session_6_at_128(monkeypatch):
+    monkeypatch.delenv("FA_BENCH_GLUON_BWD_ROLE", raising=False)
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-pss-early"
+    assert gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-pss-early"
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-early"
+    assert gluon_bwd_config(128, True).label() == "gluon-bwd-m64-n128-s2-early"
+
+
+def _cuda_like(t):
+    return SimpleNamespace(device=SimpleNamespace(type="cuda"), shape=t.shape)
+
+
+def test_what_is_not_planned(monkeypatch):
+    t, lse2, _ = _io()
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert "CPU" in _real_plannable(tuple(t), lse2)  # CPU tensors
+    cuda = (_cuda_like(t[0]), *t[1:])
+    assert _real_plannable(cuda, lse2) == ""
+    # seq_q not a multiple of 4: the rows are padded copies made between the launches
+    assert "seq_q=63" in _real_plannable(cuda, lse2[..., :63].contiguous())
+    assert "padded" in _real_plannable(cuda, lse2.mT.contiguous().mT)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "interpreter" in _real_plannable(cuda, lse2)
+
+
+def _same_launch(a, b):
+    """Two calls() equal but for the bases: descriptors field by field, pointers by
+    address, the rest by value."""
+    for (fa, ga, aa, ka), (fb, gb, ab, kb) in zip(a, b, strict=True):
+        assert (fa, ga, ka) == (fb, gb, kb) and len(aa) == len(ab)
+        for x, y in zip(aa, ab, strict=True):
+            if hasattr(x, "block_shape"):
+                assert (x.shape, x.strides, x.block_shape, x.layout) == (
+                    y.shape, y.strides, y.block_shape, y.layout)  # fmt: skip
+                assert x.base.data_ptr() == y.base.data_ptr() and y.base is not x.base
+            elif isinstance(x, torch.Tensor):
+                assert x.data_ptr() == y.data_ptr() and isinstance(y, _Ptr)
+            else:
+                assert x == y and type(x) is type(y)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_calls_of_the_stand_ins_are_the_tensors_but_for_the_bases(head_dim, causal):
+    pytest.importorskip("triton.experimental.gluon")
+    t, lse2, delta = _io(shape=(2, 4, 200, head_dim), heads_kv=1)
+    ptrs = tuple(_Ptr(x) for x in t)
+    for cfg in candidate_bwd_configs(head_dim).values():
+        a = flash_gluon_bwd_plan.calls(cfg, tuple(t), lse2, delta, causal, 0.1)
+        b = flash_gluon_bwd_plan.calls(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, 0.1)
+        _same_launch(a, b)
+        assert [len(x[2]) for x in a] == [11, 15, 8]  # pre, the kernel, dQ's cast
+
+
+def test_the_kernel_call_is_the_one_the_tools_launch():
+    """_launch (the tools' kernel-alone timing) builds its launch with main_call."""
+    pytest.importorskip("triton.experimental.gluon")
+    t, lse2, delta = _io()
+    q, k, v, _, do, dk, dv, _, dq_ws = t
+    _, grid, args, kw = flash_gluon_bwd_plan.main_call(
+        CFG, (q, k, v, do, dk, dv, dq_ws), lse2, delta, False, 0.1, probe=2)  # fmt: skip
+    assert kw["DQ_MODE"] == 2 and grid == (1, 2) and args[-2:] == (0.1 * 1.4426950408889634, 0.1)
+    seen = []
+
+    class Kernel:
+        def __getitem__(self, g):
+            return lambda *a, **k: seen.append((g, a, k))
+
+    import fa_bench.kernels.flash_gluon_bwd_kernels as kernels
+
+    real = kernels._bwd_ws
+    kernels._bwd_ws = Kernel()
+    try:
+        flash_gluon_bwd._launch(CFG, (q, k, v, do, dk, dv, dq_ws), lse2, delta, False, 0.1)
+    finally:
+        kernels._bwd_ws = real
+    assert seen[0][0] == (1, 2) and seen[0][2]["DQ_MODE"] == CFG.dq_mode
+
+
+def _writer(outs, values, ws_extra=0.0):
+    """A stand-in for the bound launches: writes `values` into (delta, dk, dv, dq) and
+    adds into dq_ws."""
+
+    def bound():
+        for t, v in zip(outs[:4], values[:4], strict=True):
+            t.copy_(v)
+        outs[4].add_(values[4] + ws_extra)
+
+    return bound
+
+
+def test_a_bound_replay_is_kept_only_if_it_reproduces_the_jit_launches():
+    t, _, delta = _io(shape=(1, 1, 8, 64), heads_kv=1)
+    dk, dv, dq, dq_ws = t[5], t[6], t[7], t[8]
+    outs = (delta, dk, dv, dq, dq_ws)
+    for x in outs:
+        x.copy_(torch.randn(x.shape))
+    jit = [x.clone() for x in outs]
+
+    def check(bound):
+        for x, w in zip(outs, jit, strict=True):  # the JIT launches' results
+            x.copy_(w)
+        return flash_gluon_bwd_plan.reproduces((bound,), tuple(t), delta)
+
+    assert check(_writer(outs, jit))
+    # the reduce-adds' order: dQ within 1e-3 of its largest value passes, more does not
+    peak = float(jit[4].abs().max())
+    assert check(_writer(outs, jit, 1e-4 * peak))
+    assert not check(_writer(outs, jit, 1e-2 * peak))
+    off = [x.clone() for x in jit]
+    off[1].view(torch.int16)[0, 0, 0, 0] += 1  # dK one bit off
+    assert not check(_writer(outs, off))
+    for x, w in zip(outs, jit, strict=True):  # left holding the JIT launches' results
+        assert torch.equal(x, w)
+    assert not check(lambda: None)  # writes nothing
+
+    def raising():
+        raise RuntimeError("another triton")
+
+    assert not check(raising)
+    assert all(torch.equal(x, w) for x, w in zip(outs, jit, strict=True))
+
+
+def test_gluon_backward_launches_the_plan_with_its_tensors(monkeypatch):
+    """checked=True skips gluon_bwd_reason (the dispatch has asked it); the plan gets
+    q, k, v, o, do, the gradients, a zeroed fp32 workspace, lse2 and delta."""
+    seen = []
+    monkeypatch.setattr(flash_gluon_bwd_plan, "launch", lambda *a: seen.append(a))
+    q, k, v, o, do = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(5))
+    lse2 = torch.randn(1, 2, 64)
+    dq, dk, dv = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, 0.1, checked=True)
+    cfg, tensors, lse, delta, causal, scale = seen[0]
+    assert tensors[:5] == (q, k, v, o, do) and tensors[5:8] == (dk, dv, dq)
+    assert tensors[8].dtype == torch.float32 and not tensors[8].any()
+    assert lse is lse2 and delta.shape == lse2.shape and (causal, scale) == (False, 0.1)
+    # delta in the workspace's allocation, after it (one large block: a stable address)
+    ws = tensors[8]
+    assert delta.untyped_storage().data_ptr() == ws.untyped_storage().data_ptr()
+    assert delta.data_ptr() == ws.data_ptr() + ws.numel() * 4 and delta.is_contiguous()
+    assert cfg == gluon_bwd_config(128)
+    with pytest.raises(ValueError, match="gluon_backward cannot run these inputs"):
+        flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, 0.1)
+
+
+# --- on the H200 ------------------------------------------------------------------------
+
+needs_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available()
+    or os.environ.get("TRITON_INTERPRET") == "1"
+    or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU",
+)
+
+
+def _gpu_inputs(dtype, head_dim, causal, seq=1024, heads=(4, 2), seed=0):
+    from fa_bench.kernels.flash_attention import _forward
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, _, do = (torch.randn(2, heads[0], seq, head_dim, device="cuda", dtype=dtype, generator=g)
+                 for _ in range(3))  # fmt: skip
+    k, v = (torch.randn(2, heads[1], seq, head_dim, device="cuda", dtype=dtype, generator=g)
+            for _ in range(2))  # fmt: skip
+    o, lse2 = _forward(q, k, v, causal, head_dim**-0.5, FlashConfig(), None)
+    return q, k, v, o, do, lse2
+
+
+def _unplanned(q, k, v, o, do, lse2, causal, cfg):
+    flash_gluon_bwd_plan.ENABLED = False
+    try:
+        return flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, q.shape[-1] ** -0.5,
+                                              cfg)  # fmt: skip
+    finally:
+        flash_gluon_bwd_plan.ENABLED = True
+
+
+def _agree(planned, unplanned):
+    dq, dk, dv = planned
+    rq, rk, rv = unplanned
+    assert torch.equal(dk, rk) and torch.equal(dv, rv)  # no atomics: bit for bit
+    err = float((dq.float() - rq.float()).abs().max())
+    assert err <= 1e-2 * float(rq.float().abs().max()), err  # the reduce-adds' order
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_planned_gradients_are_the_unplanned(dtype, causal, head_dim):
+    flash_gluon_bwd_plan.clear()
+    q, k, v, o, do, lse2 = _gpu_inputs(dtype, head_dim, causal)
+    cfg = gluon_bwd_config(head_dim, causal)
+    want = _unplanned(q, k, v, o, do, lse2, causal, cfg)
+    hits = flash_gluon_bwd_plan.hits
+    first = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, head_dim**-0.5, cfg)
+    assert flash_gluon_bwd_plan.last_reason == "" and flash_gluon_bwd_plan._PLANS
+    _agree(first, want)
+    del first  # the next call's gradients at the freed addresses: the plan replays
+    again = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, head_dim**-0.5, cfg)
+    assert flash_gluon_bwd_plan.hits == hits + 1
+    _agree(again, want)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_a_refilled_buffer_gives_the_new_gradients():
+    flash_gluon_bwd_plan.clear()
+    q, k, v, o, do, lse2 = _gpu_inputs(torch.bfloat16, 128, False)
+    scale = 128**-0.5
+    flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, scale)
+    do.copy_(torch.randn_like(do))  # refilled in place: the same key
+    hits = flash_gluon_bwd_plan.hits
+    got = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, scale)
+    assert flash_gluon_bwd_plan.hits == hits + 1
+    _agree(got, _unplanned(q, k, v, o, do, lse2, False, gluon_bwd_config(128)))
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_gpu_unplannable_rows_still_right_and_flash_attention_takes_the_plan():
+    from fa_bench.kernels.flash_attention import flash_attention
+    from fa_bench.kernels.flash_config import FlashConfig
+
+    flash_gluon_bwd_plan.clear()
+    q, k, v, o, do, lse2 = _gpu_inputs(torch.bfloat16, 64, True, seq=1001)  # seq % 4 != 0
+    got = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, True, 64**-0.5)
+    assert "seq_q=1001" in flash_gluon_bwd_plan.last_reason and not flash_gluon_bwd_plan._PLANS
+    _agree(got, _unplanned(q, k, v, o, do, lse2, True, gluon_bwd_config(64, True)))
+    # through autograd (triton-onepass's call): planned, then replayed
+    qg, kg, vg = (t.detach().requires_grad_(True) for t in _gpu_inputs(torch.bfloat16, 128,
+                                                                        False)[:3])  # fmt: skip
+    out = flash_attention(qg, kg, vg, config=FlashConfig(backward="gluon"), deterministic=False)
+    grad = torch.randn_like(out)
+    out.backward(grad, retain_graph=True)
+    first = (qg.grad, kg.grad, vg.grad)
+    qg.grad = kg.grad = vg.grad = None
+    hits = flash_gluon_bwd_plan.hits
+    out.backward(grad, retain_graph=True)
+    assert flash_gluon_bwd_plan.hits == hits + 1
+    _agree((qg.grad, kg.grad, vg.grad), first)
