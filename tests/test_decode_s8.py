@@ -315,3 +315,29 @@ def test_the_merges_compile_for_sm90_without_costing_programs_per_sm() -> None:
         # ptxas takes more, so the bound is only held for the version the GPU runs)
         if version == "triton 3.6.0":
             assert fused[0] <= 128, (cache, got)
+
+
+@cpu_only
+@pytest.mark.slow
+def test_the_adapter_takes_the_tile_merge_as_an_option_and_names_it(monkeypatch) -> None:
+    from fa_bench import registry
+    from fa_bench.case import Case
+    from fa_bench.run.accuracy import check_accuracy
+    from fa_bench.run.execute import make_inputs as case_inputs
+
+    monkeypatch.delenv(COMBINE_ENV, raising=False)
+    registry.load()
+    case = Case(impl="triton", mode="decode", dtype="fp32", batch=2, heads_q=4, heads_kv=2,
+                seqlen_q=4, seqlen_k=300, head_dim=16, causal=True, page_size=16)  # fmt: skip
+    q, k, v, _ = case_inputs(case, torch.device("cpu"))
+    impl = registry.get("triton")
+    for options, label in (
+        ({"fused_combine": True, "merge_tile": True}, "fused combine (tile); JIT launch"),
+        ({"fused_combine": False, "merge_tile": True}, "combine kernel (tile); JIT launch"),
+    ):
+        prepared = impl.prepare(case, q, k, v, {"num_splits": 3, **options})
+        assert label in prepared.backend, prepared.backend
+        assert check_accuracy(case, q, k, v, prepared.fn(q, k, v))["passed"]
+    # the environment's pick reaches a run's adapter
+    monkeypatch.setenv(COMBINE_ENV, "fused-tile")
+    assert "fused combine (tile)" in impl.prepare(case, q, k, v, {"num_splits": 3}).backend
