@@ -38,6 +38,9 @@ FLUSH_BYTES = 256 << 20
 RUN = {"device": "cuda", "dtype": "bf16", "calls": 200}
 
 Cand = tuple[str, int | None, dict]
+# the candidates also timed as their split kernel alone (the plan's first bound launch;
+# decode_s8_ab.py adds its explicit two-kernel `rows`)
+SPLIT_ALONE = {"heuristic"}
 # contiguous (heuristic at batch 8 x 8k: 8 splits, 64-key blocks, 2 stages)
 CONTIG: list[Cand] = [
     ("heuristic", None, {}),
@@ -198,7 +201,7 @@ def shape_rows(case: Case, candidates: list[Cand], flush, deadline: float) -> li
         want = o if want is None else want
         row = {"variant": label, "us": median_us(plan.run, flush, calls), "max_diff": err,
                "launch": launch_label(plan), "bound": plan.bound_reason}  # fmt: skip
-        if label == "heuristic" and plan.bound and plan.launch.num_splits > 1:
+        if label in SPLIT_ALONE and plan.bound and plan.launch.num_splits > 1:
             row["split_us"] = median_us(plan._bound[0], flush, calls)  # split kernel alone
         rows.append(row)
     return rows

@@ -101,6 +101,8 @@ def launch_label(plan) -> str:
 
 
 label_s7, s7.launch_label = s7.launch_label, launch_label  # shape_rows' labels say the merge
+# the split kernel alone where the combine is a second kernel whatever the heuristic is
+s7.SPLIT_ALONE.add("rows")
 
 
 def main(argv: list[str] | None = None) -> int:
