@@ -22,6 +22,8 @@ How it runs (the kernels are in fa_bench.kernels.decode_kernels):
   output and its lse into a workspace, and they are merged by their lse: by the last
   split program of each (sequence, KV head, row block) to finish, which an arrival
   counter tells (`Launch.fused_combine`: one launch), or by a second, combine kernel;
+  either merges a row block's rows at once (`Launch.merge_tile`,
+  fa_bench.kernels.decode_merge) or row by row;
 - a paged key block lies in one page or covers whole pages (each key row then reads its
   page's table entry);
 - the launch (key block, warps, stages, splits) is fa_bench.kernels.decode_config's
