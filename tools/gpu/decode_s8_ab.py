@@ -8,11 +8,12 @@ launch otherwise the heuristic's):
   its rows at once (fa_bench.kernels.decode_merge), by PDL;
 - `fused-tile`: no second launch: the last split program of each row block merges it;
 
-then, at the batch 8 x 8k shapes that missed, extras: the merges with one block loop or
-without PDL, fewer splits (option (c)), session 5's fused rows. Shapes, most wanted
-first: batch 8 x 8k at Sq 4 (pages 64, none), 64/8 heads (pages 64, none), Sq 1 (none,
-64, 256), Sq 4 page 256; batch 1 x 32k / 128k (many splits), batch 64 x 8k (one split:
-the heuristic only). The harness (inputs, timing behind the reading L2 flush, medians
+and, at the three batch 8 x 8k shapes that missed, extras: the fused merge with one block
+loop and with 4 splits (option (c)); at the end the tile kernel without PDL or with 4
+splits, session 5's fused rows. Shapes, most wanted first: batch 8 x 8k at Sq 4 (pages
+64, none), 64/8 heads page 64, Sq 1 (none, 64/8 heads, page 64); batch 1 x 32k / 128k
+(many splits); batch 8 x 8k page 256 at Sq 1 and 4; batch 64 x 8k (one split: the
+heuristic only). The harness (inputs, timing behind the reading L2 flush, medians
 of 200 calls, the markdown) is tools/gpu/decode_s7_ab.py's.
 
     DEADLINE_S=60 python tools/gpu/decode_s8_ab.py --json $OUT/ab.json > ab.md
@@ -39,38 +40,43 @@ COMBINES: list[Cand] = [
     ("tile", None, {"fused_combine": False, "merge_tile": True}),
     ("fused-tile", None, {"fused_combine": True, "merge_tile": True}),
 ]
-# the second pass, at the shapes that miss 0.92 x copy: the merges with session 7's best
-# options (one loop, no PDL at Sq 4), fewer splits (option (c)), session 5's fused rows
-EXTRA_CONTIG: list[Cand] = [
+# at the three misses, in the first pass: the fused merge with session 7's one block loop
+# (0.8-1.2 us at Sq 4 there) and with 4 splits (option (c): half the partials to merge,
+# one chunk in registers); in the second pass the rest
+FIRST_CONTIG: list[Cand] = [
     ("fused-tile one loop", None, {"fused_combine": True, "merge_tile": True, "one_loop": True}),
-    ("tile no pdl", None, {"fused_combine": False, "merge_tile": True, "pdl": False}),
     (
         "s4 st3 fused-tile",
         4,
         {"block_n": 64, "num_stages": 3, "fused_combine": True, "merge_tile": True},
     ),
-    ("s4 st3 tile", 4, {"block_n": 64, "num_stages": 3, "merge_tile": True}),
-    ("fused-rows", None, {"fused_combine": True, "merge_tile": False}),
 ]
-EXTRA_PAGED: list[Cand] = [
-    ("fused-tile one loop", None, {"fused_combine": True, "merge_tile": True, "one_loop": True}),
-    ("tile no pdl", None, {"fused_combine": False, "merge_tile": True, "pdl": False}),
+FIRST_PAGED: list[Cand] = [
+    FIRST_CONTIG[0],
     (
         "s4 bn64 st5 fused-tile",
         4,
         {"block_n": 64, "num_stages": 5, "fused_combine": True, "merge_tile": True},
     ),
-    ("s4 bn64 st5 tile", 4, {"block_n": 64, "num_stages": 5, "merge_tile": True}),
+]
+SECOND_CONTIG: list[Cand] = [
+    ("tile no pdl", None, {"fused_combine": False, "merge_tile": True, "pdl": False}),
+    ("s4 st3 tile", 4, {"block_n": 64, "num_stages": 3, "merge_tile": True}),
     ("fused-rows", None, {"fused_combine": True, "merge_tile": False}),
 ]
-# (batch, heads_q, Sq, context, page or 0), most wanted first: the first pass times
-# every merge at every shape (the three batch 8 x 8k misses of session 7 first), the
-# second the extras at the misses; batch 64 x 8k runs one split (no merge): the
-# heuristic only, to show it unmoved
+SECOND_PAGED: list[Cand] = [
+    SECOND_CONTIG[0],
+    ("s4 bn64 st5 tile", 4, {"block_n": 64, "num_stages": 5, "merge_tile": True}),
+    SECOND_CONTIG[2],
+]
+# (batch, heads_q, Sq, context, page or 0), most wanted first: the three batch 8 x 8k
+# misses of session 7 with every merge and the first extras, the other shapes with every
+# merge, then the second extras at the misses; batch 64 x 8k runs one split (no merge):
+# the heuristic only, to show it unmoved
 SHAPES: list[tuple[s7.Shape, list[Cand]]] = [
-    ((8, 32, 4, 8192, 64), COMBINES),
-    ((8, 32, 4, 8192, 0), COMBINES),
-    ((8, 64, 1, 8192, 64), COMBINES),
+    ((8, 32, 4, 8192, 64), COMBINES + FIRST_PAGED),
+    ((8, 32, 4, 8192, 0), COMBINES + FIRST_CONTIG),
+    ((8, 64, 1, 8192, 64), COMBINES + FIRST_PAGED),
     ((8, 32, 1, 8192, 0), COMBINES),
     ((8, 64, 1, 8192, 0), COMBINES),
     ((8, 32, 1, 8192, 64), COMBINES),
@@ -80,9 +86,9 @@ SHAPES: list[tuple[s7.Shape, list[Cand]]] = [
     ((8, 32, 4, 8192, 256), COMBINES),
     ((1, 32, 1, 32768, 64), COMBINES),
     ((64, 32, 1, 8192, 0), COMBINES[:1]),
-    ((8, 32, 4, 8192, 64), EXTRA_PAGED),
-    ((8, 32, 4, 8192, 0), EXTRA_CONTIG),
-    ((8, 64, 1, 8192, 64), EXTRA_PAGED),
+    ((8, 32, 4, 8192, 64), SECOND_PAGED),
+    ((8, 32, 4, 8192, 0), SECOND_CONTIG),
+    ((8, 64, 1, 8192, 64), SECOND_PAGED),
 ]
 # the smoke's candidates at 3 splits: the CPU's heuristic would pick one split there
 SMOKE_SHAPES: list[tuple[s7.Shape, list[Cand]]] = [
