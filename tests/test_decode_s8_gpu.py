@@ -95,3 +95,27 @@ def test_gpu_planned_merges_relaunch_bit_for_bit(merge, batch, ctx, sq, page):
     jit = decode_attention(q, k, v, cache_seqlens=seqlens, block_table=table,
                            num_splits=plan.launch.num_splits, config=MERGES[merge])  # fmt: skip
     assert torch.equal(jit, first)
+
+
+# decode_s8_ab.py's extra launches with the merges: one block loop, 4 splits (contiguous
+# 64 keys at 3 stages, paged 64 keys at 5), no PDL
+EXTRAS = [
+    (None, {"fused_combine": True, "merge_tile": True, "one_loop": True}),
+    (4, {"block_n": 64, "num_stages": 3, "fused_combine": True, "merge_tile": True}),
+    (4, {"block_n": 64, "num_stages": 3, "merge_tile": True}),
+    (None, {"merge_tile": True, "pdl": False}),
+]
+
+
+@pytest.mark.parametrize("page", [0, 64])
+@pytest.mark.parametrize(("splits", "kw"), EXTRAS)
+def test_gpu_the_ab_extras_match_float64(page, splits, kw):
+    if page and kw.get("num_stages") == 3:
+        kw = {**kw, "num_stages": 5}  # the paged 4-split launch of the A/B
+    inputs = _inputs(4, 32, page)
+    o, _ = _call(inputs, splits, DecodeConfig(**kw))
+    want = reference(*inputs)[0]
+    base = (_dtype_reference(*inputs).double().cpu() - want).abs().max().item()
+    err = (o.double().cpu() - want).abs().max().item()
+    floor = torch.finfo(torch.bfloat16).eps * want.abs().max().item()
+    assert torch.isfinite(o).all() and err <= 2 * base + floor, (err, base, floor)
