@@ -27,7 +27,11 @@ import sys
 import tempfile
 import time
 
-os.environ.pop("TRITON_INTERPRET", None)  # compile, never interpret (before triton's import)
+# Compile, never interpret: a script run from a test inherits its TRITON_INTERPRET=1. A
+# test that imports this module (or a tool built on it) in-process keeps the variable:
+# kernels its later tests import must still be interpreted.
+if "pytest" not in sys.modules:
+    os.environ.pop("TRITON_INTERPRET", None)
 
 import triton
 from triton.backends.compiler import GPUTarget
