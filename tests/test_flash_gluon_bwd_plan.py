@@ -382,3 +382,76 @@ def test_gpu_unplannable_rows_still_right_and_flash_attention_takes_the_plan():
     out.backward(grad, retain_graph=True)
     assert flash_gluon_bwd_plan.hits == hits + 1
     _agree((qg.grad, kg.grad, vg.grad), first)
+
+
+# --- tools/gpu/gluon_bwd_host.py's plumbing, on a CPU --------------------------------------
+
+
+def test_host_tool_rows_and_table(monkeypatch, tmp_path, capsys):
+    """The A/B's loop, rows and table with the GPU stood in for: each label's role and
+    plan switch reach the call it measures, a failing row is named, the rest go on."""
+    import json
+    import sys
+
+    from test_flash_gluon_bwd_s6 import _tool
+
+    tool = _tool("gluon_bwd_host")
+    seen = []
+
+    class Impl:
+        backward_reruns = True
+
+        def __init__(self, name):
+            self.name = name
+
+        def prepare(self, case, q, k, v, options=None):
+            seen.append((case.impl, os.environ.get(tool.ROLE_ENV), flash_gluon_bwd_plan.ENABLED))
+            if case.head_dim == 64 and os.environ.get(tool.ROLE_ENV) == "ws-s6":
+                raise RuntimeError("no such launch")
+            return SimpleNamespace(fn=lambda q, k, v: (q * 2).sum(-1, keepdim=True) * v,
+                                   backend=f"{case.impl}:x")  # fmt: skip
+
+    small = lambda case, dev: tuple(torch.randn(1, 2, 8, 4) for _ in range(4))  # noqa: E731
+    monkeypatch.setattr(tool, "make_inputs", small)
+    monkeypatch.setattr(tool.registry, "load", lambda *a, **k: None)
+    monkeypatch.setattr(tool.registry, "get", Impl)
+    monkeypatch.setattr(tool.torch.cuda, "_sleep", lambda n: None)
+    monkeypatch.setattr(tool.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(tool, "profile", lambda case, *t: f"profile of {case.impl}")
+    argv = ["x", "--dims", "128,64", "--seqlens", "4096", "--causal", "no",
+            "--roles64", "ws-pss-early,ws-s6", "--max-time", "0.01", "--warmup-ms", "1",
+            "--out", str(tmp_path), "--device", "cpu"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    tool.main()
+    assert seen == [("triton-onepass", "", True), ("triton-onepass", "", False),
+                    ("sdpa-cudnn", "", True), ("triton-onepass", "ws-pss-early", True),
+                    ("triton-onepass", "ws-s6", True), ("triton-onepass", "ws-pss-early", False),
+                    ("sdpa-cudnn", "", True)]  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "gluon_bwd_host.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in rows] == ["planned", "unplanned", "sdpa-cudnn",
+                                          "planned ws-pss-early", "planned ws-s6",
+                                          "unplanned ws-pss-early", "sdpa-cudnn"]  # fmt: skip
+    assert "no such launch" in rows[4]["error"] and rows[3]["tflops"] > 0
+    table = capsys.readouterr().out
+    assert "| 64 | 4k | no | planned ws-s6 | RuntimeError: no such launch |" in table
+    assert "| 128 | 4k | no | sdpa-cudnn |" in table
+    # the first shape's two triton-onepass rows profiled
+    assert (tmp_path / "host_prof.txt").read_text().count("profile of triton-onepass") == 2
+    assert flash_gluon_bwd_plan.ENABLED and tool.ROLE_ENV not in os.environ
+
+
+def test_host_tool_pick_plans_unless_unplanned_measured_faster():
+    from test_flash_gluon_bwd_s6 import _tool
+
+    pick = _tool("gluon_bwd_host").pick
+
+    def rows(planned, unplanned):
+        return [dict(label="planned", head_dim=128, n=16384, causal=False, median_ms=planned),
+                dict(label="unplanned", head_dim=128, n=16384, causal=False,
+                     median_ms=unplanned),
+                dict(label="sdpa-cudnn", head_dim=128, n=16384, causal=False, median_ms=1.0),
+                dict(label="planned x", head_dim=64, n=4096, causal=False, error="x")]  # fmt: skip
+
+    assert pick(rows(10.0, 11.0)) == "1" and pick(rows(10.05, 10.0)) == "1"
+    assert pick(rows(10.2, 10.0)) == "0"
+    assert pick([]) == "1"  # nothing measured: the default

@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--max-time", type=float, default=1.0, help="fa-bench's --max-time")
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--impls", default=",".join(IMPLS), help="fa-bench run's -i, in order")
+    ap.add_argument("--md", default="gluon_bwd_run.md", help="the tables' file under $OUT")
     args = ap.parse_args()
     out = Path(os.environ.get("OUT", "fa-bench-out/out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,7 @@ def main() -> int:
         impls = tuple(args.impls.split(","))
         parts.append(run_dtype(dtype, out, work, left, args.max_time, impls))
     text = "\n".join(parts)
-    (out / "gluon_bwd_run.md").write_text(text)
+    (out / args.md).write_text(text)
     print(text)
     return 0
 
