@@ -339,10 +339,13 @@ def test_gpu_planned_gradients_are_the_unplanned(dtype, causal, head_dim):
     first = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, head_dim**-0.5, cfg)
     assert flash_gluon_bwd_plan.last_reason == "" and flash_gluon_bwd_plan._PLANS
     _agree(first, want)
-    del first  # the next call's gradients at the freed addresses: the plan replays
-    again = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, head_dim**-0.5, cfg)
-    assert flash_gluon_bwd_plan.hits == hits + 1
-    _agree(again, want)
+    del first  # the next calls' gradients at the freed addresses: the plan replays
+    for _ in range(2):  # (the first call's check allocated clones: steady from the next)
+        again = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, causal, head_dim**-0.5,
+                                               cfg)  # fmt: skip
+        _agree(again, want)
+        del again
+    assert flash_gluon_bwd_plan.hits >= hits + 1
 
 
 @pytest.mark.gpu
@@ -352,6 +355,7 @@ def test_gpu_a_refilled_buffer_gives_the_new_gradients():
     q, k, v, o, do, lse2 = _gpu_inputs(torch.bfloat16, 128, False)
     scale = 128**-0.5
     flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, scale)
+    flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, scale)  # steady addresses
     do.copy_(torch.randn_like(do))  # refilled in place: the same key
     hits = flash_gluon_bwd_plan.hits
     got = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, scale)
@@ -377,11 +381,12 @@ def test_gpu_unplannable_rows_still_right_and_flash_attention_takes_the_plan():
     grad = torch.randn_like(out)
     out.backward(grad, retain_graph=True)
     first = (qg.grad, kg.grad, vg.grad)
-    qg.grad = kg.grad = vg.grad = None
     hits = flash_gluon_bwd_plan.hits
-    out.backward(grad, retain_graph=True)
-    assert flash_gluon_bwd_plan.hits == hits + 1
-    _agree((qg.grad, kg.grad, vg.grad), first)
+    for _ in range(2):  # as fa-bench run times it: grads reset, the backward replayed
+        qg.grad = kg.grad = vg.grad = None
+        out.backward(grad, retain_graph=True)
+        _agree((qg.grad, kg.grad, vg.grad), first)
+    assert flash_gluon_bwd_plan.hits >= hits + 1
 
 
 # --- tools/gpu/gluon_bwd_host.py's plumbing, on a CPU --------------------------------------
