@@ -119,3 +119,22 @@ def test_gpu_the_ab_extras_match_float64(page, splits, kw):
     err = (o.double().cpu() - want).abs().max().item()
     floor = torch.finfo(torch.bfloat16).eps * want.abs().max().item()
     assert torch.isfinite(o).all() and err <= 2 * base + floor, (err, base, floor)
+
+
+# the default combine (the heuristic's, or $FA_BENCH_DECODE_COMBINE's: a GPU script's
+# in-process pick) at batch 8 x 8k's launch and with many splits
+@pytest.mark.parametrize(("sq", "hq", "page", "splits"), [(4, 32, 64, None), (1, 64, 0, 16)])
+def test_gpu_the_default_combine_matches_float64_and_relaunches(sq, hq, page, splits):
+    inputs = _inputs(sq, hq, page)
+    q, k, v, seqlens, table = inputs
+    plan = plan_decode(q, k, v, cache_seqlens=seqlens, block_table=table, num_splits=splits)
+    first = plan.run().clone()
+    for _ in range(50):
+        plan.run()
+    torch.cuda.synchronize()
+    assert torch.equal(plan.o, first), plan.launch
+    want = reference(*inputs)[0]
+    base = (_dtype_reference(*inputs).double().cpu() - want).abs().max().item()
+    err = (first.double().cpu() - want).abs().max().item()
+    floor = torch.finfo(torch.bfloat16).eps * want.abs().max().item()
+    assert torch.isfinite(first).all() and err <= 2 * base + floor, (err, base, floor, plan.launch)
