@@ -17,13 +17,12 @@ taking the kernel on sm_90 and falling back for head_dim 256 and fp32.
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import INTERPRETED, ROOT, compile_env, needs_cuda, tool, triton36_path
 
 from fa_bench.kernels import flash_gluon, flash_gluon_bwd
 from fa_bench.kernels.flash_config import FlashConfig
@@ -38,10 +37,6 @@ from fa_bench.kernels.flash_gluon_bwd import (
     gluon_bwd_reason,
     tma_rows,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
 
 
 def _t(shape=(1, 2, 64, 128), dtype=torch.float16):
@@ -283,14 +278,7 @@ def test_flash_attention_dispatch_in_the_interpreter():
 
 
 def _check_tool():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "gluon_bwd_check", ROOT / "tools" / "gpu" / "gluon_bwd_check.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool("gluon_bwd_check")
 
 
 @pytest.mark.slow  # ~3 s: the accuracy module's imports and float64 references
@@ -336,24 +324,12 @@ def test_check_report_names_failures_hangs_and_ratios():
 # --- compiled for sm_90 -------------------------------------------------------------------
 
 
-def _triton36_path() -> str | None:
-    """A triton 3.6 to compile with: the installed one, or $GLUON_TRITON_PATH's."""
-    import triton
-
-    if flash_gluon.version_reason(triton.__version__) is None:
-        return ""
-    path = os.environ.get("GLUON_TRITON_PATH", "")
-    return path if path and Path(path, "triton", "__init__.py").exists() else None
-
-
 @pytest.mark.slow
 def test_every_combination_compiles_for_sm90():
-    path = _triton36_path()
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
-    keep = os.environ.get("PYTHONPATH", "")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
-    env.pop("TRITON_INTERPRET", None)
+    env = compile_env(path)
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"), "--quick"],
         capture_output=True,

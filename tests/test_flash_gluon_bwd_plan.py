@@ -398,9 +398,9 @@ def test_host_tool_rows_and_table(monkeypatch, tmp_path, capsys):
     import json
     import sys
 
-    from test_flash_gluon_bwd_s6 import _tool
+    from gluon_bwd_helpers import tool as load
 
-    tool = _tool("gluon_bwd_host")
+    tool = load("gluon_bwd_host")
     seen = []
 
     class Impl:
@@ -446,9 +446,9 @@ def test_host_tool_rows_and_table(monkeypatch, tmp_path, capsys):
 
 
 def test_host_tool_pick_plans_unless_unplanned_measured_faster():
-    from test_flash_gluon_bwd_s6 import _tool
+    from gluon_bwd_helpers import tool
 
-    pick = _tool("gluon_bwd_host").pick
+    pick = tool("gluon_bwd_host").pick
 
     def rows(planned, unplanned):
         return [dict(label="planned", head_dim=128, n=16384, causal=False, median_ms=planned),

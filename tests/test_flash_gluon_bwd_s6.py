@@ -5,12 +5,9 @@ lengths, Sq ≠ Sk)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-from pathlib import Path
-
 import pytest
 import torch
+from gluon_bwd_helpers import ROOT, compile_env, needs_cuda, tool, triton36_path
 
 from fa_bench.kernels import flash_gluon
 from fa_bench.kernels.flash_gluon_bwd import (
@@ -22,19 +19,8 @@ from fa_bench.kernels.flash_gluon_bwd import (
     gluon_bwd_config,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
-
-
-def _tool(name: str):
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools" / "gpu"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "gpu" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+# the shared helpers' loader, under the name s7's tests import from here
+_tool = tool
 
 
 def test_ab_table_ratios_errors_and_cut_children():
@@ -194,20 +180,13 @@ def test_heuristic_wgmmas_not_serialized_and_the_check_catches_it():
     import subprocess
     import sys
 
-    import triton
-
-    path = "" if flash_gluon.version_reason(triton.__version__) is None else None
-    extra = os.environ.get("GLUON_TRITON_PATH", "")
-    if path is None and extra and Path(extra, "triton", "__init__.py").exists():
-        path = extra
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
-    keep = os.environ.get("PYTHONPATH", "")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
-    env.pop("TRITON_INTERPRET", None)
-    tool = ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"
+    env = compile_env(path)
+    compiler = ROOT / "tools" / "gpu" / "gluon_bwd_compile.py"
     out = subprocess.run(
-        [sys.executable, str(tool), "--quick", "--roles", "ws-s6,ws-early2", "--dims", "128"],
+        [sys.executable, str(compiler), "--quick", "--roles", "ws-s6,ws-early2", "--dims", "128"],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

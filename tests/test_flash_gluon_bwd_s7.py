@@ -7,13 +7,13 @@ gradients against the float64 reference with fa_bench.run.accuracy's rule on eve
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from test_flash_gluon_bwd_s6 import ROLE_SHAPES, _tool, needs_cuda
+from gluon_bwd_helpers import ROOT, compile_env, needs_cuda, triton36_path
+from gluon_bwd_helpers import tool as _tool
+from test_flash_gluon_bwd_s6 import ROLE_SHAPES
 
 from fa_bench.kernels import flash_gluon
 from fa_bench.kernels.flash_gluon_bwd import (
@@ -23,7 +23,6 @@ from fa_bench.kernels.flash_gluon_bwd import (
     gluon_bwd_config,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 # (head_dim, role, ops_smem, dq_mode) of the session-7 roles
 NEW_ROLES = [
     (128, "ws-dss", 1, 3),
@@ -93,18 +92,10 @@ def test_the_compile_tool_passes_ops_smem():
 
 
 def _triton36_env() -> dict:
-    import triton
-
-    path = "" if flash_gluon.version_reason(triton.__version__) is None else None
-    extra = os.environ.get("GLUON_TRITON_PATH", "")
-    if path is None and extra and Path(extra, "triton", "__init__.py").exists():
-        path = extra
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
-    keep = os.environ.get("PYTHONPATH", "")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
-    env.pop("TRITON_INTERPRET", None)
-    return env
+    return compile_env(path)
 
 
 @pytest.mark.slow  # ~10 s per head_dim: six sm_90 compiles

@@ -1,0 +1,52 @@
+"""Helpers the Gluon backward's test files share (tests/test_flash_gluon_bwd*.py): the
+GPU skip mark, loading a tools/gpu module, and a triton 3.6 to compile with on a CPU.
+Not a test module (no test_ prefix)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
+
+
+def tool(name: str) -> ModuleType:
+    """tools/gpu/<name>.py, loaded (its folder on sys.path for its own imports)."""
+    folder = str(ROOT / "tools" / "gpu")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "gpu" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def triton36_path() -> str | None:
+    """A triton 3.6 to compile with: "" for the installed one, $GLUON_TRITON_PATH's, or
+    None (the compile tests skip)."""
+    import triton
+
+    from fa_bench.kernels import flash_gluon
+
+    if flash_gluon.version_reason(triton.__version__) is None:
+        return ""
+    path = os.environ.get("GLUON_TRITON_PATH", "")
+    return path if path and Path(path, "triton", "__init__.py").exists() else None
+
+
+def compile_env(path: str) -> dict[str, str]:
+    """The environment of a compile subprocess: that triton and the repository first on
+    PYTHONPATH, the interpreter off."""
+    keep = os.environ.get("PYTHONPATH", "")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
+    env.pop("TRITON_INTERPRET", None)
+    return env
