@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any
 from fa_bench.kernels import flash_gluon
 from fa_bench.kernels.flash_gluon_fp8_table import TABLE_ENV, range_start, table_range, table_role
 
-# padded_v re-exported: its home was this module
-from fa_bench.kernels.flash_gluon_fp8_tma import _aligned, _descriptor
+# padded_v, fp8_gluon_reason and HEAD_DIMS re-exported: their home was this module
+from fa_bench.kernels.flash_gluon_fp8_tma import HEAD_DIMS as HEAD_DIMS
+from fa_bench.kernels.flash_gluon_fp8_tma import _descriptor
+from fa_bench.kernels.flash_gluon_fp8_tma import fp8_gluon_reason as fp8_gluon_reason
 from fa_bench.kernels.flash_gluon_fp8_tma import padded_v as padded_v
 
 if TYPE_CHECKING:
     import torch
 
-HEAD_DIMS = (64, 128)
 # sm_90's shared memory per block (227 KB) less what the kernel keeps for mbarriers.
 SMEM_BYTES = flash_gluon.SMEM_BYTES
 _EMU = (0, 2, 4)
@@ -62,6 +63,12 @@ class Fp8GluonConfig:
       four warpgroups).
     o_in_p: each consumer's bf16 O tile in its two P buffers (p_smem, not persistent; at
       head_dim ≤ block_n): the shared memory for a fourth ring stage with three consumers.
+    own_end: (three consumers) each consumer stops at its own rows' last key block and only
+      passes the CTA's later ones on (past its diagonal, all masked), not computing them.
+    lean_mask: the causal mask with one compare per score (flash_gluon_fp8_kernels._mask_fp8).
+    lpt: (persistent) each CTA's tiles from a host plan that hands the tile order out
+      greedily to the least-loaded CTA (kernels/flash_gluon_fp8_sched.py) instead of the
+      round robin, whose causal CTAs differ by up to 1.2 × in work.
     """
 
     block_n: int = 128
@@ -77,6 +84,9 @@ class Fp8GluonConfig:
     ahead: bool = False
     consumers: int = 2
     o_in_p: bool = False
+    lpt: bool = False
+    own_end: bool = False
+    lean_mask: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (
@@ -89,7 +99,8 @@ class Fp8GluonConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"Fp8GluonConfig.{name}={value!r}: expected one of {valid}")
-        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale", "ahead", "o_in_p"):
+        for name in ("pingpong", "p_smem", "persistent", "lazy_rescale", "ahead", "o_in_p",
+                     "lpt", "own_end", "lean_mask"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Fp8GluonConfig.{name}={getattr(self, name)!r}: expected a bool")
         if self.ahead and (self.pingpong or not self.p_smem or self.persistent):
@@ -109,11 +120,24 @@ class Fp8GluonConfig:
                 f"Fp8GluonConfig(o_in_p=True, persistent={self.persistent}, p_smem={self.p_smem}):"
                 " the O tiles go into the P buffers of a non-persistent launch only"
             )
+        if (self.own_end and self.consumers != 3) or (self.lean_mask and self.ahead):
+            raise ValueError(
+                f"Fp8GluonConfig(own_end={self.own_end}, lean_mask={self.lean_mask}, consumers="
+                f"{self.consumers}, ahead={self.ahead}): own_end is the three-consumer key "
+                "loop's, lean_mask not the ahead loop's"
+            )
+        if self.lpt and not self.persistent:
+            raise ValueError(
+                "Fp8GluonConfig(lpt=True, persistent=False): the tile plan is the persistent "
+                "launch's"
+            )
         flash_gluon.check_regs(self)
 
     def softmax_code(self) -> int:
-        """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale, + 32 ahead."""
-        return self.emu + (16 if self.lazy_rescale else 0) + (32 if self.ahead else 0)
+        """The kernels' SOFTMAX constexpr: emu, + 16 for the lazy rescale, + 32 ahead, + 64
+        own_end, + 128 lean_mask."""
+        flags = (self.lazy_rescale, self.ahead, self.own_end, self.lean_mask)
+        return self.emu + sum(bit for bit, on in zip((16, 32, 64, 128), flags, strict=True) if on)
 
     def smem_bytes(self, head_dim: int) -> int:
         """Two fp8 Q tiles, the fp8 K/Vᵀ ring, two bf16 O tiles (and two P buffers per
@@ -134,7 +158,10 @@ class Fp8GluonConfig:
         text = f"{text}-ahead" if self.ahead else text
         text = f"{text}-c{self.consumers}" if self.consumers != 2 else text
         text = f"{text}-oinp" if self.o_in_p else text
-        return f"{text}-persist" if self.persistent else text
+        text = f"{text}-own" if self.own_end else text
+        text = f"{text}-lmask" if self.lean_mask else text
+        text = f"{text}-persist" if self.persistent else text
+        return f"{text}-lpt" if self.lpt else text
 
 
 # `cfg` with the deepest ring (up to 4 stages) that fits shared memory.
@@ -191,6 +218,7 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
     base = _base_config(head_dim)
     preg = deepest(dataclasses.replace(base, p_smem=False), head_dim)
     c3 = deepest(dataclasses.replace(base, consumers=3, consumer_regs=160), head_dim)
+    c3x = dataclasses.replace(c3, own_end=True, lean_mask=True)
     return tuple(
         {
             "ws": base,
@@ -209,38 +237,11 @@ def _candidates(head_dim: int) -> tuple[tuple[str, Fp8GluonConfig], ...]:
             "ws-c3-nopp": dataclasses.replace(c3, pingpong=False),
             "ws-c3-oinp": deepest(dataclasses.replace(c3, o_in_p=True), head_dim),
             "ws-c3-persist": dataclasses.replace(c3, persistent=True),
+            "ws-c3-lpt": dataclasses.replace(c3, persistent=True, lpt=True),
+            "ws-c3-lptx": dataclasses.replace(c3x, persistent=True, lpt=True),
+            "ws-c3x": c3x,
         }.items()
     )
-
-
-def fp8_gluon_reason(q: Any, k: Any, v: Any, allow_v_copy: bool = False) -> str | None:
-    """Why the Gluon fp8 kernel cannot run these (already validated) fp8 inputs, or None.
-    `allow_v_copy`: a V not stored K-major with 16-byte aligned rows is accepted (the
-    launch copies it into such storage, `padded_v`)."""
-    import os
-
-    import torch
-
-    if q.device.type != "cuda":
-        return f"q is on {q.device}: the Gluon kernel needs a CUDA device (sm_90)"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "TRITON_INTERPRET=1: Gluon kernels do not run in the Triton interpreter"
-    cap = torch.cuda.get_device_capability(q.device)
-    if cap != (9, 0):
-        return f"compute capability {cap[0]}.{cap[1]}: the Gluon fp8 kernel is written for sm_90"
-    head_dim = q.shape[-1]
-    if head_dim not in HEAD_DIMS:
-        return f"head_dim={head_dim}: the Gluon fp8 kernel takes {HEAD_DIMS}"
-    for name, t in (("q", q), ("k", k)):
-        if not _aligned(t, (0, 1, 2), 3):
-            return f"{name}: base or strides {tuple(t.stride())} not 16-byte aligned (TMA)"
-    if not allow_v_copy and not _aligned(v, (0, 1, 3), 2):
-        # (with seqlen_k 1 torch may give the size-1 dimension any stride: copied too)
-        return (
-            f"v: strides {tuple(v.stride())} (seqlen_k={v.shape[2]}) are not K-major "
-            "(fp8_v_layout) with 16-byte aligned rows (TMA)"
-        )
-    return flash_gluon._api_reason()
 
 
 # Where the Gluon fp8 kernel is the automatic choice: (head_dim, causal) -> the shortest
@@ -383,13 +384,16 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
     tiles = -(-seq_q // (cfg.consumers * cfg.block_m))
     if cfg.persistent:
         from fa_bench.kernels.flash_gluon_fp8_persist import _fwd_fp8_persistent
+        from fa_bench.kernels.flash_gluon_fp8_sched import launch_plan
         from fa_bench.kernels.flash_gluon_fp8_table import persist_bh_group
 
         n_bh = batch * heads_q
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         grid: tuple[int, ...] = (min(sms, tiles * n_bh),)
         group = persist_bh_group(n_bh, heads_q, heads_kv, seq_k, head_dim)
-        _fwd_fp8_persistent[grid](*args, n_bh, group, CONSUMERS=cfg.consumers, **consts)
+        plan = launch_plan(q.device, cfg, (n_bh, heads_q, seq_q, seq_k), grid[0], group, causal)
+        _fwd_fp8_persistent[grid](*args, n_bh, group, plan, CONSUMERS=cfg.consumers,
+                                  LPT=cfg.lpt, **consts)  # fmt: skip
     else:
         from fa_bench.kernels.flash_gluon_fp8_kernels import _fwd_fp8_ws
 

@@ -44,12 +44,14 @@ from fa_bench.kernels.flash_gluon_fp8_parts import (
     _acc_layout,
     _alloc_bars,
     _alloc_smem,
+    _idle,
+    _mask_fp8,
     _p_layout,
     _rescale,
     _softmax_fp8,
     _tile_start,
 )
-from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask, _program
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _program
 from fa_bench.kernels.flash_gluon_ws import _qk
 
 
@@ -154,7 +156,7 @@ def _step(j, g, tc, q2, acc, m_i, l_i, p, smem, bars, rows, scalars,
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(g % STAGES), count=1)
     if MASKED:
-        s = _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
+        s = _mask_fp8(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout, SOFTMAX)
     m_i, alpha, l_i, p_next = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), SOFTMAX,
                                            P_SMEM)  # fmt: skip
     if P_SMEM:
@@ -189,8 +191,13 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
     n_run = n_end
     if smem[0].shape[0] == 3:
         if my_row0 >= seq_q:
-            _idle(bars, n_end, g0, tc0, ME, PINGPONG)
+            _idle(bars, 0, n_end, g0, tc0, ME, PINGPONG)
             n_run = n_end * 0
+        elif (SOFTMAX // 64) % 2 == 1:
+            # OWN_END: this consumer's own last key block; the CTA's later ones (past its
+            # diagonal: all masked) it only passes on, after its last PV (below)
+            _n_full, n_mine = _kv_bounds(my_row0, BLOCK_M, seq_q, seq_k, BLOCK_N, CAUSAL)
+            n_run = gl.minimum(n_mine, n_end)
     if n_run > 0:
         # block 0: S_0 and its softmax, nothing to overlap with yet
         mbarrier.wait(k_ready.index(g0 % STAGES), (g0 // STAGES) & 1)
@@ -198,7 +205,7 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(g0 % STAGES), count=1)
         if 0 >= n_full:
-            s = _mask(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout)
+            s = _mask_fp8(s, rows, 0, seq_q, seq_k, BLOCK_N, CAUSAL, s_layout, SOFTMAX)
         m_i, _alpha, l_i, p = _softmax_fp8(s, m_i, l_i, qk_scale, _p_layout(HEAD_DIM), SOFTMAX,
                                            P_SMEM)  # fmt: skip
         if P_SMEM:
@@ -216,29 +223,10 @@ def _tile(q2, smem, bars, my_row0, n_end, g0, tc0, scalars, ME: gl.constexpr,
         acc = _pv(_a_operand(p, p_bufs, last, ME, P_SMEM), vt_bufs, v_ready, g0 + last, acc)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(v_empty.index((g0 + last) % STAGES), count=1)
+    if (SOFTMAX // 64) % 2 == 1:
+        if my_row0 < seq_q:
+            _idle(bars, n_run, n_end, g0, tc0, ME, PINGPONG)
     return acc, m_i, l_i
-
-
-@gluon.jit
-def _idle(bars, n_end, g0, tc0, ME: gl.constexpr, PINGPONG: gl.constexpr):
-    """A consumer without rows: each ring slot released once it has landed (its empty
-    mbarriers count every consumer; waiting for the landing keeps this consumer's arrivals
-    in the slot's phase), each ping-pong turn taken and passed on, no matmul."""
-    k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
-    STAGES: gl.constexpr = k_ready.shape[0]
-    for j in range(n_end):
-        g = g0 + j
-        mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
-        if PINGPONG:
-            if j > 0:  # the parities of _step's turn (consumer 0 goes first)
-                if ME == 0:
-                    mbarrier.wait(turn.index(ME), (tc0 + j) & 1)
-                else:
-                    mbarrier.wait(turn.index(ME), (tc0 + j - 1) & 1)
-                mbarrier.arrive(turn.index((ME + 1) % turn.shape[0]), count=1)
-        mbarrier.arrive(k_empty.index(g % STAGES), count=1)
-        mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
-        mbarrier.arrive(v_empty.index(g % STAGES), count=1)
 
 
 @gluon.jit
@@ -297,7 +285,10 @@ def _consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, descales,
         acc, m_i, l_i = _tile(q2, (q_smem, smem[1], smem[2], smem[4]), bars, my_row0, n_end, 0,
                               0, (seq_q, seq_k, qk_scale), ME, CAUSAL, PINGPONG, SOFTMAX,
                               P_SMEM)  # fmt: skip
-    _epilogue(acc, m_i, l_i, o_smem.index(ME), out, (b, h, bh, my_row0), (seq_q, qk_scale),
+    # (O_IN_P at head_dim < BLOCK_N: several O tiles per consumer's P buffers; index ME
+    # otherwise)
+    o_tile = o_smem.index(ME * (o_smem.shape[0] // q_smem.shape[0]))
+    _epilogue(acc, m_i, l_i, o_tile, out, (b, h, bh, my_row0), (seq_q, qk_scale),
               v_descale)  # fmt: skip
 
 
@@ -350,20 +341,30 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
                                                           P_SMEM, CONSUMERS, O_IN_P)  # fmt: skip
     bars = _alloc_bars(STAGES, CONSUMERS)
     # the argument tuples are written inline: an assignment would turn constexprs in
-    # them into tensors (triton 3.6's code generator)
+    # them into tensors (triton 3.6's code generator); _specialize takes them as arguments
+    _specialize((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
+                (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
+                (q_descale_ptr, k_descale_ptr, v_descale_ptr), (q_desc, k_desc, vt_desc),
+                (b, h, hk, row0, n_end), CAUSAL, PINGPONG, SOFTMAX, P_SMEM, PRODUCER_REGS,
+                CONSUMER_REGS, CONSUMERS)  # fmt: skip
+
+
+@gluon.jit
+def _specialize(out, smem, bars, coords, scalars, descales, descs, load_coords,
+                CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+                P_SMEM: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                CONSUMERS: gl.constexpr):  # fmt: skip
+    """_fwd_fp8_ws's partitions: CONSUMERS consumer warpgroups (the default partition is
+    consumer 0) and the producer warp. (One helper for both counts, the review's D2: the
+    partition list is the only difference.)"""
     if CONSUMERS == 2:
         gl.warp_specialize(
             [
-                (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                (_consumer0, (out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG,
                               SOFTMAX, P_SMEM)),
-                (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                (_consumer1, (out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG,
                               SOFTMAX, P_SMEM)),
-                (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
-                             bars, (b, h, hk, row0, n_end))),
+                (_producer, (descs, smem, bars, load_coords)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -371,20 +372,13 @@ def _fwd_fp8_ws(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr, k_desca
     else:
         gl.warp_specialize(
             [
-                (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                (_consumer0, (out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG,
                               SOFTMAX, P_SMEM)),
-                (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                (_consumer1, (out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG,
                               SOFTMAX, P_SMEM)),
-                (_consumer2, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem), bars,
-                              (b, h, bh, row0, n_end), (seq_q, seq_k, sm_scale_log2),
-                              (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL, PINGPONG,
+                (_consumer2, (out, smem, bars, coords, scalars, descales, CAUSAL, PINGPONG,
                               SOFTMAX, P_SMEM)),
-                (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
-                             bars, (b, h, hk, row0, n_end))),
+                (_producer, (descs, smem, bars, load_coords)),
             ],
             [4, 4, 1],
             [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],

@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout as _acc_layout_any
-from fa_bench.kernels.flash_gluon_kernels import _kv_bounds
+from fa_bench.kernels.flash_gluon_kernels import _kv_bounds, _mask
 from fa_bench.kernels.flash_gluon_kernels import _p_layout as _p_layout_any
 
 
@@ -201,14 +201,58 @@ def _alloc_smem(q_desc, k_desc, vt_desc, o_desc, BLOCK_M: gl.constexpr, BLOCK_N:
         gl.static_assert(P_SMEM and BLOCK_N >= HEAD_DIM, "O fits in the P buffers")
         p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
                                            _p_smem_layout(BLOCK_N))  # fmt: skip
-        o_smem = p_smem._reinterpret(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
-                                     o_desc.layout)  # fmt: skip
-        return q_smem, k_bufs, vt_bufs, o_smem, p_smem
-    o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
-                                       o_desc.layout)  # fmt: skip
-    if P_SMEM:  # [2 · consumer + buffer, rows, keys]
-        p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
-                                           _p_smem_layout(BLOCK_N))  # fmt: skip
-    else:  # not read: the registers carry P
-        p_smem = o_smem
+        # consumer c's O tile is o_smem.index(c · BLOCK_N // HEAD_DIM): the bytes of its
+        # own P buffers 2c and 2c + 1 (at head_dim 64 index c would overlap another
+        # consumer's: session 7's inf at d64). One return for both branches: triton 3.6
+        # checks every return's type, and this o_smem has more tiles
+        o_smem = p_smem._reinterpret(gl.bfloat16, [CONSUMERS * (BLOCK_N // HEAD_DIM), 1, 1,
+                                     BLOCK_M, HEAD_DIM], o_desc.layout)  # fmt: skip
+    else:
+        o_smem = gl.allocate_shared_memory(gl.bfloat16, [CONSUMERS, 1, 1, BLOCK_M, HEAD_DIM],
+                                           o_desc.layout)  # fmt: skip
+        if P_SMEM:  # [2 · consumer + buffer, rows, keys]
+            p_smem = gl.allocate_shared_memory(fp8, [2 * CONSUMERS, BLOCK_M, BLOCK_N],
+                                               _p_smem_layout(BLOCK_N))  # fmt: skip
+        else:  # not read: the registers carry P
+            p_smem = o_smem
     return q_smem, k_bufs, vt_bufs, o_smem, p_smem
+
+
+@gluon.jit
+def _mask_fp8(s, rows, j, seq_q, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+              layout: gl.constexpr, SOFTMAX: gl.constexpr):  # fmt: skip
+    """flash_gluon_kernels._mask, or (SOFTMAX bit 128, causal) the same keys masked with one
+    compare per score: each column against its row's last key min(row + seq_k − seq_q,
+    seq_k − 1) (_mask's two tests folded per row). (Comparing the loop-invariant column
+    offsets against last − j·BLOCK_N instead kept 32 offsets live: ptxas spilled them.)"""
+    if CAUSAL and (SOFTMAX // 128) % 2 == 1:
+        cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+        last = gl.minimum(rows + (seq_k - seq_q), seq_k - 1)
+        keep = gl.expand_dims(cols, 0) <= gl.expand_dims(last, 1)
+        return gl.where(keep, s, float("-inf"))
+    else:
+        return _mask(s, rows, j, seq_q, seq_k, BLOCK_N, CAUSAL, layout)
+
+
+@gluon.jit
+def _idle(bars, j0, n_end, g0, tc0, ME: gl.constexpr, PINGPONG: gl.constexpr):
+    """Key blocks [j0, n_end) of a consumer without rows there (all of them: its rows lie
+    past seq_q; OWN_END: those past its diagonal): each ring slot released once it has
+    landed (its empty mbarriers count every consumer; waiting for the landing keeps this
+    consumer's arrivals in the slot's phase), each ping-pong turn taken and passed on, no
+    matmul."""
+    k_ready, k_empty, v_ready, v_empty, turn = bars[1], bars[2], bars[3], bars[4], bars[5]
+    STAGES: gl.constexpr = k_ready.shape[0]
+    for j in range(j0, n_end):
+        g = g0 + j
+        mbarrier.wait(k_ready.index(g % STAGES), (g // STAGES) & 1)
+        if PINGPONG:
+            if j > 0:  # the parities of _step's turn (consumer 0 goes first)
+                if ME == 0:
+                    mbarrier.wait(turn.index(ME), (tc0 + j) & 1)
+                else:
+                    mbarrier.wait(turn.index(ME), (tc0 + j - 1) & 1)
+                mbarrier.arrive(turn.index((ME + 1) % turn.shape[0]), count=1)
+        mbarrier.arrive(k_empty.index(g % STAGES), count=1)
+        mbarrier.wait(v_ready.index(g % STAGES), (g // STAGES) & 1)
+        mbarrier.arrive(v_empty.index(g % STAGES), count=1)

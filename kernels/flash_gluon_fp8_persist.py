@@ -56,7 +56,28 @@ def _tile_at(t, sched, bh_group, HALF: gl.constexpr, BLOCK_N: gl.constexpr,
 
 
 @gluon.jit
-def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr):
+def _my_tiles(sched, plan, HALF: gl.constexpr, LPT: gl.constexpr):
+    """(first, end, step) of this CTA's loop index: the round robin over every tile, or
+    (LPT) its range of the host's plan (kernels/flash_gluon_fp8_sched.py)."""
+    if LPT:
+        pid = gl.program_id(0)
+        return gl.load(plan + pid), gl.load(plan + pid + 1), 1
+    else:
+        return gl.program_id(0), _n_tiles(sched, HALF), gl.num_programs(0)
+
+
+@gluon.jit
+def _tile_id(i, plan, LPT: gl.constexpr):
+    """The tile of loop index i (LPT: the plan's ids follow its num_programs + 1 offsets)."""
+    if LPT:
+        return gl.load(plan + gl.num_programs(0) + 1 + i)
+    else:
+        return i
+
+
+@gluon.jit
+def _producer(descs, smem, bars, q_empty, sched, bh_group, plan, CAUSAL: gl.constexpr,
+              LPT: gl.constexpr):  # fmt: skip
     """One warp: per tile, every consumer's Q tile (once freed), then K/Vᵀ."""
     q_desc = descs[0]
     q_smem, q_bars = smem[0], bars[0]
@@ -66,7 +87,9 @@ def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr)
     HALF: gl.constexpr = CONSUMERS * BLOCK_M // 2
     g = 0
     it = 0
-    for t in range(gl.program_id(0), _n_tiles(sched, HALF), gl.num_programs(0)):
+    first, end, step = _my_tiles(sched, plan, HALF, LPT)
+    for i in range(first, end, step):
+        t = _tile_id(i, plan, LPT)
         b, h, hk, _bh, row0, n_end = _tile_at(t, sched, bh_group, HALF, BLOCK_N, CAUSAL)
         for c in gl.static_range(CONSUMERS):
             mbarrier.wait(q_empty.index(c), (it & 1) ^ 1)
@@ -81,8 +104,8 @@ def _producer(descs, smem, bars, q_empty, sched, bh_group, CAUSAL: gl.constexpr)
 
 @gluon.jit
 def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2,
-              descales, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
-              P_SMEM: gl.constexpr):  # fmt: skip
+              descales, plan, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+              SOFTMAX: gl.constexpr, P_SMEM: gl.constexpr, LPT: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME over its tiles; the ring index g and turn count tc run on."""
     q_smem, o_smem = smem[0], smem[3]
     _heads_q, _group, seq_q, seq_k, _n_bh = sched
@@ -96,7 +119,9 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_sc
     g = 0
     tc = 0
     it = 0
-    for t in range(gl.program_id(0), _n_tiles(sched, HALF), gl.num_programs(0)):
+    first, end, step = _my_tiles(sched, plan, HALF, LPT)
+    for i in range(first, end, step):
+        t = _tile_id(i, plan, LPT)
         b, h, _hk, bh, row0, n_end = _tile_at(t, sched, bh_group, HALF, BLOCK_N, CAUSAL)
         my_row0 = row0 + ME * BLOCK_M
         mbarrier.wait(bars[0].index(ME), it & 1)
@@ -115,39 +140,42 @@ def _consumer(ME: gl.constexpr, out, smem, bars, q_empty, sched, bh_group, sm_sc
 
 
 @gluon.jit
-def _consumer0(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+def _consumer0(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
                CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
-               P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(0, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
-              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
+               P_SMEM: gl.constexpr, LPT: gl.constexpr):  # fmt: skip
+    _consumer(0, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
+              CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)  # fmt: skip
 
 
 @gluon.jit
-def _consumer1(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+def _consumer1(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
                CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
-               P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(1, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
-              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
+               P_SMEM: gl.constexpr, LPT: gl.constexpr):  # fmt: skip
+    _consumer(1, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
+              CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)  # fmt: skip
 
 
 @gluon.jit
-def _consumer2(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales,
+def _consumer2(out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
                CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
-               P_SMEM: gl.constexpr):  # fmt: skip
-    _consumer(2, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, CAUSAL,
-              PINGPONG, SOFTMAX, P_SMEM)  # fmt: skip
+               P_SMEM: gl.constexpr, LPT: gl.constexpr):  # fmt: skip
+    _consumer(2, out, smem, bars, q_empty, sched, bh_group, sm_scale_log2, descales, plan,
+              CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)  # fmt: skip
 
 
 @gluon.jit
 def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                         k_descale_ptr, v_descale_ptr, heads_q, group, seq_q, seq_k,
-                        sm_scale_log2, n_bh, bh_group, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
+                        sm_scale_log2, n_bh, bh_group, plan, BLOCK_M: gl.constexpr,
+                        BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                        CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr,
                         PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                        P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # fmt: skip
+                        P_SMEM: gl.constexpr, CONSUMERS: gl.constexpr = 2,
+                        LPT: gl.constexpr = False):  # fmt: skip
     """Launched with min(SMs, tiles) CTAs; n_bh = batch · heads_q; bh_group (1..n_bh): the
-    causal order's (batch, head)s per group; the rest (CONSUMERS 2 or 3) as _fwd_fp8_ws."""
+    causal order's (batch, head)s per group; LPT: each CTA's tiles from `plan` (int32,
+    kernels/flash_gluon_fp8_sched.py; None otherwise: the round robin); the rest
+    (CONSUMERS 2 or 3) as _fwd_fp8_ws."""
     gl.static_assert(BLOCK_M == 64, "wgmma: a consumer warpgroup's 4 warps × 16 rows")
     q_smem, k_bufs, vt_bufs, o_smem, p_smem = _alloc_smem(q_desc, k_desc, vt_desc, o_desc,
                                                           BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
@@ -159,8 +187,8 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
     if CONSUMERS == 3:
         _specialize3(q_desc, k_desc, vt_desc, o_desc, lse_ptr, (q_smem, k_bufs, vt_bufs, o_smem,
                      p_smem), bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
-                     sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr), CAUSAL,
-                     PINGPONG, SOFTMAX, PRODUCER_REGS, CONSUMER_REGS, P_SMEM)  # fmt: skip
+                     sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr), plan, CAUSAL,
+                     PINGPONG, SOFTMAX, PRODUCER_REGS, CONSUMER_REGS, P_SMEM, LPT)  # fmt: skip
     else:
         # the argument tuples are written inline: an assignment would turn constexprs in
         # them into tensors (triton 3.6's code generator)
@@ -169,14 +197,14 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
                 (_consumer0, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
                               bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
                               sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr),
-                              CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                              plan, CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)),
                 (_consumer1, ((o_desc, lse_ptr), (q_smem, k_bufs, vt_bufs, o_smem, p_smem),
                               bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh), bh_group,
                               sm_scale_log2, (q_descale_ptr, k_descale_ptr, v_descale_ptr),
-                              CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                              plan, CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)),
                 (_producer, ((q_desc, k_desc, vt_desc), (q_smem, k_bufs, vt_bufs, o_smem,
                              p_smem), bars, q_empty, (heads_q, group, seq_q, seq_k, n_bh),
-                             bh_group, CAUSAL)),
+                             bh_group, plan, CAUSAL, LPT)),
             ],
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -185,20 +213,21 @@ def _fwd_fp8_persistent(q_desc, k_desc, vt_desc, o_desc, lse_ptr, q_descale_ptr,
 
 @gluon.jit
 def _specialize3(q_desc, k_desc, vt_desc, o_desc, lse_ptr, smem, bars, q_empty, sched,
-                 bh_group, sm_scale_log2, descales, CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                 SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                 P_SMEM: gl.constexpr):  # fmt: skip
+                 bh_group, sm_scale_log2, descales, plan, CAUSAL: gl.constexpr,
+                 PINGPONG: gl.constexpr, SOFTMAX: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                 CONSUMER_REGS: gl.constexpr, P_SMEM: gl.constexpr,
+                 LPT: gl.constexpr):  # fmt: skip
     """_fwd_fp8_persistent's partitions with three consumers."""
     gl.warp_specialize(
         [
             (_consumer0, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
-                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                          descales, plan, CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)),
             (_consumer1, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
-                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
+                          descales, plan, CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)),
             (_consumer2, ((o_desc, lse_ptr), smem, bars, q_empty, sched, bh_group, sm_scale_log2,
-                          descales, CAUSAL, PINGPONG, SOFTMAX, P_SMEM)),
-            (_producer, ((q_desc, k_desc, vt_desc), smem, bars, q_empty, sched, bh_group,
-                         CAUSAL)),
+                          descales, plan, CAUSAL, PINGPONG, SOFTMAX, P_SMEM, LPT)),
+            (_producer, ((q_desc, k_desc, vt_desc), smem, bars, q_empty, sched, bh_group, plan,
+                         CAUSAL, LPT)),
         ],
         [4, 4, 1],
         [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],

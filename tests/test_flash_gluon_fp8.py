@@ -284,11 +284,19 @@ def test_every_candidate_compiles_for_sm90_without_spills():
     # causal, the mask's column offsets across the masked key steps (as the bf16
     # three-consumer launch's 148 bytes at d64); persistent, per-tile values reloaded once
     # per tile. Bytes of spill stores allowed per (label, head_dim, causal); none elsewhere.
+    # Session 8: the bytes as measured (ptxas of triton 3.6.0), no margin; the persistent
+    # launches with the tile plan keep one more per-tile value; the committed launches'
+    # key loops: tests/test_fp8_compile_strict.py.
     allowed = {
-        ("fp8-ws-m64-n128-s4-psmem-c3-oinp", "128", "1"): 256,
-        ("fp8-ws-m64-n128-s3-psmem-c3-persist", "128", "0"): 256,
-        ("fp8-ws-m64-n128-s3-psmem-c3-persist", "128", "1"): 512,
+        ("fp8-ws-m64-n128-s4-psmem-c3-oinp", "128", "1"): 208,
+        ("fp8-ws-m64-n128-s3-psmem-c3-persist", "128", "0"): 236,
+        ("fp8-ws-m64-n128-s3-psmem-c3-persist", "128", "1"): 496,
         ("fp8-ws-m64-n128-s4-psmem-c3-persist", "64", "1"): 64,
+        ("fp8-ws-m64-n128-s3-psmem-c3-persist-lpt", "128", "0"): 332,
+        ("fp8-ws-m64-n128-s3-psmem-c3-persist-lpt", "128", "1"): 500,
+        ("fp8-ws-m64-n128-s4-psmem-c3-persist-lpt", "64", "1"): 64,
+        ("fp8-ws-m64-n128-s3-psmem-c3-own-lmask-persist-lpt", "128", "0"): 332,
+        ("fp8-ws-m64-n128-s3-psmem-c3-own-lmask-persist-lpt", "128", "1"): 12,
     }
     assert all(
         int(size) <= allowed.get((label, dim, causal), 0) for label, dim, causal, size in spilled

@@ -206,9 +206,9 @@ def child_role(role: str, out: str, light: bool = False) -> None:
         shapes = SHAPES if role == "ws" and not light else VARIANT_SHAPES
         if role == "ws" and light:
             shapes = (*shapes, SHAPES[4])
-        persist = (*PERSIST_SHAPES, GROUPED_SHAPE) if "persist" in role else ()
+        persist = (*PERSIST_SHAPES, GROUPED_SHAPE) if cfg.persistent else ()
         for i, shape in enumerate(shapes + persist):
-            grouped = "persist" in role and i == len(shapes) + len(PERSIST_SHAPES)
+            grouped = cfg.persistent and i == len(shapes) + len(PERSIST_SHAPES)
             try:
                 with _l2_share(3 * 2 * shape[4] * head_dim if grouped else None):
                     row = check_one(cfg, shape, head_dim, with_tl=role == "ws")

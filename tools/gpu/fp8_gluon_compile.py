@@ -69,6 +69,11 @@ def compile_one(cfg: Fp8GluonConfig, head_dim: int, causal: bool) -> object:
         fn = flash_gluon_fp8_persist._fwd_fp8_persistent
         sig["n_bh"] = "i32"
         sig["bh_group"] = "i32"
+        # the round robin's plan is None (a constexpr), the LPT plan an int32 tensor
+        sig["plan"] = "*i32" if cfg.lpt else "constexpr"
+        if not cfg.lpt:
+            consts["plan"] = None
+        consts["LPT"] = cfg.lpt
     else:
         consts["O_IN_P"] = cfg.o_in_p
     consts["CONSUMERS"] = cfg.consumers

@@ -5,6 +5,7 @@ issues wgmma and MUFU.EX2) and count each loop's instructions by class (the opco
 the first dot). A developer tool, CPU only:
 
     PYTHONPATH=/tmp/tri36 python tools/gpu/fp8_sass.py ws 128 0   # role, head_dim, causal
+    PYTHONPATH=/tmp/tri36 python tools/gpu/fp8_sass.py --json ws 128 0   # spills, per loop
 
 docs/kernel.md (the Gluon fp8 forward, session 7) reads the "ws" step this way.
 """
@@ -12,6 +13,7 @@ docs/kernel.md (the Gluon fp8 forward, session 7) reads the "ws" step this way.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import subprocess
@@ -53,17 +55,24 @@ def key_loops(instrs: list[tuple[int, str, bool]]) -> list[dict]:
                        for b in loops)]  # fmt: skip
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__.strip().splitlines()[-3].strip(), file=sys.stderr)
-        return 2
+def spill_report(role: str, head_dim: int, causal: bool) -> dict:
+    """A launch's spill bytes (ptxas) and its key loops' local-memory instructions (LDL,
+    STL: spills inside the loop), from one compile."""
+    loops, info = _compiled_loops(role, head_dim, causal)
+    in_loops = [dict(start=lp["start"], count=lp["count"], ldl=lp["ops"].get("LDL", 0),
+                     stl=lp["ops"].get("STL", 0)) for lp in loops]  # fmt: skip
+    return dict(role=role, head_dim=head_dim, causal=causal, loops=in_loops, **info)
+
+
+def _compiled_loops(role: str, head_dim: int, causal: bool) -> tuple[list[dict], dict]:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import triton
     from fp8_gluon_compile import compile_one
+    from gluon_compile import ptxas_info  # tools/gluon_compile.py
 
     from fa_bench.kernels.flash_gluon_fp8 import candidate_configs
 
-    role, head_dim, causal = argv[0], int(argv[1]), argv[2] == "1"
     kernel = compile_one(candidate_configs(head_dim)[role], head_dim, causal)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
                         "cuobjdump")  # fmt: skip
@@ -72,7 +81,25 @@ def main(argv: list[str]) -> int:
         f.flush()
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
                               check=True).stdout  # fmt: skip
-    for loop in key_loops(parse(sass)):
+    return key_loops(parse(sass)), ptxas_info(kernel.asm["ptx"])
+
+
+def main(argv: list[str]) -> int:
+    as_json = argv[:1] == ["--json"]
+    argv = argv[1:] if as_json else argv
+    if len(argv) != 3:
+        usage = [line.strip() for line in __doc__.splitlines() if "fp8_sass.py" in line]
+        print("\n".join(usage), file=sys.stderr)
+        return 2
+    # compile, never interpret (before triton's import; not at this module's import nor
+    # before the usage: the CPU tests load it beside interpreter tests)
+    os.environ.pop("TRITON_INTERPRET", None)
+    role, head_dim, causal = argv[0], int(argv[1]), argv[2] == "1"
+    if as_json:  # the spills (tests/test_fp8_compile_strict.py)
+        print(json.dumps(spill_report(role, head_dim, causal)))
+        return 0
+    loops, _info = _compiled_loops(role, head_dim, causal)
+    for loop in loops:
         top = sorted(loop["ops"].items(), key=lambda kv: -kv[1])
         print(f"{loop['start']:#x}-{loop['end']:#x}: {loop['count']} instructions: "
               + ", ".join(f"{n} {op}" for op, n in top))  # fmt: skip
