@@ -194,14 +194,30 @@ def _tail_regs(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, smem, bars, dq_desc
         if DQ_MODE == 1:
             _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
         elif DQ_MODE == 4:
-            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-            _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+            _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
         elif DQ_MODE == 3:
-            _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
-            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+            _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
         else:
-            _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
+            _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0),
+                     DQ_MODE != 2)  # fmt: skip
     return dk, dv
+
+
+@gluon.jit
+def _dq_rest(dq0, dq1, PENDING: gl.constexpr, ds_me, k_me, dq_bufs, ME: gl.constexpr,
+             dq_desc, where, ADD: gl.constexpr):  # fmt: skip
+    """dQ's share after dV and dK: the PENDING chunks already queued (dq0, dq1) staged
+    and added, the others issued, staged and added (`_dq_out`); ADD False: the timing
+    probe without reduce-adds. Both tails (register and shared-memory operands) end so."""
+    b, hq, m0 = where
+    if PENDING == 2:
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+    elif PENDING == 1:
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+    else:
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, ADD, 0)
 
 
 @gluon.jit
@@ -246,11 +262,9 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_b
                 dq = _dq_issue(ds_me, k_me, c, CHUNK)
                 _dq_sum(dq, c, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
     elif PENDING == 2:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+        _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
     elif PENDING == 1:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
     else:
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, DQ_MODE != 2, 0)
+        _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), DQ_MODE != 2)
     return dk, dv
