@@ -412,7 +412,9 @@ def test_gpu_gluon_dk_dv_reproducible_and_dispatched(monkeypatch):
 
     calls = []
     real = flash_gluon_bwd.gluon_backward
-    monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        flash_gluon_bwd, "gluon_backward", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
     q, k, v = make(1, 4, 2, 1000, 1000, 128, torch.bfloat16, device="cuda")
     runs = []
     for _ in range(2):
@@ -427,5 +429,7 @@ def test_gpu_gluon_dk_dv_reproducible_and_dispatched(monkeypatch):
 @needs_cuda
 @pytest.mark.parametrize(("dtype", "head_dim"), [(torch.bfloat16, 256), (torch.float32, 128)])
 def test_gpu_auto_falls_back_where_gluon_cannot_run(monkeypatch, dtype, head_dim):
-    monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", lambda *a: pytest.fail("not Gluon"))
+    monkeypatch.setattr(
+        flash_gluon_bwd, "gluon_backward", lambda *a, **kw: pytest.fail("not Gluon")
+    )
     _accuracy((1, 4, 2, 333, 333, head_dim), dtype, True, FlashConfig(backward="auto"))
