@@ -10,7 +10,8 @@
 #   s): triton-onepass planned and unplanned beside sdpa-cudnn, host µs and timing.measure
 #   as fa-bench run takes it; the pick ($FA_BENCH_GLUON_BWD_PLAN: 0 only if unplanned
 #   measured >1% faster) in steps.log; (2) the plan's GPU tests (TESTS_K: the bf16 ones,
-#   the refilled buffer, the unplannable rows and flash_attention's call; TESTS_S s); (3) fa-bench
+#   the refilled buffer, the unplannable rows and flash_attention's call, and
+#   test_flash_gluon_bwd.py's dispatch test; TESTS_S s); (3) fa-bench
 #   run -s standard --mode bwd --seqlen 4096,16384 -i triton-onepass -i sdpa-cudnn, bf16
 #   then fp16, each dtype its own step of RUN_S s (tools/gpu/gluon_bwd_run.py).
 # PHASE=ab: the host A/B at head_dim 128,64 x 16k,4k x causal both (AB_S, 60 s), then the
@@ -42,7 +43,7 @@ host_ab() {  # $1 cap, $2 dims, $3 seqlens, $4 causal
 
 tests() {
   step "gpu tests" "$1" python3 -m pytest -q -m gpu -p no:cacheprovider -k "${TESTS_K:-}" \
-    tests/test_flash_gluon_bwd_plan.py > "$FILES/tests.log" 2>&1
+    tests/test_flash_gluon_bwd_plan.py tests/test_flash_gluon_bwd.py > "$FILES/tests.log" 2>&1
   tail -3 "$FILES/tests.log" >> "$STEPS"
 }
 
@@ -54,13 +55,13 @@ run_dtype() {  # $1 dtype, $2 cap
 
 if [ "$PHASE" = ab ]; then
   host_ab "${AB_S:-60}" 128,64 16384,4096 no,yes
-  tests 40
+  TESTS_K=${TESTS_K:-bwd_plan or dispatched} tests 40
 else
   host_ab "${AB_S:-28}" "${AB_DIMS:-128,64}" "${AB_SEQ:-16384}" no
   PLAN=$(python3 tools/gpu/gluon_bwd_host.py --pick "$FILES/gluon_bwd_host.jsonl" 2>> "$STEPS")
   export FA_BENCH_GLUON_BWD_PLAN=${PLAN:-1}
   echo "picked FA_BENCH_GLUON_BWD_PLAN=$FA_BENCH_GLUON_BWD_PLAN" >> "$STEPS"
-  TESTS_K=${TESTS_K:-bfloat16 or refilled or unplannable} tests "${TESTS_S:-25}"
+  TESTS_K=${TESTS_K:-(bwd_plan and (bfloat16 or refilled or unplannable)) or dispatched} tests "${TESTS_S:-25}"
   run_dtype bf16 "${RUN_S:-55}"
   run_dtype fp16 "$(($(left) - 6))"
 fi
