@@ -67,8 +67,7 @@ _FUSED_COMBINE = False
 _PDL = True
 # Two block loops (unmasked, then masked) unless measured otherwise (session 7, call 1).
 _ONE_LOOP = False
-# The combine row by row until session 8's A/B (tools/gpu/decode_s8_ab.py) measures the
-# tile merge.
+# The tile merge's field default (None in DecodeConfig follows `_COMBINE`'s rule).
 _MERGE_TILE = False
 # How the splits are merged, by name: (fused_combine, merge_tile), or a rule of the split
 # count. `_COMBINE` is the heuristic's; $FA_BENCH_DECODE_COMBINE overrides it (a GPU
@@ -85,7 +84,11 @@ COMBINES: dict[str, tuple[bool, bool] | None] = {
     # rows), else rows (many splits: a loop of chunks, one L2 round trip each)
     FEW: None,
 }
-_COMBINE = "rows"
+# Session 9, call 1 on the H200 (tools/gpu/decode_s8.sh MODE=targets AB_S=30, the A/B of
+# tools/gpu/decode_s8_ab.py): fused-tile-few at 1.030 x rows' speed (geometric mean over
+# the six batch-8 x 8k shapes, the worst 1.010), the tile merge by a kernel 0.994 (0.86 at
+# batch 1 x 32k, 32 splits, which `FEW` leaves to rows).
+_COMBINE = FEW
 # Contiguous: 64-key blocks; 3 stages (two K/V blocks in flight) while few programs share
 # the GPU, 2 (one in flight, more programs per SM) once programs are at least a quarter
 # of the SMs.

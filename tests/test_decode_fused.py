@@ -252,10 +252,11 @@ def test_the_adapter_takes_the_combine_as_an_option_and_names_it():
                 seqlen_q=1, seqlen_k=300, head_dim=16, causal=True, page_size=16)  # fmt: skip
     q, k, v, _ = case_inputs(case, torch.device("cpu"))
     impl = registry.get("triton")
-    fused = impl.prepare(case, q, k, v, {"fused_combine": True})
+    # merge_tile named too: the default merges a few splits' row block at once (tile)
+    fused = impl.prepare(case, q, k, v, {"fused_combine": True, "merge_tile": False})
     assert "5 stages, fused combine; JIT launch" in fused.backend
     assert check_accuracy(case, q, k, v, fused.fn(q, k, v))["passed"]
-    two = impl.prepare(case, q, k, v, {"fused_combine": False}).backend
+    two = impl.prepare(case, q, k, v, {"fused_combine": False, "merge_tile": False}).backend
     assert "5 stages, combine kernel; JIT launch" in two
     one = impl.prepare(case, q, k, v, {"num_splits": 1, "fused_combine": True}).backend
     assert "combine" not in one  # one split: nothing to merge

@@ -29,6 +29,7 @@ from fa_bench.kernels.decode_config import (
     DecodeConfig,
     Launch,
     check_config,
+    combine_defaults,
     resolve,
 )
 
@@ -163,7 +164,10 @@ def test_resolve_keeps_set_fields_and_fills_the_rest():
     heur = resolve(None, None, **base)
     assert isinstance(heur, Launch) and heur.num_splits > 1
     fixed = resolve(DecodeConfig(128, 8, 2, True), 7, **base)
-    assert fixed == Launch(block_n=128, num_warps=8, num_stages=2, interleave=True, num_splits=7)
+    # the combine fields a config leaves None follow the heuristic's rule (16 rows a program)
+    fused, tile = combine_defaults(7, 16)
+    assert fixed == Launch(block_n=128, num_warps=8, num_stages=2, interleave=True, num_splits=7,
+                           fused_combine=fused, merge_tile=tile)  # fmt: skip
     partial = resolve(DecodeConfig(num_warps=2), None, **base)
     assert partial.num_warps == 2 and partial.block_n == heur.block_n
     assert partial.num_splits == heur.num_splits and partial.num_stages == heur.num_stages
@@ -217,7 +221,7 @@ def test_adapter_label_names_the_launch():
     label = registry.get("triton").prepare(case, q, k, v).backend
     assert label == (
         "triton-decode: paged (pages, 16, Hkv, D), shuffled block table; heuristic: "
-        "2 splits, block_n 32, 4 warps, 5 stages, combine kernel; JIT launch (the "
+        "2 splits, block_n 32, 4 warps, 5 stages, fused combine (tile); JIT launch (the "
         "interpreter launches through triton's JIT)"
     )
     fixed = registry.get("triton").prepare(case, q, k, v, {"num_splits": 5}).backend

@@ -38,8 +38,10 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 cpu_only = pytest.mark.skipif(not INTERPRETED, reason="needs TRITON_INTERPRET=1 (CPU runs)")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs CUDA")
 
-PDL = DecodeConfig(pdl=True)
-PLAIN = DecodeConfig(pdl=False)
+# the combine kernel named: the default merges a few splits in the split kernel (fused)
+PDL = DecodeConfig(pdl=True, fused_combine=False)
+PLAIN = DecodeConfig(pdl=False, fused_combine=False)
+KERNEL = DecodeConfig(fused_combine=False)  # pdl left to the default
 
 # ---------------------------------------------------------------------------------------
 # CPU: the option and the launches it makes
@@ -63,7 +65,7 @@ def _kwargs(monkeypatch, can: bool, config, num_splits, sq=1):
     return [c[3] for c in calls]
 
 
-@pytest.mark.parametrize("config", [PDL, None])
+@pytest.mark.parametrize("config", [PDL, KERNEL])
 def test_pdl_marks_both_kernels_and_the_combine_launch(monkeypatch, config) -> None:
     split, combine = _kwargs(monkeypatch, True, config, 3)
     assert split["PDL"] is True and "launch_pdl" not in split
@@ -72,7 +74,7 @@ def test_pdl_marks_both_kernels_and_the_combine_launch(monkeypatch, config) -> N
 
 @pytest.mark.parametrize(
     "can, config, splits",
-    [(False, PDL, 3), (False, None, 3), (True, PLAIN, 3)],
+    [(False, PDL, 3), (False, KERNEL, 3), (True, PLAIN, 3)],
 )
 def test_no_pdl_without_the_option_or_the_device(monkeypatch, can, config, splits) -> None:
     split, combine = _kwargs(monkeypatch, can, config, splits)
@@ -90,7 +92,7 @@ def test_no_pdl_with_one_split_or_the_fused_combine(monkeypatch) -> None:
 def test_a_plan_says_whether_its_combine_goes_by_pdl(monkeypatch, can) -> None:
     monkeypatch.setattr(da_module, "_pdl_ok", lambda device: can)
     q, k, v, seqlens, _ = make_inputs([40, 9], 1, 4, 2, 16)
-    plan = plan_decode(q, k, v, cache_seqlens=seqlens, num_splits=3)  # not run: planned
+    plan = plan_decode(q, k, v, cache_seqlens=seqlens, num_splits=3, config=KERNEL)  # planned
     assert plan.pdl is can
     one = plan_decode(q, k, v, cache_seqlens=seqlens, num_splits=1)
     assert one.pdl is False

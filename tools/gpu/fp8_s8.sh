@@ -9,9 +9,9 @@
 #      round by round at d128 4k/16k causal beside the bf16 forward ($OUT/fp8_ab.md);
 #  (2) fp8_pick.py --table on its rows: the causal ranges of FA_BENCH_FP8_GLUON_TABLE
 #      (non-causal: the committed table's);
-#  (3) the GPU tests of the new launches ($TEST_FILES, -k "$TESTS_K");
-#  (4) with the time left, `fa-bench run` fp8_e4m3 vs bf16, d128 4k/16k causal both, with
-#      that table ($OUT/fp8.md).
+#  (3) `fa-bench run` fp8_e4m3 vs bf16, d128 4k/16k causal both, with that table
+#      ($OUT/fp8.md);
+#  (4) with the time left, the GPU tests of the new launches ($TEST_FILES, -k "$TESTS_K").
 # PHASE=final (call 2):
 #  (1) `fa-bench run` as (4) with the COMMITTED table (AB=1: (1)-(2) first and the pick);
 #  (2) the fp8 GPU tests with the time left.
@@ -75,12 +75,8 @@ fi
 echo "FA_BENCH_FP8_GLUON_TABLE=${FA_BENCH_FP8_GLUON_TABLE:-unset: the committed table}" \
   | tee -a "$STEPS"
 
-if [ "$PHASE" = ab ]; then
-  run_tests
-  run_bench
-else
-  run_bench
-  run_tests
-fi
+# the benchmark first in both phases: the tests take whatever time is left
+run_bench
+run_tests
 echo "[$(date -u +%T) +${SECONDS}s] done" >> "$STEPS"
 tar -czf "$OUT/fp8-s8.tgz" -C "$FILES" .
