@@ -23,10 +23,13 @@ Ranges = tuple[tuple[int, str], ...]
 # TFLOP/s at d128 (16k tokens), ws / ws-c3 / ws-c3-persist: non-causal 4k 815.9 / 910.9 /
 # 929.3, 16k 857.9 / 947.4 / 971.6; causal 4k 706.2 / 709.7 / 728.2, 16k 830.1 / 884.4 /
 # 815.6 (8k not measured: the plain launch from 8k); `fa-bench run` with this table
-# (session 8 call 0): fp8 ÷ bf16 1.422, 1.497, causal 1.280, 1.467.
+# (session 8 call 0): fp8 ÷ bf16 1.422, 1.497, causal 1.280, 1.467. Causal since session 9
+# call 2 (tools/gpu/fp8_s8.sh PHASE=ab, one process, rounds interleaved): ws-c3-persist /
+# ws-c3-lpt / ws-c3-lptx 719.7 / 770.0 / 785.7 at 4k, 820.2 / 891.6 / 901.9 at 16k (bf16
+# 518.5, 599.1); `fa-bench run` with ws-c3-lptx: causal 4k 1.467, 16k 1.501 x bf16.
 ROLE_TABLE: dict[tuple[int, bool], Ranges] = {
     (128, False): ((0, "ws-c3-persist"),),
-    (128, True): ((0, "ws-c3-persist"), (8192, "ws-c3")),
+    (128, True): ((0, "ws-c3-lptx"),),
     (64, False): ((0, "ws"),),
     (64, True): ((0, "ws"),),
 }

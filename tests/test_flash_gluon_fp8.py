@@ -76,11 +76,12 @@ def test_config_names_a_bad_field_and_value(fields, match):
 
 
 def test_heuristic_is_the_deepest_ring_that_fits():
-    # the heuristic's d128 launches (the table's, session 7): three consumers, whose
-    # deepest ring is 3 stages (216 KB; 4 do not fit), persistent but causal from 8k
+    # the heuristic's d128 launches (the table's): three consumers, whose deepest ring is 3
+    # stages (216 KB; 4 do not fit), persistent; causal with the host's tile plan (session 9)
     c3 = fp8_gluon_config(128)
-    assert c3 == fp8_gluon_config(128, True, 4096) == candidate_configs(128)["ws-c3-persist"]
-    assert fp8_gluon_config(128, True, 8192) == candidate_configs(128)["ws-c3"]
+    assert c3 == candidate_configs(128)["ws-c3-persist"]
+    assert fp8_gluon_config(128, True, 4096) == candidate_configs(128)["ws-c3-lptx"]
+    assert fp8_gluon_config(128, True, 8192) == candidate_configs(128)["ws-c3-lptx"]
     assert (c3.consumers, c3.stages, c3.block_n, c3.p_smem, c3.persistent) == (3, 3, 128, True,
                                                                               True)  # fmt: skip
     assert c3.smem_bytes(128) == 216 * 1024 < dataclasses.replace(c3, stages=4).smem_bytes(128)
@@ -207,7 +208,9 @@ def test_fields_lay_over_the_heuristic_and_refuse_what_it_has_no_form_of(monkeyp
     with pytest.raises(ValueError, match=r"c3-persist needs 237568 bytes"):
         from_fields(FlashConfig(gluon_block_n=256), 128, False)
     assert (
-        from_fields(FlashConfig(gluon_stages=2), 128, True).label().endswith("s2-psmem-c3-persist")
+        from_fields(FlashConfig(gluon_stages=2), 128, True)
+        .label()
+        .endswith("s2-psmem-c3-own-lmask-persist-lpt")
     )
 
 

@@ -119,19 +119,21 @@ def test_the_dispatch_resolves_once_per_range_and_names_the_persistent_launch(mo
     assert not forced.persistent
 
 
-def test_the_table_takes_the_persistent_launch_but_for_causal_from_8k(monkeypatch):
-    # the H200's session 7 call 2 (three consumers): causal 4k 728.2 (persistent) against
-    # 709.7, 16k 815.6 against 884.4; non-causal 929.3 / 971.6 against 910.9 / 947.4
+def test_the_table_takes_the_persistent_launches_with_the_tile_plan_for_causal(monkeypatch):
+    # the H200's session 9 call 2 (three consumers, causal): ws-c3-persist / ws-c3-lpt /
+    # ws-c3-lptx 719.7 / 770.0 / 785.7 at 4k, 820.2 / 891.6 / 901.9 at 16k; non-causal
+    # (session 7 call 2) 929.3 / 971.6 persistent against 910.9 / 947.4
     from fa_bench.kernels import flash_gluon_fp8
 
     monkeypatch.delenv(flash_gluon_fp8.ROLE_ENV, raising=False)
     monkeypatch.delenv(table.TABLE_ENV, raising=False)
-    assert table.table_role(128, True, 4096) == "ws-c3-persist"
-    assert table.table_role(128, True, 16384) == "ws-c3"
+    assert table.table_role(128, True, 4096) == table.table_role(128, True, 16384)
+    assert table.table_role(128, True, 4096) == "ws-c3-lptx"
     assert table.table_role(128, False, 4096) == table.table_role(128, False, 16384)
     assert table.table_role(128, False, 4096) == "ws-c3-persist"
-    assert flash_gluon_fp8.fp8_gluon_config(128, True, 4096).persistent
-    assert not flash_gluon_fp8.fp8_gluon_config(128, True, 16384).persistent
+    for n in (4096, 16384):
+        cfg = flash_gluon_fp8.fp8_gluon_config(128, True, n)
+        assert cfg.persistent and cfg.lpt and cfg.own_end and cfg.lean_mask
 
 
 def test_the_table_override_replaces_one_causality_s_ranges(monkeypatch):
@@ -141,7 +143,7 @@ def test_the_table_override_replaces_one_causality_s_ranges(monkeypatch):
     monkeypatch.setenv(table.TABLE_ENV, "128/0/0=ws-lazy, 128/0/8192=ws-nopp")
     assert table.table_role(128, False, 4096) == "ws-lazy"
     assert table.table_role(128, False, 16384) == "ws-nopp"
-    assert table.table_role(128, True, 4096) == "ws-c3-persist"  # not overridden
+    assert table.table_role(128, True, 4096) == "ws-c3-lptx"  # not overridden
     cands = flash_gluon_fp8.candidate_configs(128)
     assert flash_gluon_fp8.fp8_gluon_config(128, False, 16384) == cands["ws-nopp"]
 

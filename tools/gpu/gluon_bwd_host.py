@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import io
 import json
 import math
@@ -57,7 +58,8 @@ def host_us(closure, before, n: int) -> float:
 def profile(case: Case, q, k, v, do, n: int = 10) -> str:
     """cProfile of n backward calls of our kernel module, called directly: through
     autograd the backward runs on the engine's device thread, which cProfile does not see."""
-    from fa_bench.kernels import flash_attention as fa
+    # the module: fa_bench.kernels exports the function under the same name
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
     from fa_bench.kernels.flash_config import FlashConfig
 
     cfg, scale = FlashConfig(backward="auto"), case.head_dim**-0.5  # triton-onepass's
