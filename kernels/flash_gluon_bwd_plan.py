@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
@@ -90,12 +91,17 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
         for b in bound:
             b()
         return
-    steps = calls(cfg, tensors, lse2, delta, causal, scale)
-    compiled = tuple(fn[grid](*args, **kwargs) for fn, grid, args, kwargs in steps)
+    compiled = []
+    for make in steps(cfg, tensors, lse2, delta, causal, scale):
+        # one launch built at a time: for a seq_q that is not a multiple of 4 the Gluon
+        # kernel's descriptors read padded copies of lse2 and delta (tma_rows), which must
+        # be made after the preprocessing kernel is queued to write delta
+        fn, grid, args, kwargs = make()
+        compiled.append(fn[grid](*args, **kwargs))
     if key is None:
         last_reason = why
         return
-    bound, last_reason = _bind(cfg, steps, compiled, tensors, lse2, delta, causal, scale)
+    bound, last_reason = _bind(cfg, tuple(compiled), tensors, lse2, delta, causal, scale)
     if bound is not None:
         _PLANS[key] = bound
         if len(_PLANS) > MAX_PLANS:
@@ -111,7 +117,14 @@ def clear() -> None:
 def calls(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
           scale: float, probe: int = 0) -> list[tuple]:  # fmt: skip
     """(jit function, grid, args, keywords) of the preprocessing kernel, the Gluon
-    kernel and dQ's cast, for tensors or their `_Ptr` stand-ins."""
+    kernel and dQ's cast, for tensors or their `_Ptr` stand-ins, built at once (the
+    stand-ins, tools; a launch builds them one at a time, `steps`)."""
+    return [make() for make in steps(cfg, tensors, lse2, delta, causal, scale, probe)]
+
+
+def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
+          scale: float, probe: int = 0) -> list[Callable[[], tuple]]:  # fmt: skip
+    """`calls`' three launches, each built when called."""
     import importlib
 
     fa = importlib.import_module("fa_bench.kernels.flash_attention")
@@ -124,11 +137,14 @@ def calls(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bo
            (o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q),
            dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=pre_rows))  # fmt: skip
     rows = -(-seq_q // _ROWS)
-    main = main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe)
     post = (kernels.dq_post, (rows, batch * heads_q),
             (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
             dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS))  # fmt: skip
-    return [pre, main, post]
+    return [
+        lambda: pre,
+        lambda: main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe),
+        lambda: post,
+    ]
 
 
 def _strides(t: Any) -> tuple[int, int, int]:
@@ -165,8 +181,8 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 
 
-def _bind(cfg: GluonBwdConfig, steps: list, compiled: tuple, tensors: tuple, lse2: Any,
-          delta: Any, causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
+def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta: Any,
+          causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
     """The three bound launches for these tensors' key, or (None, why not)."""
     import torch
 

@@ -217,5 +217,9 @@ def test_gpu_the_adapter_names_the_pdl_combine():
     case = Case(impl="triton", mode="decode", dtype="bf16", batch=8, heads_q=32, heads_kv=8,
                 seqlen_q=1, seqlen_k=8192, head_dim=128, causal=True, page_size=64)  # fmt: skip
     q, k, v, _ = case_inputs(case, torch.device("cuda"))
-    backend = registry.get("triton").prepare(case, q, k, v).backend
+    impl = registry.get("triton")
+    backend = impl.prepare(case, q, k, v, {"fused_combine": False, "merge_tile": False}).backend
     assert "combine kernel (PDL); planned launch" in backend, backend
+    # the default (session 9): a few splits merged in the split kernel, no second launch
+    backend = impl.prepare(case, q, k, v).backend
+    assert "fused combine (tile); planned launch" in backend, backend

@@ -27,23 +27,23 @@ class _Fake:
     def __init__(self) -> None:
         self.jit, self.bound = [], []
 
-    def calls(self, cfg, tensors, lse2, delta, causal, scale, probe=0):
+    def steps(self, cfg, tensors, lse2, delta, causal, scale, probe=0):
         fake = self
 
         class Kernel:
             def __getitem__(self, grid):
                 return lambda *a, **kw: fake.jit.append(tensors[0].data_ptr()) or "compiled"
 
-        return [(Kernel(), (1,), (), {})] * 3
+        return [lambda: (Kernel(), (1,), (), {})] * 3
 
-    def bind(self, cfg, steps, compiled, tensors, lse2, delta, causal, scale):
+    def bind(self, cfg, compiled, tensors, lse2, delta, causal, scale):
         return (lambda: self.bound.append(tensors[0].data_ptr()),), ""
 
 
 @pytest.fixture
 def fake(monkeypatch):
     f = _Fake()
-    monkeypatch.setattr(flash_gluon_bwd_plan, "calls", f.calls)
+    monkeypatch.setattr(flash_gluon_bwd_plan, "steps", f.steps)
     monkeypatch.setattr(flash_gluon_bwd_plan, "_bind", f.bind)
     monkeypatch.setattr(flash_gluon_bwd_plan, "plannable", lambda tensors, lse2: "")
     monkeypatch.setattr(flash_gluon_bwd_plan, "_PLANS", type(flash_gluon_bwd_plan._PLANS)())
@@ -180,6 +180,43 @@ def _same_launch(a, b):
                 assert x.data_ptr() == y.data_ptr() and isinstance(y, _Ptr)
             else:
                 assert x == y and type(x) is type(y)
+
+
+def test_each_launch_is_built_after_the_one_before_is_queued(monkeypatch):
+    # seq_q 61: the Gluon kernel's descriptors read padded copies of lse2 and delta
+    # (tma_rows); made before the preprocessing kernel is queued, the delta copy would
+    # hold the buffer's old contents (session 9 call 3 on the H200: dK off at seq 1001)
+    events = []
+
+    class Kernel:
+        def __init__(self, i):
+            self.i = i
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: events.append(f"launch {self.i}") or "compiled"
+
+    def steps(*args, **kwargs):
+        def make(i):
+            return lambda: events.append(f"build {i}") or (Kernel(i), (1,), (), {})
+
+        return [make(i) for i in range(3)]
+
+    monkeypatch.setattr(flash_gluon_bwd_plan, "steps", steps)
+    t, lse2, delta = _io(shape=(1, 2, 61, 128))
+    _go(t, lse2, delta)
+    assert events == ["build 0", "launch 0", "build 1", "launch 1", "build 2", "launch 2"]
+    assert flash_gluon_bwd_plan.last_reason  # launched through the JIT, not planned
+
+
+def test_the_kernel_s_descriptors_are_made_when_its_step_is_built(monkeypatch):
+    made = []
+    monkeypatch.setattr(flash_gluon_bwd_plan, "main_call",
+                        lambda *a, **kw: made.append("main") or ("main",))  # fmt: skip
+    t, lse2, delta = _io(shape=(1, 2, 61, 128))
+    pre, main, post = flash_gluon_bwd_plan.steps(CFG, tuple(t), lse2, delta, False, 0.1)
+    pre(), post()
+    assert made == []
+    assert main() == ("main",) and made == ["main"]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
