@@ -20,6 +20,7 @@ import importlib.util
 import itertools
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,7 +258,11 @@ def test_every_variant_combination_compiles_for_sm90():
         timeout=1800,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "108 combinations, 0 failed" in out.stdout
+    # every VAR combination (tools/gluon_compile.VAR_BITS, which grows with the variants'
+    # launches) x 3 head dims x causal both: 108 in session 5, 156 from session 6 on
+    found = re.search(r"(\d+) combinations, (\d+) failed", out.stdout)
+    assert found, out.stdout[-3000:]
+    assert int(found[1]) >= 108 and int(found[1]) % 6 == 0 and found[2] == "0", found[0]
 
 
 # --- the GPU script's checks ------------------------------------------------------------
