@@ -35,7 +35,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 
-from fa_bench.kernels.gluon_exp2 import exp2_split, row_sum, softmax_emu, softmax_tree
+from fa_bench.kernels.gluon_exp2 import (
+    exp2_split,
+    row_max,
+    row_sum,
+    softmax_emu,
+    softmax_tree,
+)
 
 # Bits of the variant kernel's VAR constexpr (constexpr globals: jit code may read them).
 WINDOW = gl.constexpr(1)
@@ -62,6 +68,44 @@ ALIBI_COL = gl.constexpr(4096)
 # HEADROOM ≤ 126 (the host checks), and no row max, no rescale of the sums or of O.
 FIXED_MAX = gl.constexpr(8192)
 HEADROOM = gl.constexpr(64.0)
+# Without FIXED_MAX (fp16 softcap, flash_gluon_varhost.SOFTCAP_LAZY_FP16; the math holds for
+# any launch): a row's offset m moves only when a key block's maximum exceeds it by more
+# than LAZY_TAU (log2 units), so p ≤ 2^LAZY_TAU = 256 (fp16 holds 65504; l is fp32), and O
+# and l are rescaled only in the steps where some row of the warpgroup moved: once the
+# maxima settle, a 64-key step skips its 64 FMUL per thread (the fp8 kernel's lazy
+# rescale, flash_gluon_fp8_parts, with fp16's headroom). Exact for any m the row's P and
+# l were computed with: lse2 = m · sc + log2(l). Above SUM_BF16 / P_ALU (16384, 32768).
+LAZY = gl.constexpr(65536)
+LAZY_TAU = gl.constexpr(8.0)
+# with LAZY: the skip decided per warp (its 16 rows) by a warp vote, and O's rescale behind
+# a branch inside inline PTX, in place of a uniform `if` on the warpgroup's maximum (a
+# reduction through shared memory, two barriers per step: the fp8 kernel's lazy rescale,
+# which has that test, measured 8-14% slower than its plain launch). A development switch
+# (flash_gluon_varhost.SOFTCAP_LAZY_WARP).
+LAZY_WARP = gl.constexpr(131072)
+
+
+def _warp_rescale_asm(n: int) -> str:
+    """PTX for n values times their row's alpha, skipped (a warp-uniform branch: the flag
+    comes from a vote) where the flag is 0. Operands: $0.. the results, tied to the values
+    $n.. (so the skip leaves them as they are), the alphas $2n.., the flags $3n.. (the
+    first one read)."""
+    muls = " ".join(f"mul.f32 ${i}, ${i}, ${2 * n + i};" for i in range(n))
+    return (
+        f"{{ .reg .pred %keep; setp.eq.s32 %keep, ${3 * n}, 0; @%keep bra.uni LAZY_SKIP; "
+        f"{muls} LAZY_SKIP: }}"
+    )
+
+
+_N = 16  # values per asm block: 4 branches per step at head_dim 128
+_PACK = gl.constexpr(_N)
+_RESCALE_ASM = gl.constexpr(_warp_rescale_asm(_N))
+_RESCALE_CON = gl.constexpr(",".join(["=r"] * _N + [str(i) for i in range(_N)] + ["r"] * (2 * _N)))
+# a thread's two rows: whether either moved, then any lane of the warp (vote)
+_VOTE_ASM = gl.constexpr(
+    "{ .reg .pred %a, %b; setp.ne.s32 %a, $2, 0; setp.ne.s32 %b, $3, 0; or.pred %a, %a, %b; "
+    "vote.sync.any.pred %a, %a, 0xffffffff; selp.s32 $0, 1, 0, %a; selp.s32 $1, 1, 0, %a; }"
+)
 
 
 @gluon.jit
@@ -167,6 +211,45 @@ def softmax_fixed(s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
     p = fixed_p(s, sc, SOFTMAX)
     l_new = l_i + row_sum(p, l_i, softmax_tree(SOFTMAX))
     return l_new, gl.convert_layout(p.to(dtype), p_layout)
+
+
+@gluon.jit
+def softmax_lazy(s, m_i, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
+                 SOFTMAX: gl.constexpr):  # fmt: skip
+    """LAZY's softmax step: (m, the row sums of P, P), P taken against the kept m. The sums
+    are left apart: l · alpha (`lazy_rescale`) comes after PV's wait, with O's."""
+    TREE: gl.constexpr = softmax_tree(SOFTMAX)
+    m_blk = gl.maximum(m_i, row_max(s, m_i, TREE))
+    # m_i = −inf: +inf (moves), or NaN where the block is masked for the row too (kept)
+    m_new = gl.where((m_blk - m_i) * sc > LAZY_TAU, m_blk, m_i)
+    # a row that has seen no key yet keeps m = -inf: subtract 0 instead (no NaN)
+    m_scaled = gl.where(m_new == float("-inf"), 0.0, m_new * sc)
+    p = exp2_split(s * sc - gl.expand_dims(m_scaled, 1), softmax_emu(SOFTMAX))
+    return m_new, row_sum(p, l_i, TREE), gl.convert_layout(p.to(dtype), p_layout)
+
+
+@gluon.jit
+def lazy_rescale(acc, l_i, m_old, m_new, sc, o_layout: gl.constexpr, WARP: gl.constexpr):
+    """(O, l) · 2^((m_old − m_new) · sc) per row, in the steps where some row of the
+    warpgroup moved its m (a uniform branch after a cross-warp max); else untouched, the
+    alpha exp2 skipped too. A row that saw no key before gets alpha 0 (its O and l are 0).
+    WARP (LAZY_WARP): l always, O only in the warps where one of its rows moved."""
+    rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    if WARP:
+        alpha = gl.where(m_new == m_old, 1.0, gl.exp2((m_old - m_new) * sc))
+        l_i = l_i * alpha
+        moved = gl.where(m_new != m_old, 1, 0)
+        flag = gl.inline_asm_elementwise(_VOTE_ASM, "=r,=r,r,r", [moved], dtype=gl.int32,
+                                         is_pure=False, pack=2)  # fmt: skip
+        a_o = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
+        f_o = gl.expand_dims(gl.convert_layout(flag, rows), 1)
+        acc = gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CON, [acc, a_o, f_o],
+                                        dtype=gl.float32, is_pure=True, pack=_PACK)  # fmt: skip
+    elif gl.max(gl.where(m_new != m_old, 1, 0), axis=0) > 0:
+        alpha = gl.where(m_new == m_old, 1.0, gl.exp2((m_old - m_new) * sc))
+        l_i = l_i * alpha
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows), 1)
+    return acc, l_i
 
 
 @gluon.jit

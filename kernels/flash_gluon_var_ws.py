@@ -42,6 +42,8 @@ from fa_bench.kernels.flash_gluon_var import (
     ALIBI_COL,
     FIXED_MAX,
     HEADROOM,
+    LAZY,
+    LAZY_WARP,
     QSCALE,
     SOFTCAP,
     VARLEN,
@@ -54,8 +56,10 @@ from fa_bench.kernels.flash_gluon_var import (
     alibi_positions,
     alibi_shift,
     fixed_p,
+    lazy_rescale,
     scale_q,
     softmax_fixed,
+    softmax_lazy,
 )
 from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, p_bf16, sum_levels
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars, _pv, _qk
@@ -143,6 +147,18 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
             l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
+    elif VAR & LAZY:  # m moves past LAZY_TAU only: most steps rescale nothing
+        if VAR & ALIBI_COL:
+            shift = alibi_shift(j, vr[3], vr[4], BLOCK_N)
+        else:
+            shift = 0.0
+        m_in = m_i - shift
+        m_new, sums, p_next = softmax_lazy(s, m_in, l_i, scalars[2], dtype, p_layout, SOFTMAX)
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+        mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
+        acc, l_i = lazy_rescale(acc, l_i, m_in, m_new, scalars[2], o_layout, VAR & LAZY_WARP)
+        l_i = l_i + sums
+        m_i = m_new + shift
     else:
         if VAR & ALIBI_COL:  # scores relative to the block's ALiBi offset (alibi_shift)
             shift = alibi_shift(j, vr[3], vr[4], BLOCK_N)

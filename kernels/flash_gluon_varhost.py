@@ -12,6 +12,7 @@ imports triton only when a kernel is launched.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels.flash_gluon import (
@@ -81,6 +82,21 @@ _SUM_BF16 = 16384  # flash_gluon_var_sum.SUM_BF16
 # ALU (flash_gluon_var_sum.P_ALU) in place of F2FP, in case F2FP shares the MUFU's pipe.
 SOFTCAP_P_ALU = False
 _P_ALU = 32768  # flash_gluon_var_sum.P_ALU
+# A development switch (session 9): an fp16 softcap launch keeps each row's offset m until
+# a key block's maximum exceeds it by more than flash_gluon_var.LAZY_TAU (8, log2 units: p
+# <= 256 in fp16) and rescales O and l only in the steps where some row moved (the LAZY
+# bit), where it now rescales O every key block (fp16 cannot take the fixed offset: P of
+# 2^HEADROOM overflows it). Off until measured faster and within the accuracy rule on the
+# H200 (tools/gpu/variants_gluon_s9.sh). With SOFTCAP_LAZY_WARP (LAZY_WARP) each warp
+# decides for its 16 rows by a vote and skips O's rescale inside inline PTX, in place of
+# the warpgroup's uniform `if` (a shared-memory reduction and two barriers per step).
+# $FA_BENCH_SOFTCAP_LAZY at import (a GPU script's `fa-bench run`): "1" the switch, "warp"
+# both.
+LAZY_ENV = "FA_BENCH_SOFTCAP_LAZY"
+SOFTCAP_LAZY_FP16 = os.environ.get(LAZY_ENV, "") not in ("", "0")
+SOFTCAP_LAZY_WARP = os.environ.get(LAZY_ENV, "") == "warp"
+_LAZY = 65536  # flash_gluon_var.LAZY
+_LAZY_WARP = 131072  # flash_gluon_var.LAZY_WARP
 
 
 def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
@@ -97,6 +113,22 @@ def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
         and variant.slopes is None
         and dtype == torch.bfloat16
         and variant.softcap * _LOG2E <= FIXED_MAX_SC
+    )
+
+
+def lazy_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
+    """Whether a launch takes (`switch` None: by SOFTCAP_LAZY_FP16) the threshold rescale:
+    an fp16 softcap (with a window, ALiBi or packed too: the rescale needs no bound on the
+    scores), never beside the fixed offset (which has no m to move)."""
+    import torch
+
+    if switch is None:
+        switch = SOFTCAP_LAZY_FP16
+    return (
+        switch
+        and variant.softcap > 0
+        and dtype == torch.float16
+        and not fixed_max(variant, dtype, True)
     )
 
 
@@ -132,7 +164,8 @@ def variant_bits(
     (`alibi_columns`), FIXED_MAX for a bounded softcap (`fixed_max`, by q's dtype) and
     with it QSCALE under SOFTCAP_FAST, SUM_BF16 under SOFTCAP_SUM_BF16 and with that P_ALU
     under SOFTCAP_P_ALU; QSCALE for an fp16 softcap under SOFTCAP_QSCALE_FP16 (by the
-    call's `scale`, `_qscale_fp16`)."""
+    call's `scale`, `_qscale_fp16`); LAZY for an fp16 softcap under SOFTCAP_LAZY_FP16
+    (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -149,6 +182,8 @@ def variant_bits(
     bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
     bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
     bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
+    bits |= _LAZY if lazy_max(variant, dtype) else 0
+    bits |= _LAZY_WARP if SOFTCAP_LAZY_WARP and bits & _LAZY else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 
 

@@ -120,8 +120,11 @@ _VAR_ARGS = (
 # with the development f16x2 tanh (16) alone and with everything, and with the
 # development Q scaling (32); ALiBi's per-column form (4096, causal calls) alone, with a
 # window, with everything; the softcap's fixed offset (8192) alone, with a window, packed,
-# with Q scaling.
-VAR_BITS = (*range(1, 16), 18, 31, 34, 4100, 4101, 4103, 4111, 8194, 8195, 8202, 8226)
+# with Q scaling; the threshold rescale (65536, fp16 softcap's development switch) with the
+# softcap alone, with a window, packed, and with ALiBi's per-column form; its per-warp form
+# (+ 131072) with the softcap alone and packed.
+VAR_BITS = (*range(1, 16), 18, 31, 34, 4100, 4101, 4103, 4111, 8194, 8195, 8202, 8226,
+            65538, 65539, 65546, 69638, 196610, 196618)  # fmt: skip
 
 
 def compile_variant(cfg: GluonConfig, dtype: str, head_dim: int, causal: bool, var: int) -> object:
