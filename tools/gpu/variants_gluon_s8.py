@@ -65,6 +65,10 @@ LAUNCHES = ("c2", "c3")
 # fp16 softcap rows also time "c3q": C3_N64 with Q scaled by scale / c once per tile
 # (flash_gluon_varhost.SOFTCAP_QSCALE_FP16; bf16 has it with the fixed offset already)
 QSCALE_LAUNCH = "c3q"
+# session 9 (tools/gpu/variants_gluon_s9.py): c2 / c3 with the fp16 softcap's threshold
+# rescale (flash_gluon_varhost.SOFTCAP_LAZY_FP16), "...w" with its per-warp form too
+# (SOFTCAP_LAZY_WARP)
+LAZY_LAUNCHES = ("c2l", "c3l", "c2w", "c3w")
 PICK_MARGIN = 0.01
 DEVICE = "cuda"  # a CPU test runs the rows' plumbing with "cpu"
 
@@ -77,18 +81,21 @@ def _out(name: str) -> str:
 
 @contextlib.contextmanager
 def launch(name: str) -> Iterator[None]:
-    """flash_gluon_varhost.C3_KINDS for launch `name` ("c2": none, "c3": every kind, both
-    dtypes), the committed table back after."""
+    """flash_gluon_varhost.C3_KINDS for launch `name` ("c2", "c2l": none, "c3", "c3l": every
+    kind, both dtypes; "...l": SOFTCAP_LAZY_FP16 on, "...w": SOFTCAP_LAZY_WARP too), the
+    committed table back after."""
     from fa_bench.kernels import flash_gluon_varhost as vh
 
-    saved = vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16
+    saved = vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16, vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP
     every = frozenset(_all_kinds())
-    vh.C3_KINDS = {} if name == "c2" else {d: every for d in DTYPES}
+    vh.C3_KINDS = {} if name.startswith("c2") else {d: every for d in DTYPES}
     vh.SOFTCAP_QSCALE_FP16 = name == QSCALE_LAUNCH
+    vh.SOFTCAP_LAZY_FP16 = name in LAZY_LAUNCHES
+    vh.SOFTCAP_LAZY_WARP = name in LAZY_LAUNCHES and name.endswith("w")
     try:
         yield
     finally:
-        vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16 = saved
+        vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16, vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP = saved
 
 
 def _all_kinds() -> list[str]:

@@ -1,0 +1,307 @@
+"""The fp16 softcap's threshold rescale (issue 19, session 9): the LAZY bit of the variant
+kernel and its development switch (flash_gluon_varhost.SOFTCAP_LAZY_FP16, off; on by
+$FA_BENCH_SOFTCAP_LAZY at import), which launches take it, the step's math emulated on
+the CPU (flash_gluon_var.softmax_lazy / lazy_rescale in torch) against the exact softmax,
+the session's GPU tools and script. `slow`: the bit compiles for sm_90 with triton 3.6
+(GLUON_TRITON_PATH or /tmp/tri36) on both softcap launches without new spills.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fa_bench.kernels import flash_gluon_var as kernel
+from fa_bench.kernels import flash_gluon_varhost as vh
+from fa_bench.kernels.flash_validate import Variant, Varlen
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_TOOLS = ROOT / "tools" / "gpu"
+BF16, FP16 = torch.bfloat16, torch.float16
+SCALE = 128**-0.5
+
+
+def _tool(name: str):
+    sys.path.insert(0, str(GPU_TOOLS))
+    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # a dataclass in it looks its module up
+    saved = os.environ.get("TRITON_INTERPRET")  # the SASS tools drop it at import
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    return mod
+
+
+def _v(window=None, softcap=50.0, alibi=False, varlen=False) -> Variant:
+    cu = torch.tensor([0, 3, 9], dtype=torch.int32)
+    return Variant(window=window, softcap=softcap, slopes=torch.ones(1, 4) if alibi else None,
+                   varlen=Varlen(cu, cu, 6, 6) if varlen else None, tanh=1)  # fmt: skip
+
+
+def test_the_bits_agree_with_the_kernel_and_are_clear_of_the_others():
+    assert int(kernel.LAZY.value) == vh._LAZY
+    assert int(kernel.LAZY_WARP.value) == vh._LAZY_WARP
+    others = (vh._WINDOW | vh._SOFTCAP | vh._ALIBI | vh._VARLEN | vh._TANH_F16X2 | vh._QSCALE
+              | (31 << 6) | vh._ALIBI_COL | vh._FIXED_MAX | vh._SUM_BF16 | vh._P_ALU)  # fmt: skip
+    for bit in (vh._LAZY, vh._LAZY_WARP):
+        assert bit & (bit - 1) == 0 and not bit & others
+    assert vh._LAZY != vh._LAZY_WARP
+    # P <= 2^LAZY_TAU must stay a finite fp16 number with room for the exp2's rounding
+    tau = float(kernel.LAZY_TAU.value)
+    assert 0 < tau and 2.0**tau * 1.01 < torch.finfo(FP16).max
+
+
+def test_the_switch_is_off_and_takes_fp16_softcap_launches_only(monkeypatch):
+    cap = _v()
+    assert not vh.SOFTCAP_LAZY_FP16
+    assert vh.variant_bits(cap, 0, True, FP16, SCALE) == vh._SOFTCAP
+    monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
+    assert vh.variant_bits(cap, 0, True, FP16, SCALE) == vh._SOFTCAP | vh._LAZY
+    assert vh.variant_bits(cap, 0, False, FP16, SCALE) & vh._LAZY  # non-causal too
+    # the rescale needs no bound on the scores: with a window, ALiBi, packed as well
+    for v in (_v(window=(8, 0)), _v(alibi=True), _v(varlen=True), _v((8, 0), 30.0, True, True)):
+        assert vh.variant_bits(v, 0, True, FP16, SCALE) & vh._LAZY, v
+    assert vh.variant_bits(_v(alibi=True), 0, True, FP16) & vh._ALIBI_COL  # with the column form
+    # bf16 keeps the fixed offset (no m to move), no softcap no rescale switch, no dtype no
+    fast = vh._SOFTCAP | vh._FIXED_MAX | vh._QSCALE
+    assert vh.variant_bits(cap, 0, True, BF16, SCALE) == fast
+    assert not vh.variant_bits(_v(softcap=0.0, alibi=True), 0, True, FP16) & vh._LAZY
+    assert not vh.variant_bits(cap, 0, True, None) & vh._LAZY
+    assert not vh.variant_bits(cap, 0, True, torch.float32) & vh._LAZY
+    # with SOFTCAP_QSCALE_FP16 both bits
+    monkeypatch.setattr(vh, "SOFTCAP_QSCALE_FP16", True)
+    assert vh.variant_bits(cap, 0, True, FP16, SCALE) == vh._SOFTCAP | vh._QSCALE | vh._LAZY
+    assert vh.lazy_max(cap, FP16, False) is False and vh.lazy_max(cap, FP16, True) is True
+
+
+def test_the_per_warp_form_rides_on_the_threshold_rescale_only(monkeypatch):
+    cap = _v()
+    assert not vh.SOFTCAP_LAZY_WARP
+    monkeypatch.setattr(vh, "SOFTCAP_LAZY_WARP", True)
+    assert vh.variant_bits(cap, 0, True, FP16, SCALE) == vh._SOFTCAP  # not without LAZY
+    monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
+    want = vh._SOFTCAP | vh._LAZY | vh._LAZY_WARP
+    assert vh.variant_bits(cap, 0, True, FP16, SCALE) == want
+    assert not vh.variant_bits(cap, 0, True, BF16, SCALE) & vh._LAZY_WARP
+
+
+def test_the_per_warp_ptx_skips_with_its_values_tied():
+    """The rescale's PTX: one warp-uniform branch on the first flag operand, n multiplies
+    in place (each result tied to its value), n alphas; the vote covers both rows."""
+    n = int(kernel._PACK.value)
+    asm, con = str(kernel._RESCALE_ASM.value), str(kernel._RESCALE_CON.value).split(",")
+    assert con == ["=r"] * n + [str(i) for i in range(n)] + ["r"] * (2 * n)
+    assert f"setp.eq.s32 %keep, ${3 * n}, 0;" in asm and "bra.uni LAZY_SKIP" in asm
+    assert asm.count("mul.f32") == n and f"mul.f32 $0, $0, ${2 * n};" in asm
+    assert asm.startswith("{") and asm.endswith("}")  # the label stays local to each copy
+    vote = str(kernel._VOTE_ASM.value)
+    assert "vote.sync.any.pred" in vote and "$2" in vote and "$3" in vote
+
+
+@pytest.mark.parametrize(
+    "value, on, warp",
+    [(None, False, False), ("", False, False), ("0", False, False), ("1", True, False),
+     ("warp", True, True)],
+)  # fmt: skip
+def test_the_environment_turns_the_switches_on_at_import(value, on, warp):
+    env = dict(os.environ)
+    env.pop(vh.LAZY_ENV, None)
+    if value is not None:
+        env[vh.LAZY_ENV] = value
+    code = ("from fa_bench.kernels import flash_gluon_varhost as v; "
+            "print(v.SOFTCAP_LAZY_FP16, v.SOFTCAP_LAZY_WARP)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(on), str(warp)]
+
+
+def _lazy_forward(s: torch.Tensor, v: torch.Tensor, sc: float, block: int, tau: float | None):
+    """The kernel's forward over rows of raw scores s (after softcap and mask, fp32; −inf
+    masked) in key blocks, P rounded to fp16 as PV takes it: the running max (tau None) or
+    LAZY's kept offset (flash_gluon_var.softmax_lazy then lazy_rescale). (o, lse2, the
+    largest P, the blocks that rescaled)."""
+    rows = s.shape[0]
+    m = torch.full((rows,), -math.inf)
+    l = torch.zeros(rows)  # noqa: E741
+    acc = torch.zeros(rows, v.shape[1])
+    p_max, rescaled = 0.0, 0
+    for j0 in range(0, s.shape[1], block):
+        sb, vb = s[:, j0 : j0 + block], v[j0 : j0 + block]
+        m_blk = torch.maximum(m, sb.max(dim=1).values)
+        if tau is None or j0 == 0:  # the first block: the plain step (m = −inf before)
+            m_new = m_blk
+        else:
+            with torch.no_grad():
+                diff = (m_blk - m) * sc  # −inf − −inf = NaN: not > tau, kept
+            m_new = torch.where(diff > tau, m_blk, m)
+        m_scaled = torch.where(m_new == -math.inf, 0.0, m_new * sc)
+        p = torch.exp2(sb * sc - m_scaled[:, None])
+        if bool((m_new != m).any()):
+            alpha = torch.where(m_new == m, 1.0, torch.exp2((m - m_new) * sc))
+            l, acc = l * alpha, acc * alpha[:, None]  # noqa: E741
+            rescaled += 1
+        p16 = p.to(FP16)
+        assert torch.isfinite(p16).all()
+        p_max = max(p_max, float(p.max()))
+        l = l + p.sum(dim=1)  # noqa: E741
+        acc = acc + p16.float() @ vb
+        m = m_new
+    empty = l == 0
+    o = acc / torch.where(empty, 1.0, l)[:, None]
+    lse2 = torch.where(empty, math.inf, m * sc + torch.log2(torch.where(empty, 1.0, l)))
+    return o, lse2, p_max, rescaled
+
+
+@pytest.mark.parametrize("pattern", ["random", "late", "ramp", "masked start"])
+def test_the_threshold_rescale_is_exact_math_whatever_the_data(pattern):
+    """The emulated LAZY step against the exact softmax (float64): o and lse2 as close as
+    the running max's, P never above 2^LAZY_TAU (fp16 finite), rescales only when a row
+    rises past the threshold (the late logit, the ramp) and rows without keys empty."""
+    g = torch.Generator().manual_seed(7)
+    rows, n, d, cap = 16, 1024, 32, 50.0
+    sc = cap * math.log2(math.e)
+    raw = torch.randn((rows, n), generator=g) * 1.5
+    if pattern == "late":
+        raw[:, -5:] += 14.0
+    elif pattern == "ramp":
+        raw += torch.linspace(0.0, 14.0, n)
+    s = torch.tanh(raw / cap)  # the kernel's softcapped score, in units of sc
+    if pattern == "masked start":  # rows 0-3 see no key, rows 4-7 from key 300 on only
+        s[:4] = -math.inf
+        s[4:8, :300] = -math.inf
+    v = torch.randn((n, d), generator=g)
+    tau = float(kernel.LAZY_TAU.value)
+    o_run, _lse, p_run, _ = _lazy_forward(s, v, sc, 64, None)
+    o_lazy, lse_lazy, p_lazy, rescaled = _lazy_forward(s, v, sc, 64, tau)
+    logits = s.double() * sc * math.log(2.0)  # natural-log units
+    w = torch.softmax(logits, dim=1)
+    seen = torch.isfinite(logits).any(dim=1)
+    o_ref = torch.where(seen[:, None], torch.nan_to_num(w) @ v.double(), 0.0)
+    lse_ref = torch.where(seen, torch.logsumexp(logits, dim=1) / math.log(2.0), math.inf)
+    err_run = (o_run.double() - o_ref).abs().max().item()
+    err_lazy = (o_lazy.double() - o_ref).abs().max().item()
+    assert err_lazy <= 2 * err_run + 1e-3, (err_lazy, err_run)
+    assert torch.equal(torch.isinf(lse_lazy), torch.isinf(lse_ref))
+    fin = torch.isfinite(lse_ref)
+    assert (lse_lazy[fin].double() - lse_ref[fin]).abs().max().item() < 1e-4
+    assert p_run <= 1.0 + 1e-6 and p_lazy <= 2.0**tau * 1.001
+    blocks = n // 64
+    if pattern in ("late", "ramp"):
+        assert 0 < rescaled < blocks - 1, rescaled
+    if pattern == "random":
+        assert rescaled <= blocks // 4, rescaled  # the maxima settle after a few blocks
+
+
+def test_the_compile_tools_cover_the_bit():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gluon_compile
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    lazy = [b for b in gluon_compile.VAR_BITS if b & vh._LAZY]
+    assert {b & 15 for b in lazy} >= {vh._SOFTCAP, vh._SOFTCAP | vh._WINDOW}
+    assert all(b & vh._SOFTCAP and not b & vh._FIXED_MAX for b in lazy)
+    tool = _tool("variants_gluon_s9_sass")
+    combos = tool.combos(quick=False)
+    assert {(c.launch, c.head_dim) for c in combos} == {("c2", 64), ("c2", 128), ("c3", 128)}
+    lazy = vh._SOFTCAP | vh._LAZY
+    assert {c.var for c in combos} == {vh._SOFTCAP, lazy, lazy | vh._LAZY_WARP}
+    assert len(combos) == 3 * 2 * 2 * 3 and len(tool.combos(quick=True)) == 2 * 2 * 3
+    assert tool.config("c3", 128, True) == vh.C3_N64
+    assert tool.config("c2", 128, True).consumers == 2
+    # the rescale's skip: a conditional forward branch over an exp2 without a tanh
+    body = [(0x10, "@!P5 BRA 0x40"), (0x20, "MUFU.EX2 R1, R1"), (0x30, "FMUL R2, R2, R1"),
+            (0x40, "@P1 BRA 0x70"), (0x50, "MUFU.TANH R3, R3"), (0x60, "MUFU.EX2 R3, R3"),
+            (0x70, "BRA 0x10")]  # fmt: skip
+    assert tool.forward_span(body) == 2
+    assert tool.fmul_spans(body) == 0  # not FMULs only
+    warp = [(0x10, "@!P0 BRA 0x40"), (0x20, "FMUL R1, R1, R9"), (0x30, "FMUL R2, R2, R9"),
+            (0x40, "@!P0 BRA 0x60"), (0x50, "FMUL R3, R3, R9"), (0x60, "BRA 0x10")]  # fmt: skip
+    assert tool.fmul_spans(warp) == 3
+    rows = [dict(launch="c3", dtype="fp16", head_dim=128, causal=True, var=2, ok=True,
+                 spill_stores=0, config="c3"),
+            dict(launch="c3", dtype="fp16", head_dim=128, causal=True, var=2 | vh._LAZY,
+                 ok=True, spill_stores=4, config="c3")]  # fmt: skip
+    assert len(tool.regressions(rows)) == 1
+    rows[1]["spill_stores"] = 0
+    assert tool.regressions(rows) == []
+
+
+def test_the_speed_tools_switch_the_lazy_launches():
+    s8 = _tool("variants_gluon_s8")
+    seen = []
+    for name in ("c2", "c2l", "c2w", "c3", "c3l", "c3w", "c3q"):
+        with s8.launch(name):
+            seen.append((bool(vh.C3_KINDS), vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP,
+                         vh.SOFTCAP_QSCALE_FP16))  # fmt: skip
+    assert seen == [(False, False, False, False), (False, True, False, False),
+                    (False, True, True, False), (True, False, False, False),
+                    (True, True, False, False), (True, True, True, False),
+                    (True, False, False, True)]  # fmt: skip
+    assert not vh.SOFTCAP_LAZY_FP16 and not vh.SOFTCAP_LAZY_WARP
+    s9 = _tool("variants_gluon_s9")
+    assert set(s9.LAUNCHES) == {"c2", "c2l", "c2w", "c3", "c3l", "c3w"}
+    assert {b for _a, b in s9.PAIRS} <= set(s9.LAUNCHES) >= {a for a, _b in s9.PAIRS}
+    assert all(d == "fp16" and k == "softcap" for k, _b, _n, d in s9.ROWS)
+    assert {(b, n) for _k, b, n, _d in s9.ROWS} == {(8, 8192), (2, 32768)}
+    assert s9.verdict([{"c3l_over_c3": 1.05}, {"c3l_over_c3": 1.0}]) is True
+    assert s9.verdict([{"c3l_over_c3": 1.005}]) is False
+    assert s9.verdict([]) is None
+    assert s9.best_form([{"c3l_over_c3": 1.04, "c3w_over_c3": 1.02}]) == "1"
+    assert s9.best_form([{"c3l_over_c3": 0.98, "c3w_over_c3": 1.02}]) == "warp"
+    assert s9.best_form([]) == "warp"
+
+
+def test_the_gpu_script_parses_and_its_paths_exist():
+    script = GPU_TOOLS / "variants_gluon_s9.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    for path in set(re.findall(r"\b((?:tools|tests)/[\w/.-]+\.(?:py|sh|toml))", text)):
+        assert (ROOT / path).exists(), path
+    assert vh.LAZY_ENV in text and "test_flash_gluon_var_s9_gpu.py" in text
+
+
+TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
+)
+def test_the_lazy_bit_compiles_for_sm90_without_new_spills(tmp_path):
+    """triton 3.6 compiles softcap without LAZY, with it and with LAZY_WARP on both
+    launches (d128 causal, fp16 and bf16), no spills, O's rescale behind branches in the
+    key loop, and LAZY_WARP without the uniform test's barriers."""
+    env = dict(os.environ, PYTHONPATH=TRI36)
+    env.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "s9.json"
+    res = subprocess.run(
+        [sys.executable, "tools/gpu/variants_gluon_s9_sass.py", "--quick", "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) == 12 and all(r["ok"] for r in rows), rows
+    assert all(r["spill_stores"] == 0 and r["spill_loads"] == 0 for r in rows), rows
+    lazy = [r for r in rows if r["var"] & vh._LAZY]
+    # O's rescale (64 FMUL per thread at d128) skipped
+    assert len(lazy) == 8 and all(r["skipped"] >= 64 for r in lazy), lazy
+    plain = {(r["config"], r["dtype"]): r for r in rows if not r["var"] & vh._LAZY}
+    for r in lazy:
+        base = plain[(r["config"], r["dtype"])]
+        if r["var"] & vh._LAZY_WARP:  # no reduction: the plain launch's barriers
+            assert r["bar"] == base["bar"] and r["loop"] - r["skipped"] < base["loop"], r
+        else:
+            assert r["bar"] > base["bar"], r

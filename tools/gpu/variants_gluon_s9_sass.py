@@ -1,0 +1,185 @@
+"""Registers, spills and the key-block loop of the fp16 softcap's threshold rescale (issue
+19, session 9: the LAZY bit, flash_gluon_varhost.SOFTCAP_LAZY_FP16) beside the running-max
+softcap it replaces, compiled for sm_90 on a CPU with the H200's triton installed aside:
+
+    PYTHONPATH=/tmp/tri36 python tools/gpu/variants_gluon_s9_sass.py [--json OUT] [--quick]
+
+One line per (launch, dtype, head_dim, causal, VAR): the two-consumer launch the variants
+take at that head_dim (c2) and the three-consumer 64-key one (c3, flash_gluon_varhost.C3_N64,
+head_dim 128: where the dispatch serves it), fp16 and bf16, causal both; VAR = softcap
+alone (fp16's launch today), with LAZY, and with LAZY_WARP too (bf16 takes the fixed
+offset by default: its LAZY rows only show the bits compile there too). For the key-block
+loop (tools/gpu/variants_gluon_sass.softmax_loop): its instructions, its FMULs, barriers,
+and the instructions a step skips when no row moved (the uniform `if`'s forward branch
+over O's rescale; LAZY_WARP: the FMULs behind the PTX branches). `--quick`: d128 causal
+only. Exits 1 if a LAZY row spills where its softcap row does not, or fails to compile.
+A developer tool, not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile, never interpret (before triton's import)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fa_bench.kernels import flash_gluon_varhost as vh
+from fa_bench.kernels.flash_gluon import GluonConfig, gluon_config
+
+SOFTCAP = vh._SOFTCAP
+LAZY = vh._LAZY
+WARP = vh._LAZY_WARP
+VARS = (SOFTCAP, SOFTCAP | LAZY, SOFTCAP | LAZY | WARP)
+
+
+@dataclasses.dataclass(frozen=True)
+class Combo:
+    launch: str  # c2 / c3
+    dtype: str
+    head_dim: int
+    causal: bool
+    var: int
+
+
+def config(launch: str, head_dim: int, causal: bool) -> GluonConfig:
+    """The launch's GluonConfig: c3 is C3_N64, c2 the variants' two-consumer launch."""
+    if launch == "c3":
+        return vh.C3_N64
+    return vh.variant_config(gluon_config(head_dim, causal), head_dim)
+
+
+def combos(quick: bool) -> list[Combo]:
+    """What to compile: c2 at d64 and d128, c3 at d128, both dtypes, causal both; softcap
+    without LAZY, with it, and with LAZY_WARP too (quick: d128 causal only)."""
+    out = []
+    head_dims, causals = ((128,), (True,)) if quick else ((64, 128), (True, False))
+    for launch, dtype, hd, causal in itertools.product(("c2", "c3"), ("fp16", "bf16"),
+                                                        head_dims, causals):  # fmt: skip
+        if launch == "c3" and hd not in vh.C3_HEAD_DIMS:
+            continue
+        out += [Combo(launch, dtype, hd, causal, var) for var in VARS]
+    return out
+
+
+def forward_span(body: list[tuple[int, str]]) -> int:
+    """Instructions the rescale's branch skips: the longest conditional forward branch
+    inside the loop body over code with an exp2 (alpha) but no tanh and no wgmma (the
+    masked path's branches hold the tanh)."""
+    best = 0
+    for here, text in body:
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", text)
+        if m and "@" in text.split("BRA")[0]:
+            target = int(m.group(1), 16)
+            span = [t for a, t in body if here < a < target]
+            ops = " ".join(span)
+            if "MUFU.EX2" in ops and "TANH" not in ops and "HGMMA" not in ops:
+                best = max(best, len(span))
+    return best
+
+
+def fmul_spans(body: list[tuple[int, str]]) -> int:
+    """Instructions skipped by the conditional forward branches over FMULs only (LAZY_WARP's
+    PTX branches, one per 16 values of O)."""
+    total = 0
+    for here, text in body:
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", text)
+        if m and "@" in text.split("BRA")[0]:
+            span = [t for a, t in body if here < a < int(m.group(1), 16)]
+            if span and all(t.split()[0].startswith("FMUL") for t in span):
+                total += len(span)
+    return total
+
+
+def row(c: Combo) -> dict:
+    """One combination compiled: registers, spills, the loop's counts (or the error)."""
+    import gluon_compile as gc
+    import variants_gluon_sass as vs
+
+    cfg = config(c.launch, c.head_dim, c.causal)
+    r: dict = dict(dataclasses.asdict(c), config=cfg.label())
+    try:
+        k = gc.compile_variant(cfg, c.dtype, c.head_dim, c.causal, c.var)
+        r.update(shared=k.metadata.shared, **gc.ptxas_info(k.asm["ptx"]))
+        lines = vs.sass(k.asm["cubin"])
+        scores = 64 * cfg.block_n // 128
+        ops = vs.softmax_loop(lines, scores)
+        # the same loop as (address, text): the smallest backward branch's span of len(ops)
+        body = _loop_lines(lines, len(ops))
+        r.update(loop=len(ops), fmul=ops.count("FMUL"), bar=ops.count("BAR"),
+                 skipped=(fmul_spans(body) if c.var & WARP else forward_span(body))
+                 if c.var & LAZY else 0)  # fmt: skip
+        r["ok"] = True
+    except Exception as e:  # every failure is a row
+        r.update(ok=False, error=f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+    return r
+
+
+def _loop_lines(lines: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
+    """The (address, text) lines of the backward branch's body that has n instructions
+    and holds the wgmma (softmax_loop's choice)."""
+    for here, text in lines:
+        m = re.search(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)", text)
+        if not m or int(m.group(1), 16) >= here:
+            continue
+        body = [(a, t) for a, t in lines if int(m.group(1), 16) <= a <= here]
+        if len(body) == n and any("HGMMA" in t for _, t in body):
+            return body
+    return []
+
+
+def regressions(rows: list[dict]) -> list[str]:
+    """LAZY rows that failed, or spill where the same launch's softcap row does not."""
+    plain = {(r["launch"], r["dtype"], r["head_dim"], r["causal"]): r for r in rows
+             if not r["var"] & LAZY}  # fmt: skip
+    bad = []
+    for r in rows:
+        if not r["var"] & LAZY:
+            continue
+        base = plain.get((r["launch"], r["dtype"], r["head_dim"], r["causal"]))
+        if not r["ok"]:
+            bad.append(f"{r['config']} {r['dtype']} d{r['head_dim']}: {r['error']}")
+        elif base and base["ok"] and r["spill_stores"] > base["spill_stores"]:
+            bad.append(f"{r['config']} {r['dtype']} d{r['head_dim']} causal={r['causal']} spills")
+    return bad
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--quick", action="store_true", help="d128 causal only")
+    args = ap.parse_args()
+    import triton
+
+    print(f"triton {triton.__version__}, sm_90; loop = the consumers' key-block loop")
+    print("| launch | dtype | d | causal | VAR | regs | spills | smem | loop | FMUL | BAR | "
+          "skipped |")  # fmt: skip
+    print("|---" * 12 + "|")
+    rows = []
+    for c in combos(args.quick):
+        r = row(c)
+        rows.append(r)
+        if not r["ok"]:
+            print(f"| {r['config']} | {c.dtype} | {c.head_dim} | {int(c.causal)} | {c.var} | "
+                  f"FAIL: {r['error']} |", flush=True)  # fmt: skip
+            continue
+        print(f"| {r['config']} | {c.dtype} | {c.head_dim} | {int(c.causal)} | {c.var} | "
+              f"{r['registers']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared']} | "
+              f"{r['loop']} | {r['fmul']} | {r['bar']} | {r['skipped']} |", flush=True)  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    bad = regressions(rows)
+    print(f"{len(rows)} combinations; {len(bad)} LAZY regressions" + "".join(
+        f"\n  {b}" for b in bad))  # fmt: skip
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
