@@ -120,16 +120,13 @@ def lazy_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
     """Whether a launch takes (`switch` None: by SOFTCAP_LAZY_FP16) the threshold rescale:
     an fp16 softcap (with a window, ALiBi or packed too: the rescale needs no bound on the
     scores), never beside the fixed offset (which has no m to move)."""
-    import torch
-
     if switch is None:
         switch = SOFTCAP_LAZY_FP16
-    return (
-        switch
-        and variant.softcap > 0
-        and dtype == torch.float16
-        and not fixed_max(variant, dtype, True)
-    )
+    if not switch or variant.softcap <= 0:  # the default: no cost in a timed forward
+        return False
+    import torch
+
+    return dtype == torch.float16 and not fixed_max(variant, dtype, True)
 
 
 def alibi_columns(variant: Variant, causal: bool) -> bool:
