@@ -82,19 +82,6 @@ def _switch(monkeypatch, form: str) -> int:
 FORMS = ["if", "warp"]  # the warpgroup's uniform `if`; LAZY_WARP's vote and PTX branches
 
 
-@pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("case", _CHECKS, ids=[f"lazy {c[0]}" for c in _CHECKS])
-def test_gpu_lazy_fp16_softcap_checks(case, form, monkeypatch):
-    """Every fp16 softcap check with SOFTCAP_LAZY_FP16 on (and LAZY_WARP), on the launch
-    the dispatch picks (C3_N64 for causal d128 softcap alone), passes the accuracy rule."""
-    _id, fn, args, kw = case
-    want = _switch(monkeypatch, form)
-    seen, bits = _spy(monkeypatch)
-    res = fn(*args, **kw)
-    assert all(r["passed"] for r in res.values()), res
-    assert seen and bits and all(b & want == want for b in bits), (seen, bits)
-
-
 def _crafted(pattern: str, b: int, hq: int, hk: int, sq: int, sk: int, d: int, g):
     """(q, k, v) whose rows' maxima rise after the first key block: "late" puts a key of
     logit ~ +14 (log2 units ~ +19 through softcap 50) in the last 7 keys; "ramp" raises
@@ -155,6 +142,19 @@ def test_gpu_lazy_rows_whose_max_rises_late(shape, launch, form, monkeypatch):
     want = vh.C3_N64.label() if c3 else "ws-m64-n128-s3" if d == 128 else "ws-m64-n128-s4"
     assert seen and set(seen) == {want}, seen
     assert bits and all(x & want_bits == want_bits for x in bits), bits
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case", _CHECKS, ids=[f"lazy {c[0]}" for c in _CHECKS])
+def test_gpu_lazy_fp16_softcap_checks(case, form, monkeypatch):
+    """Every fp16 softcap check with SOFTCAP_LAZY_FP16 on (and LAZY_WARP), on the launch
+    the dispatch picks (C3_N64 for causal d128 softcap alone), passes the accuracy rule."""
+    _id, fn, args, kw = case
+    want = _switch(monkeypatch, form)
+    seen, bits = _spy(monkeypatch)
+    res = fn(*args, **kw)
+    assert all(r["passed"] for r in res.values()), res
+    assert seen and bits and all(b & want == want for b in bits), (seen, bits)
 
 
 def test_gpu_lazy_off_by_default_runs_the_running_max():

@@ -34,7 +34,7 @@ STEP_RESERVE=3 STEP_MIN=8 STEP_KILL=5
 . "$(dirname "$0")/steps.sh"
 steps_header
 
-step "gpu tests" 36 python3 -m pytest -v -rfE -m gpu -n 12 -p no:cacheprovider -k "$TESTS" \
+step "gpu tests" 38 python3 -m pytest -v -rfE -m gpu -n 12 -p no:cacheprovider -k "$TESTS" \
   tests/test_flash_gluon_var_s9_gpu.py > "$FILES/tests.log" 2>&1
 tail -3 "$FILES/tests.log" >> "$STEPS"
 step "speed" "$SPEED_CAP" env OUT="$FILES" python3 tools/gpu/variants_gluon_s9.py \
