@@ -20,7 +20,7 @@ The first bound replay of each compiled kernel triple is checked against the JIT
 (delta, dK and dV bit for bit; dQ, whose fp32 reduce-adds land in any order, within 1e-3
 of its largest value), else those kernels stay on the JIT path. Planned only where the
 lse2/delta rows are views (seq_q a multiple of 4: else they are padded copies made
-between the launches, see flash_gluon_bwd.tma_rows).
+made after the preprocessing kernel is queued, see flash_gluon_bwd_desc.tma_rows).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     grid (a head's key blocks together, heaviest first; `kb_major`: the key block on the
     slow axis), constexprs. `probe` 2 skips the dQ reduce-adds (timing probes)."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
-    from fa_bench.kernels.flash_gluon_bwd import _descriptor, _row_descriptor
+    from fa_bench.kernels.flash_gluon_bwd_desc import _descriptor, _row_descriptor
 
     q, k, v, do, dk, dv, dq_ws = tensors
     batch, heads_q, seq_q, head_dim = q.shape

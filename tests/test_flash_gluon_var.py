@@ -246,6 +246,7 @@ def _triton36_path() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 156 compiles: about 15 minutes on two busy cores, as the subprocess
 def test_every_variant_combination_compiles_for_sm90():
     path = _triton36_path()
     if path is None:
