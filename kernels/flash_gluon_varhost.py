@@ -119,10 +119,14 @@ def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
 def lazy_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
     """Whether a launch takes (`switch` None: by SOFTCAP_LAZY_FP16) the threshold rescale:
     an fp16 softcap (with a window, ALiBi or packed too: the rescale needs no bound on the
-    scores), never beside the fixed offset (which has no m to move)."""
+    scores), never beside the fixed offset (which has no m to move), nor where a packed
+    batch meets ALiBi: at d128 ptxas spills there (softcap+alibi+varlen causal 4 bytes where
+    the running max has none; all four 32-44 bytes against 28)."""
     if switch is None:
         switch = SOFTCAP_LAZY_FP16
     if not switch or variant.softcap <= 0:  # the default: no cost in a timed forward
+        return False
+    if variant.slopes is not None and variant.varlen is not None:
         return False
     import torch
 

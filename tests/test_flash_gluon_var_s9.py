@@ -71,8 +71,11 @@ def test_the_switch_is_off_and_takes_fp16_softcap_launches_only(monkeypatch):
     assert vh.variant_bits(cap, 0, True, FP16, SCALE) == vh._SOFTCAP | vh._LAZY
     assert vh.variant_bits(cap, 0, False, FP16, SCALE) & vh._LAZY  # non-causal too
     # the rescale needs no bound on the scores: with a window, ALiBi, packed as well
-    for v in (_v(window=(8, 0)), _v(alibi=True), _v(varlen=True), _v((8, 0), 30.0, True, True)):
+    for v in (_v(window=(8, 0)), _v(alibi=True), _v(varlen=True), _v((8, 0), 30.0, False, True)):
         assert vh.variant_bits(v, 0, True, FP16, SCALE) & vh._LAZY, v
+    # but not a packed batch with ALiBi (ptxas spills at d128)
+    for v in (_v(alibi=True, varlen=True), _v((8, 0), 30.0, True, True)):
+        assert not vh.variant_bits(v, 0, True, FP16, SCALE) & vh._LAZY, v
     assert vh.variant_bits(_v(alibi=True), 0, True, FP16) & vh._ALIBI_COL  # with the column form
     # bf16 keeps the fixed offset (no m to move), no softcap no rescale switch, no dtype no
     fast = vh._SOFTCAP | vh._FIXED_MAX | vh._QSCALE
@@ -220,6 +223,18 @@ def test_the_compile_tools_cover_the_bit():
     assert {c.var for c in combos} == {vh._SOFTCAP, lazy, lazy | vh._LAZY_WARP}
     assert len(combos) == 3 * 2 * 2 * 3 and len(tool.combos(quick=True)) == 2 * 2 * 3
     assert tool.config("c3", 128, True) == vh.C3_N64
+    # --served: every fp16 softcap kind lazy_max takes, the dispatch's launch, three bit sets
+    served = tool.served()
+    kinds = {c.kind for c in served}
+    assert kinds and all("softcap" in k and not ("alibi" in k and "varlen" in k) for k in kinds)
+    assert len(kinds) == 6 and len(served) == 6 * 2 * 2 * 3
+    for i in range(0, len(served), 3):
+        off, lazy, warp = served[i : i + 3]
+        assert not off.var & vh._LAZY and lazy.var == off.var | vh._LAZY
+        assert warp.var == lazy.var | vh._LAZY_WARP
+        c3 = off.kind in vh.C3_KINDS["fp16"] and off.causal and off.head_dim == 128
+        assert off.launch == ("c3" if c3 else "c2") == warp.launch
+    assert not vh.SOFTCAP_LAZY_FP16 and not vh.SOFTCAP_LAZY_WARP  # put back
     assert tool.config("c2", 128, True).consumers == 2
     # the rescale's skip: a conditional forward branch over an exp2 without a tanh
     body = [(0x10, "@!P5 BRA 0x40"), (0x20, "MUFU.EX2 R1, R1"), (0x30, "FMUL R2, R2, R1"),
@@ -236,6 +251,10 @@ def test_the_compile_tools_cover_the_bit():
                  ok=True, spill_stores=4, config="c3")]  # fmt: skip
     assert len(tool.regressions(rows)) == 1
     rows[1]["spill_stores"] = 0
+    assert tool.regressions(rows) == []
+    # rows of another kind are their own baseline
+    rows += [dict(rows[0], kind="window+softcap", spill_stores=8),
+             dict(rows[1], kind="window+softcap", spill_stores=8)]  # fmt: skip
     assert tool.regressions(rows) == []
 
 
@@ -276,6 +295,18 @@ def test_the_gpu_script_parses_and_its_paths_exist():
 TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
 
 
+def _sass_tool(tmp_path, *flags: str) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=TRI36)
+    env.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "s9.json"
+    res = subprocess.run(
+        [sys.executable, "tools/gpu/variants_gluon_s9_sass.py", *flags, "--json", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
@@ -284,15 +315,7 @@ def test_the_lazy_bit_compiles_for_sm90_without_new_spills(tmp_path):
     """triton 3.6 compiles softcap without LAZY, with it and with LAZY_WARP on both
     launches (d128 causal, fp16 and bf16), no spills, O's rescale behind branches in the
     key loop, and LAZY_WARP without the uniform test's barriers."""
-    env = dict(os.environ, PYTHONPATH=TRI36)
-    env.pop("TRITON_INTERPRET", None)
-    out = tmp_path / "s9.json"
-    res = subprocess.run(
-        [sys.executable, "tools/gpu/variants_gluon_s9_sass.py", "--quick", "--json", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    rows = json.loads(out.read_text())
+    rows = _sass_tool(tmp_path, "--quick")
     assert len(rows) == 12 and all(r["ok"] for r in rows), rows
     assert all(r["spill_stores"] == 0 and r["spill_loads"] == 0 for r in rows), rows
     lazy = [r for r in rows if r["var"] & vh._LAZY]
@@ -305,3 +328,15 @@ def test_the_lazy_bit_compiles_for_sm90_without_new_spills(tmp_path):
             assert r["bar"] == base["bar"] and r["loop"] - r["skipped"] < base["loop"], r
         else:
             assert r["bar"] > base["bar"], r
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
+)
+def test_every_served_fp16_softcap_kind_compiles_without_new_spills(tmp_path):
+    """Every fp16 softcap kind the switch serves, d64 and d128, causal both, on the
+    dispatch's launch: LAZY and LAZY_WARP compile and spill no more than without them (the
+    tool exits 1 otherwise)."""
+    rows = _sass_tool(tmp_path, "--served")
+    assert len(rows) == 6 * 2 * 2 * 3 and all(r["ok"] for r in rows)

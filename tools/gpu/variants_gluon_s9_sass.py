@@ -3,6 +3,7 @@
 softcap it replaces, compiled for sm_90 on a CPU with the H200's triton installed aside:
 
     PYTHONPATH=/tmp/tri36 python tools/gpu/variants_gluon_s9_sass.py [--json OUT] [--quick]
+        [--served]
 
 One line per (launch, dtype, head_dim, causal, VAR): the two-consumer launch the variants
 take at that head_dim (c2) and the three-consumer 64-key one (c3, flash_gluon_varhost.C3_N64,
@@ -12,8 +13,10 @@ offset by default: its LAZY rows only show the bits compile there too). For the 
 loop (tools/gpu/variants_gluon_sass.softmax_loop): its instructions, its FMULs, barriers,
 and the instructions a step skips when no row moved (the uniform `if`'s forward branch
 over O's rescale; LAZY_WARP: the FMULs behind the PTX branches). `--quick`: d128 causal
-only. Exits 1 if a LAZY row spills where its softcap row does not, or fails to compile.
-A developer tool, not installed.
+only; `--served`: every fp16 softcap kind the switch serves (windows, ALiBi, packed; d64
+and d128, causal both) on the launch the dispatch picks, the bits as variant_bits gives
+them with the switches off and on. Exits 1 if a LAZY row fails to compile or spills more
+than the same launch without LAZY. A developer tool, not installed.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Combo:
     head_dim: int
     causal: bool
     var: int
+    kind: str = "softcap"
 
 
 def config(launch: str, head_dim: int, causal: bool) -> GluonConfig:
@@ -66,6 +70,32 @@ def combos(quick: bool) -> list[Combo]:
         if launch == "c3" and hd not in vh.C3_HEAD_DIMS:
             continue
         out += [Combo(launch, dtype, hd, causal, var) for var in VARS]
+    return out
+
+
+def served() -> list[Combo]:
+    """Every fp16 softcap kind (variants_gluon_s8_sass.kinds) the switch serves
+    (flash_gluon_varhost.lazy_max), d64 and d128, causal both, on the launch the dispatch
+    picks (C3_N64 where C3_KINDS lists the kind): the VAR bits variant_bits gives with the
+    switches off, with SOFTCAP_LAZY_FP16, and with SOFTCAP_LAZY_WARP too."""
+    import torch
+    import variants_gluon_s8_sass as s8s
+
+    out = []
+    saved = vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP
+    try:
+        for kind, hd, causal in itertools.product(s8s.kinds(), (64, 128), (True, False)):
+            v = s8s.variant_of(kind, causal)
+            if not vh.lazy_max(v, torch.float16, True):
+                continue
+            c3 = vh.three_consumers(v, torch.float16, hd, causal)
+            cfg = config("c3" if c3 else "c2", hd, causal)
+            for on, warp in ((False, False), (True, False), (True, True)):
+                vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP = on, warp
+                bits = vh.variant_bits(v, cfg.softmax_code(), causal, torch.float16, hd**-0.5)
+                out.append(Combo("c3" if c3 else "c2", "fp16", hd, causal, bits, kind))
+    finally:
+        vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP = saved
     return out
 
 
@@ -136,18 +166,22 @@ def _loop_lines(lines: list[tuple[int, str]], n: int) -> list[tuple[int, str]]:
 
 
 def regressions(rows: list[dict]) -> list[str]:
-    """LAZY rows that failed, or spill where the same launch's softcap row does not."""
-    plain = {(r["launch"], r["dtype"], r["head_dim"], r["causal"]): r for r in rows
-             if not r["var"] & LAZY}  # fmt: skip
+    """LAZY rows that failed, or spill more than the same launch's row without LAZY."""
+
+    def key(r: dict) -> tuple:
+        return r["launch"], r["dtype"], r["head_dim"], r["causal"], r.get("kind", "softcap")
+
+    plain = {key(r): r for r in rows if not r["var"] & LAZY}
     bad = []
     for r in rows:
         if not r["var"] & LAZY:
             continue
-        base = plain.get((r["launch"], r["dtype"], r["head_dim"], r["causal"]))
+        base = plain.get(key(r))
         if not r["ok"]:
             bad.append(f"{r['config']} {r['dtype']} d{r['head_dim']}: {r['error']}")
         elif base and base["ok"] and r["spill_stores"] > base["spill_stores"]:
-            bad.append(f"{r['config']} {r['dtype']} d{r['head_dim']} causal={r['causal']} spills")
+            bad.append(f"{r['config']} {r.get('kind')} {r['dtype']} d{r['head_dim']} "
+                       f"causal={r['causal']} spills")  # fmt: skip
     return bad
 
 
@@ -155,24 +189,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--quick", action="store_true", help="d128 causal only")
+    ap.add_argument("--served", action="store_true", help="every fp16 softcap kind served")
     args = ap.parse_args()
     import triton
 
     print(f"triton {triton.__version__}, sm_90; loop = the consumers' key-block loop")
-    print("| launch | dtype | d | causal | VAR | regs | spills | smem | loop | FMUL | BAR | "
-          "skipped |")  # fmt: skip
-    print("|---" * 12 + "|")
+    print("| launch | kind | dtype | d | causal | VAR | regs | spills | smem | loop | FMUL | "
+          "BAR | skipped |")  # fmt: skip
+    print("|---" * 13 + "|")
     rows = []
-    for c in combos(args.quick):
+    for c in served() if args.served else combos(args.quick):
         r = row(c)
         rows.append(r)
         if not r["ok"]:
-            print(f"| {r['config']} | {c.dtype} | {c.head_dim} | {int(c.causal)} | {c.var} | "
-                  f"FAIL: {r['error']} |", flush=True)  # fmt: skip
+            print(f"| {r['config']} | {c.kind} | {c.dtype} | {c.head_dim} | {int(c.causal)} | "
+                  f"{c.var} | FAIL: {r['error']} |", flush=True)  # fmt: skip
             continue
-        print(f"| {r['config']} | {c.dtype} | {c.head_dim} | {int(c.causal)} | {c.var} | "
-              f"{r['registers']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared']} | "
-              f"{r['loop']} | {r['fmul']} | {r['bar']} | {r['skipped']} |", flush=True)  # fmt: skip
+        print(f"| {r['config']} | {c.kind} | {c.dtype} | {c.head_dim} | {int(c.causal)} | "
+              f"{c.var} | {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | "
+              f"{r['shared']} | {r['loop']} | {r['fmul']} | {r['bar']} | {r['skipped']} |",
+              flush=True)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     bad = regressions(rows)
