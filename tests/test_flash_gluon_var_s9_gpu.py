@@ -2,7 +2,8 @@
 9: flash_gluon_varhost.SOFTCAP_LAZY_FP16, the LAZY bit, in both forms: the warpgroup's
 uniform `if`, and SOFTCAP_LAZY_WARP's vote per warp): with the switch on, every fp16
 softcap check of tools/gpu/variants_gluon_checks.py (d64 and d128, causal both, windows,
-ALiBi, packed, the `tl` backward on its output) and checks whose rows' maxima rise after
+ALiBi, packed, the `tl` backward on its output; not packed with ALiBi, which the switch
+leaves on the running max) and checks whose rows' maxima rise after
 the first key block (a large logit in the row's last keys, a ramp that rises by less than
 the threshold per block but by far more in all, a rise in one row of a tile only) on both
 launches (two consumers, and C3_N64), with odd lengths and GQA, against the float64

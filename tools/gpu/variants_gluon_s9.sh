@@ -3,7 +3,7 @@
 # flash_gluon_varhost.SOFTCAP_LAZY_FP16), one command under LIMIT seconds (default 105),
 # each step capped (tools/gpu/steps.sh):
 #  (1) the GPU tests with the switch on, both forms (tests/test_flash_gluon_var_s9_gpu.py,
-#      -k $TESTS, default all: every fp16 softcap check of variants_gluon_checks.py, rows
+#      -k $TESTS, default all: the fp16 softcap checks of variants_gluon_checks.py, rows
 #      whose maxima rise late (a large logit at the row's end, a ramp, one row of a tile) on
 #      the two- and three-consumer launches, odd lengths, GQA), verbose so a cut run still
 #      shows each;
