@@ -223,8 +223,14 @@ def test_the_compile_tools_cover_the_bit():
     assert {c.var for c in combos} == {vh._SOFTCAP, lazy, lazy | vh._LAZY_WARP}
     assert len(combos) == 3 * 2 * 2 * 3 and len(tool.combos(quick=True)) == 2 * 2 * 3
     assert tool.config("c3", 128, True) == vh.C3_N64
-    # --served: every fp16 softcap kind lazy_max takes, the dispatch's launch, three bit sets
+    # --served: every fp16 softcap kind lazy_max takes, the dispatch's launch, three bit sets.
+    # The s8 SASS tool it imports drops TRITON_INTERPRET when it runs: loaded here first
+    # (_tool puts the variable back and registers the module, so served() does not run it
+    # again), or every later test in this process would compile instead of interpret.
+    saved = os.environ.get("TRITON_INTERPRET")
+    _tool("variants_gluon_s8_sass")
     served = tool.served()
+    assert os.environ.get("TRITON_INTERPRET") == saved
     kinds = {c.kind for c in served}
     assert kinds and all("softcap" in k and not ("alibi" in k and "varlen" in k) for k in kinds)
     assert len(kinds) == 6 and len(served) == 6 * 2 * 2 * 3
