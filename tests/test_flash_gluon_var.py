@@ -246,7 +246,7 @@ def _triton36_path() -> str | None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 156 compiles: about 15 minutes on two busy cores, as the subprocess
+@pytest.mark.timeout(1800)  # 150-200 compiles: over 15 minutes on two busy cores
 def test_every_variant_combination_compiles_for_sm90():
     path = _triton36_path()
     if path is None:
@@ -260,7 +260,7 @@ def test_every_variant_combination_compiles_for_sm90():
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # every VAR combination (tools/gluon_compile.VAR_BITS, which grows with the variants'
-    # launches) x 3 head dims x causal both: 108 in session 5, 156 from session 6 on
+    # launches) x 3 head dims x causal both: 108 in session 5, 156 in 6, 192 in 9
     found = re.search(r"(\d+) combinations, (\d+) failed", out.stdout)
     assert found, out.stdout[-3000:]
     assert int(found[1]) >= 108 and int(found[1]) % 6 == 0 and found[2] == "0", found[0]
