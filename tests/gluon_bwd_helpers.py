@@ -1,6 +1,6 @@
-"""Helpers the Gluon backward's test files share (tests/test_flash_gluon_bwd*.py): the
-GPU skip mark, loading a tools/gpu module, and a triton 3.6 to compile with on a CPU.
-Not a test module (no test_ prefix)."""
+"""Helpers the Gluon test files share (tests/test_flash_gluon_bwd*.py, the variant forward's
+tests/test_flash_gluon_var*.py): the GPU skip mark, loading a tools/gpu module, and a triton
+3.6 to compile with on a CPU. Not a test module (no test_ prefix)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,23 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, re
 
 
 def tool(name: str) -> ModuleType:
-    """tools/gpu/<name>.py, loaded (its folder on sys.path for its own imports)."""
+    """tools/gpu/<name>.py, loaded (its folder on sys.path for its own imports, the module
+    in sys.modules: a dataclass in it looks its module up). The compile tools drop
+    TRITON_INTERPRET at import (they compile for sm_90): it is put back for the interpreter
+    tests that run after in the same process."""
     folder = str(ROOT / "tools" / "gpu")
     if folder not in sys.path:
         sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "gpu" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.modules[name] = mod
+    saved = os.environ.get("TRITON_INTERPRET")
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
     return mod
 
 

@@ -16,7 +16,6 @@ rule.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -24,27 +23,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_varhost as vh
 from fa_bench.kernels.flash_validate import make_variant
 
-GPU_TOOLS = Path(__file__).resolve().parent.parent / "tools" / "gpu"
 FAST = vh._SOFTCAP | vh._FIXED_MAX | vh._QSCALE
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(GPU_TOOLS))
-    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    # the compile tools drop TRITON_INTERPRET at import (they compile for sm_90): keep it
-    # for the interpreter tests that run after these in the same process
-    saved = os.environ.get("TRITON_INTERPRET")
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-    return mod
 
 
 def _softcap(c: float = 50.0, slopes: bool = False):

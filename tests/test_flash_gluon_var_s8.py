@@ -9,7 +9,6 @@ for sm_90 with triton 3.6 (where /tmp/tri36 holds it) without spills.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,28 +17,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import FlashConfig, flash_dispatch, flash_gluon
 from fa_bench.kernels import flash_gluon_varhost as vh
 from fa_bench.kernels.flash_gluon import SMEM_BYTES, gluon_config
 from fa_bench.kernels.flash_validate import Variant, Varlen, make_variant
 
-GPU_TOOLS = Path(__file__).resolve().parent.parent / "tools" / "gpu"
 BF16, FP16 = torch.bfloat16, torch.float16
 PLAIN = gluon_config(128, causal=True)  # the two-consumer 128-key launch variants ran before
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(GPU_TOOLS))
-    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    saved = os.environ.get("TRITON_INTERPRET")  # the SASS tool drops it at import
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-    return mod
 
 
 def _v(window=None, softcap=0.0, alibi=False, varlen=False) -> Variant:

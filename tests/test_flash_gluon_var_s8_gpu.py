@@ -14,17 +14,14 @@ selects with -k.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_varhost as vh
 
-GPU_TOOLS = Path(__file__).resolve().parent.parent / "tools" / "gpu"
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
@@ -32,14 +29,6 @@ pytestmark = [
         reason="needs an sm_90 GPU",
     ),
 ]
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(GPU_TOOLS))
-    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _kind(kw: dict, packed: bool) -> str:

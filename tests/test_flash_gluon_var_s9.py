@@ -8,7 +8,6 @@ the session's GPU tools and script. `slow`: the bit compiles for sm_90 with trit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_var as kernel
 from fa_bench.kernels import flash_gluon_varhost as vh
@@ -28,20 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU_TOOLS = ROOT / "tools" / "gpu"
 BF16, FP16 = torch.bfloat16, torch.float16
 SCALE = 128**-0.5
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(GPU_TOOLS))
-    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # a dataclass in it looks its module up
-    saved = os.environ.get("TRITON_INTERPRET")  # the SASS tools drop it at import
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
-    return mod
 
 
 def _v(window=None, softcap=50.0, alibi=False, varlen=False) -> Variant:

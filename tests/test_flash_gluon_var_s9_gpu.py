@@ -14,16 +14,12 @@ Test ids carry "lazy" and the launch, so a GPU script selects with -k.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_varhost as vh
 
-GPU_TOOLS = Path(__file__).resolve().parent.parent / "tools" / "gpu"
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
@@ -32,14 +28,6 @@ pytestmark = [
     ),
 ]
 FP16 = torch.float16
-
-
-def _tool(name: str):
-    sys.path.insert(0, str(GPU_TOOLS))
-    spec = importlib.util.spec_from_file_location(name, GPU_TOOLS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _checks() -> list[tuple]:
