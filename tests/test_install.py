@@ -42,7 +42,8 @@ def _dependency_paths() -> list[str]:
         path = Path(entry or ".").resolve()
         in_stdlib = any(path == s or s in path.parents for s in stdlib)
         in_site = {"site-packages", "dist-packages"} & set(path.parts)
-        if not path.is_dir() or path == ROOT or ROOT in path.parents:
+        # the checkout's own folders, but not a virtual environment kept inside it (.venv)
+        if not path.is_dir() or path == ROOT or (ROOT in path.parents and not in_site):
             continue
         if (not in_stdlib or in_site) and str(path) not in paths:
             paths.append(str(path))
