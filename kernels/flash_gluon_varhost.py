@@ -97,6 +97,17 @@ SOFTCAP_LAZY_FP16 = os.environ.get(LAZY_ENV, "") not in ("", "0")
 SOFTCAP_LAZY_WARP = os.environ.get(LAZY_ENV, "") == "warp"
 _LAZY = 65536  # flash_gluon_var.LAZY
 _LAZY_WARP = 131072  # flash_gluon_var.LAZY_WARP
+# A development switch (session 10): an fp16 softcap launch (no ALiBi, c·log2(e) <=
+# SUM_SC_MAX) keeps each row's offset until the block's own row sum says it must move (the
+# SUMCHECK bit, kernels/flash_gluon_var_fp16.py): no row max at all, and O, l and P scaled
+# only in the warps where a row moved. Off until measured faster and within the accuracy
+# rule on the H200 (tools/gpu/variants_gluon_s9.py "c3s"); it takes precedence over LAZY.
+# $FA_BENCH_SOFTCAP_SUM at import (a GPU script's `fa-bench run`): "1" turns it on.
+SUM_ENV = "FA_BENCH_SOFTCAP_SUM"
+SOFTCAP_SUM_FP16 = os.environ.get(SUM_ENV, "") not in ("", "0")
+_SUMCHECK = 262144  # flash_gluon_var_fp16.SUMCHECK
+# 2·sc − flash_gluon_var_fp16.FLOOR (112) <= 126: the smallest p stays a normal fp32 number
+SUM_SC_MAX = 119.0
 
 
 def fixed_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
@@ -133,6 +144,18 @@ def lazy_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
     return dtype == torch.float16 and not fixed_max(variant, dtype, True)
 
 
+def sum_check(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
+    """Whether a launch takes (`switch` None: by SOFTCAP_SUM_FP16) the sum check: an fp16
+    softcap without ALiBi (whose bias unbounds the scores) and c·log2(e) <= SUM_SC_MAX."""
+    if switch is None:
+        switch = SOFTCAP_SUM_FP16
+    if not switch or variant.softcap <= 0 or variant.slopes is not None:
+        return False
+    import torch
+
+    return dtype == torch.float16 and variant.softcap * _LOG2E <= SUM_SC_MAX
+
+
 def alibi_columns(variant: Variant, causal: bool) -> bool:
     """Whether ALiBi takes the per-column bias: slopes on a causal call (every visible key
     j <= i + o; a window on it has the right bound 0, checked all the same)."""
@@ -166,7 +189,8 @@ def variant_bits(
     with it QSCALE under SOFTCAP_FAST, SUM_BF16 under SOFTCAP_SUM_BF16 and with that P_ALU
     under SOFTCAP_P_ALU; QSCALE for an fp16 softcap under SOFTCAP_QSCALE_FP16 (by the
     call's `scale`, `_qscale_fp16`); LAZY for an fp16 softcap under SOFTCAP_LAZY_FP16
-    (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP."""
+    (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP; SUMCHECK in LAZY's place
+    for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -183,7 +207,8 @@ def variant_bits(
     bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
     bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
     bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
-    bits |= _LAZY if lazy_max(variant, dtype) else 0
+    bits |= _SUMCHECK if sum_check(variant, dtype) else 0
+    bits |= _LAZY if lazy_max(variant, dtype) and not bits & _SUMCHECK else 0
     bits |= _LAZY_WARP if SOFTCAP_LAZY_WARP and bits & _LAZY else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
 

@@ -66,13 +66,18 @@ def _spy(monkeypatch) -> tuple[list[str], list[int]]:
 
 
 def _switch(monkeypatch, form: str) -> int:
-    """SOFTCAP_LAZY_FP16 on, SOFTCAP_LAZY_WARP for form "warp"; the bits a launch carries."""
+    """SOFTCAP_LAZY_FP16 on, SOFTCAP_LAZY_WARP for form "warp"; form "sum": session 10's
+    SOFTCAP_SUM_FP16 alone. The bits a launch carries."""
+    if form == "sum":
+        monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
+        return vh._SUMCHECK
     monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
     monkeypatch.setattr(vh, "SOFTCAP_LAZY_WARP", form == "warp")
     return vh._LAZY | (vh._LAZY_WARP if form == "warp" else 0)
 
 
-FORMS = ["if", "warp"]  # the warpgroup's uniform `if`; LAZY_WARP's vote and PTX branches
+# the warpgroup's uniform `if`; LAZY_WARP's vote and PTX branches; the sum check (SUMCHECK)
+FORMS = ["if", "warp", "sum"]
 
 
 def _crafted(pattern: str, b: int, hq: int, hk: int, sq: int, sk: int, d: int, g):
@@ -90,6 +95,10 @@ def _crafted(pattern: str, b: int, hq: int, hk: int, sq: int, sk: int, d: int, g
     elif pattern == "late":
         q[..., 0] = 4.0
         k[:, :, -7:, 0] = boost
+    elif pattern == "low then late":  # below the sum check's floor, then a rise of ~90
+        q[..., 0] = 4.0
+        k[..., 0] = -3.0 * boost
+        k[:, :, -7:, 0] = boost
     else:  # one row
         q[:, :, 37, 0] = 4.0
         k[:, :, -7:, 0] = boost
@@ -104,6 +113,8 @@ SHAPES = [
     ("ramp", 1, 4, 1, 700, 1300, 64, True),
     ("one row", 2, 4, 2, 193, 3001, 128, True),
     ("ramp", 1, 4, 2, 1300, 700, 128, True),  # rows that see no key
+    ("low then late", 1, 4, 2, 999, 999, 128, True),
+    ("low then late", 1, 4, 1, 640, 2000, 64, False),
 ]
 
 
@@ -143,6 +154,8 @@ def test_gpu_lazy_fp16_softcap_checks(case, form, monkeypatch):
     """Every fp16 softcap check with SOFTCAP_LAZY_FP16 on (and LAZY_WARP), on the launch
     the dispatch picks (C3_N64 for causal d128 softcap alone), passes the accuracy rule."""
     _id, fn, args, kw = case
+    if form == "sum" and (kw.get("alibi") or "alibi" in _id):
+        pytest.skip("the sum check leaves ALiBi on the running max")
     want = _switch(monkeypatch, form)
     seen, bits = _spy(monkeypatch)
     res = fn(*args, **kw)
@@ -154,6 +167,6 @@ def test_gpu_lazy_off_by_default_runs_the_running_max():
     """The committed default carries no LAZY bit (the switch is off)."""
     from fa_bench.kernels.flash_validate import Variant
 
-    assert not vh.SOFTCAP_LAZY_FP16 and not vh.SOFTCAP_LAZY_WARP
+    assert not vh.SOFTCAP_LAZY_FP16 and not vh.SOFTCAP_LAZY_WARP and not vh.SOFTCAP_SUM_FP16
     cap = Variant(window=None, softcap=50.0, slopes=None, varlen=None, tanh=1)
-    assert not vh.variant_bits(cap, 0, True, FP16, 128**-0.5) & vh._LAZY
+    assert not vh.variant_bits(cap, 0, True, FP16, 128**-0.5) & (vh._LAZY | vh._SUMCHECK)

@@ -69,6 +69,9 @@ QSCALE_LAUNCH = "c3q"
 # rescale (flash_gluon_varhost.SOFTCAP_LAZY_FP16), "...w" with its per-warp form too
 # (SOFTCAP_LAZY_WARP)
 LAZY_LAUNCHES = ("c2l", "c3l", "c2w", "c3w")
+# session 10: "...s" with the fp16 softcap's sum check (SOFTCAP_SUM_FP16), "c3sq" with
+# QSCALE's fp16 form too (SOFTCAP_QSCALE_FP16)
+SUM_LAUNCHES = ("c2s", "c3s", "c3sq")
 PICK_MARGIN = 0.01
 DEVICE = "cuda"  # a CPU test runs the rows' plumbing with "cpu"
 
@@ -86,16 +89,20 @@ def launch(name: str) -> Iterator[None]:
     committed table back after."""
     from fa_bench.kernels import flash_gluon_varhost as vh
 
-    saved = vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16, vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP
+    names = ("C3_KINDS", "SOFTCAP_QSCALE_FP16", "SOFTCAP_LAZY_FP16", "SOFTCAP_LAZY_WARP",
+             "SOFTCAP_SUM_FP16")  # fmt: skip
+    saved = [getattr(vh, n) for n in names]
     every = frozenset(_all_kinds())
     vh.C3_KINDS = {} if name.startswith("c2") else {d: every for d in DTYPES}
-    vh.SOFTCAP_QSCALE_FP16 = name == QSCALE_LAUNCH
+    vh.SOFTCAP_QSCALE_FP16 = name in (QSCALE_LAUNCH, "c3sq")
     vh.SOFTCAP_LAZY_FP16 = name in LAZY_LAUNCHES
     vh.SOFTCAP_LAZY_WARP = name in LAZY_LAUNCHES and name.endswith("w")
+    vh.SOFTCAP_SUM_FP16 = name in SUM_LAUNCHES
     try:
         yield
     finally:
-        vh.C3_KINDS, vh.SOFTCAP_QSCALE_FP16, vh.SOFTCAP_LAZY_FP16, vh.SOFTCAP_LAZY_WARP = saved
+        for n, value in zip(names, saved, strict=True):
+            setattr(vh, n, value)
 
 
 def _all_kinds() -> list[str]:

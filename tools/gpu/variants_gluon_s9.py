@@ -42,6 +42,9 @@ ROWS: tuple[tuple[str, int, int, str], ...] = (
 )
 LAUNCHES = ("c2", "c2l", "c2w", "c3", "c3l", "c3w")
 PAIRS = (("c3l", "c3"), ("c3w", "c3"), ("c2l", "c2"), ("c2w", "c2"))  # (with LAZY, without)
+if os.environ.get("S10"):  # session 10: the sum check (c2s, c3s) and with Q scaled (c3sq)
+    LAUNCHES = ("c2", "c2w", "c2s", "c3", "c3w", "c3s", "c3sq")
+    PAIRS = (("c3w", "c3"), ("c3s", "c3"), ("c3sq", "c3"), ("c2s", "c2"))
 
 
 def warm(workers: int) -> None:
@@ -85,7 +88,7 @@ def md(rows: list[dict]) -> str:
     ratios = " | ".join(f"{a} ÷ {b}" for a, b in PAIRS)
     lines = [
         f"| shape | {head} | dense | {ratios} | max diff {' / '.join(a for a, _ in PAIRS)} "
-        "| labels c3w |",
+        f"| labels {LAUNCHES[-1]} |",
         "|---" * (len(LAUNCHES) + len(PAIRS) + 4) + "|",
     ]
     for r in rows:
@@ -94,7 +97,7 @@ def md(rows: list[dict]) -> str:
         diffs = " / ".join(f"{r[f'max_diff_{a}']:.1e}" for a, _ in PAIRS)
         lines.append(
             f"| {r['dtype']} softcap {r['shape']} | {cells} | {r['tflops']['dense']:.1f} | "
-            f"{rs} | {diffs} | {r['labels']['c3w']} |"
+            f"{rs} | {diffs} | {r['labels'][LAUNCHES[-1]]} |"
         )
     return "\n".join(lines) + "\n"
 

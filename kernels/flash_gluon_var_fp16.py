@@ -1,0 +1,88 @@
+"""The fp16 softcap's softmax without a row max: the sum check (issue 19, session 10).
+
+Why: bf16 softcap launches subtract one fixed offset (FIXED_MAX, kernels/flash_gluon_var.py)
+and so skip the row max and every rescale; fp16 cannot, since its P overflows past 65504
+and loses precision below 2^-14, and the running max (or session 9's threshold form,
+LAZY) costs an FMNMX per score and a reduction per row before any exp2 may start.
+
+How: each row keeps an offset m (in log2 units, m · sc) that moves only when it must, and
+the block's own row sum, which the softmax computes anyway, tells when:
+- p = 2^(s · sc − m_eff) in fp32 with m_eff = max(m, sc − FLOOR): tanh bounds s · sc by
+  sc, so p ≤ 2^FLOOR and a row sum of up to 128 of them stays finite in fp32;
+- a row moves when its block sum exceeds P_SUM_MAX (every p of the row is at most its
+  sum, so a row that stays has P ≤ 2^15, finite in fp16), when m_eff is not m (a new
+  row, or a row below the floor), or when all it has summed is under L_MIN (P would sit
+  in fp16's subnormals); a row with nothing visible yet never moves;
+- a moving row takes m' = m_eff + log2(block sum), so its P (scaled by 2^(m_eff − m')
+  before the rounding to fp16) is at most 1, and O and l are scaled by 2^(m − m').
+Each warp votes; a warp none of whose 16 rows moved skips the per-row update, the scaling
+of P and the rescale of O inside inline PTX (uniform branches), so once the offsets settle
+a step costs per score TANH, FFMA, EX2, FADD and half an F2FP: the bf16 fixed offset's
+count. The math is exact for any offsets (lse2 = m · sc + log2(l)); the host takes the
+bit for fp16 softcaps without ALiBi (which unbounds the scores) while 2 · sc − FLOOR ≤ 126,
+so the smallest p stays a normal fp32 number.
+"""
+
+# Gluon constexpr annotations inside the (untyped) jit functions are for triton, not mypy.
+# mypy: disable-error-code="annotation-unchecked"
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from fa_bench.kernels.flash_gluon_var import _PACK, _RESCALE_ASM, _RESCALE_CON, _VOTE_ASM
+from fa_bench.kernels.gluon_exp2 import row_sum, softmax_tree
+
+# The VAR bit (flash_gluon_varhost mirrors it; a test checks), above LAZY_WARP (131072).
+SUMCHECK = gl.constexpr(262144)
+FLOOR = gl.constexpr(112.0)
+P_SUM_MAX = gl.constexpr(32768.0)
+L_MIN = gl.constexpr(2.0**-7)
+
+# One row's update, operands $0-$3 the results (m', alpha_p, alpha_o, l'), $4 the warp's
+# vote, $5 whether this row moves, $6 m_eff, $7 m, $8 the block sum, $9 l: a warp without a
+# moving row branches past the MUFU work (lg2, two ex2) to the defaults (m, 1, 1, l + sum).
+_ROW_ASM = gl.constexpr(
+    "{ .reg .pred %skip, %mv; .reg .f32 %t, %a, %b, %c; "
+    "mov.b32 $0, $7; mov.b32 $1, 0f3F800000; mov.b32 $2, 0f3F800000; add.f32 $3, $9, $8; "
+    "setp.eq.s32 %skip, $4, 0; @%skip bra.uni SUM_DONE; "
+    "setp.ne.s32 %mv, $5, 0; lg2.approx.f32 %t, $8; add.f32 %t, %t, $6; "
+    "sub.f32 %a, $6, %t; ex2.approx.f32 %a, %a; sub.f32 %b, $7, %t; ex2.approx.f32 %b, %b; "
+    "mul.f32 %c, $9, %b; fma.rn.f32 %c, $8, %a, %c; "
+    "@%mv mov.b32 $0, %t; @%mv mov.b32 $1, %a; @%mv mov.b32 $2, %b; @%mv mov.b32 $3, %c; "
+    "SUM_DONE: }"
+)
+_ROW_CON = gl.constexpr("=r,=r,=r,=r,r,r,r,r,r,r")
+
+
+@gluon.jit
+def warp_mul(x, alpha, flag, layout: gl.constexpr):
+    """x times its row's alpha, skipped (inside PTX) in the warps whose flag is 0."""
+    rows: gl.constexpr = gl.SliceLayout(1, layout)
+    a = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
+    f = gl.expand_dims(gl.convert_layout(flag, rows), 1)
+    return gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CON, [x, a, f], dtype=gl.float32,
+                                     is_pure=True, pack=_PACK)  # fmt: skip
+
+
+@gluon.jit
+def softmax_sumcheck(s, m_s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
+                     SOFTMAX: gl.constexpr):  # fmt: skip
+    """One step: (m', l', P in dtype for PV, O's alpha, the warp's flag); m in log2 units
+    (m · sc: −inf for a row that has seen no key). O · alpha is for the caller, after
+    PV_{j−1}'s wait (`warp_mul` with the flag)."""
+    s_layout: gl.constexpr = s.type.layout
+    m_eff = gl.maximum(m_s, sc - FLOOR)
+    p = gl.exp2(s * sc - gl.expand_dims(m_eff, 1))
+    blk = row_sum(p, l_i, softmax_tree(SOFTMAX))
+    move = (blk > P_SUM_MAX) | (m_eff != m_s) | (l_i + blk < L_MIN)
+    mv = gl.where(move & (blk > 0.0), 1, 0)
+    flag = gl.inline_asm_elementwise(_VOTE_ASM, "=r,=r,r,r", [mv], dtype=gl.int32,
+                                     is_pure=False, pack=2)  # fmt: skip
+    m_new, a_p, a_o, l_new = gl.inline_asm_elementwise(
+        _ROW_ASM, _ROW_CON, [flag, mv, m_eff, m_s, blk, l_i],
+        dtype=(gl.float32, gl.float32, gl.float32, gl.float32), is_pure=True, pack=1,
+    )  # fmt: skip
+    p = warp_mul(p, a_p, flag, s_layout)
+    return m_new, l_new, gl.convert_layout(p.to(dtype), p_layout), a_o, flag

@@ -1,0 +1,201 @@
+"""The fp16 softcap's sum check (issue 19, session 10): the SUMCHECK bit of the variant
+kernel (kernels/flash_gluon_var_fp16.py) and its development switch
+(flash_gluon_varhost.SOFTCAP_SUM_FP16, off; on by $FA_BENCH_SOFTCAP_SUM at import), which
+launches take it, and the step's math emulated on the CPU against the exact softmax.
+`slow`: the bit compiles for sm_90 with triton 3.6 (GLUON_TRITON_PATH or /tmp/tri36)
+without spills and without a row max in the key loop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_flash_gluon_var_s9 import _lazy_forward, _v
+
+from fa_bench.kernels import flash_gluon_var as kernel
+from fa_bench.kernels import flash_gluon_var_fp16 as fp16k
+from fa_bench.kernels import flash_gluon_var_sum as sumk
+from fa_bench.kernels import flash_gluon_varhost as vh
+
+ROOT = Path(__file__).resolve().parent.parent
+BF16, FP16 = torch.bfloat16, torch.float16
+SCALE = 128**-0.5
+TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
+
+
+def test_the_bit_agrees_with_the_kernel_and_is_clear_of_the_others():
+    bit = int(fp16k.SUMCHECK.value)
+    assert vh._SUMCHECK == bit
+    others = [kernel.WINDOW, kernel.SOFTCAP, kernel.ALIBI, kernel.VARLEN, kernel.TANH_F16X2,
+              kernel.QSCALE, kernel.ALIBI_COL, kernel.FIXED_MAX, kernel.LAZY, kernel.LAZY_WARP,
+              sumk.SUM_BF16, sumk.P_ALU]  # fmt: skip
+    assert all(bit & int(o.value) == 0 and bit > int(o.value) for o in others)
+    assert bit & (31 << 6) == 0  # the softmax code's bits
+
+
+def test_the_switch_is_off_and_takes_fp16_softcaps_without_alibi(monkeypatch):
+    assert not vh.SOFTCAP_SUM_FP16
+    assert not vh.variant_bits(_v(), 0, True, FP16, SCALE) & vh._SUMCHECK
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
+    for v in (_v(), _v(window=(4096, 0)), _v(varlen=True), _v(window=(8, 8), varlen=True)):
+        bits = vh.variant_bits(v, 0, True, FP16, SCALE)
+        assert bits & vh._SUMCHECK and not bits & vh._LAZY, v
+    assert not vh.variant_bits(_v(), 0, True, BF16, SCALE) & vh._SUMCHECK  # the fixed offset
+    assert not vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE) & vh._SUMCHECK
+    assert not vh.variant_bits(_v(softcap=0.0, window=(8, 0)), 0, True, FP16) & vh._SUMCHECK
+    # the floor keeps the smallest p a normal fp32 number up to c · log2(e) = SUM_SC_MAX
+    c_max = vh.SUM_SC_MAX / math.log2(math.e)
+    assert vh.sum_check(_v(softcap=c_max * 0.999), FP16)
+    assert not vh.sum_check(_v(softcap=c_max * 1.001), FP16)
+    assert 2 * vh.SUM_SC_MAX - float(fp16k.FLOOR.value) <= 126
+
+
+def test_the_sum_check_takes_precedence_over_the_threshold_rescale(monkeypatch):
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
+    monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
+    monkeypatch.setattr(vh, "SOFTCAP_LAZY_WARP", True)
+    bits = vh.variant_bits(_v(), 0, True, FP16, SCALE)
+    assert bits & vh._SUMCHECK and not bits & (vh._LAZY | vh._LAZY_WARP)
+    bits = vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE)  # ALiBi: the threshold form
+    assert bits & vh._LAZY and not bits & vh._SUMCHECK
+
+
+@pytest.mark.parametrize("value, on", [(None, False), ("", False), ("0", False), ("1", True)])
+def test_the_environment_turns_the_switch_on_at_import(value, on):
+    env = dict(os.environ)
+    env.pop(vh.SUM_ENV, None)
+    if value is not None:
+        env[vh.SUM_ENV] = value
+    code = "from fa_bench.kernels import flash_gluon_varhost as v; print(v.SOFTCAP_SUM_FP16)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(on)]
+
+
+def _sum_forward(s: torch.Tensor, v: torch.Tensor, sc: float, block: int):
+    """softmax_sumcheck's steps in torch over rows of softcapped scores s (units of sc, −inf
+    masked), P rounded to fp16 as PV takes it: (o, lse2, the largest P before the rounding,
+    the row moves after the first block)."""
+    floor, p_sum_max = float(fp16k.FLOOR.value), float(fp16k.P_SUM_MAX.value)
+    l_min = float(fp16k.L_MIN.value)
+    rows = s.shape[0]
+    m = torch.full((rows,), -math.inf)  # log2 units
+    l = torch.zeros(rows)  # noqa: E741
+    acc = torch.zeros(rows, v.shape[1])
+    p_max, moves = 0.0, 0
+    for j0 in range(0, s.shape[1], block):
+        sb, vb = s[:, j0 : j0 + block], v[j0 : j0 + block]
+        m_eff = torch.clamp(m, min=sc - floor)
+        p = torch.exp2(sb * sc - m_eff[:, None])
+        assert torch.isfinite(p).all()
+        blk = p.sum(dim=1)
+        move = ((blk > p_sum_max) | (m_eff != m) | (l + blk < l_min)) & (blk > 0)
+        m_new = torch.where(move, m_eff + torch.log2(blk), m)
+        a_p = torch.where(move, torch.exp2(m_eff - m_new), 1.0)
+        a_o = torch.where(move, torch.exp2(m - m_new), 1.0)
+        l = torch.where(move, l * a_o + blk * a_p, l + blk)  # noqa: E741
+        p = p * a_p[:, None]
+        p16 = p.to(FP16)
+        assert torch.isfinite(p16).all()
+        p_max = max(p_max, float(p.max()))
+        acc = acc * a_o[:, None] + p16.float() @ vb
+        moves += int(move.sum()) if j0 else 0
+        m = m_new
+    empty = l == 0
+    o = acc / torch.where(empty, 1.0, l)[:, None]
+    lse2 = torch.where(empty, math.inf, m + torch.log2(torch.where(empty, 1.0, l)))
+    return o, lse2, p_max, moves
+
+
+PATTERNS = ["random", "late", "ramp", "masked start", "low then late", "all low"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_sum_check_is_exact_math_whatever_the_data(pattern):
+    """The emulated steps against the exact softmax (float64): o and lse2 as close as the
+    running max's, P never above P_SUM_MAX (fp16 finite), rows below the floor exact too,
+    rows without keys empty, and random rows settle after their first block."""
+    g = torch.Generator().manual_seed(11)
+    rows, n, d, cap = 16, 1024, 32, 50.0
+    sc = cap * math.log2(math.e)
+    raw = torch.randn((rows, n), generator=g) * 1.5
+    if pattern == "late":
+        raw[:, -5:] += 14.0
+    elif pattern == "ramp":
+        raw += torch.linspace(0.0, 14.0, n)
+    elif pattern == "low then late":  # below the floor (sc − 112) first, then up by ~90
+        raw -= 45.0
+        raw[:, -7:] += 60.0
+    elif pattern == "all low":  # every score below the floor
+        raw -= 60.0
+    s = torch.tanh(raw / cap)
+    if pattern == "masked start":  # rows 0-3 see no key, rows 4-7 from key 300 on only
+        s[:4] = -math.inf
+        s[4:8, :300] = -math.inf
+    v = torch.randn((n, d), generator=g)
+    o_run, _lse, _p, _ = _lazy_forward(s, v, sc, 64, None)
+    o_sum, lse_sum, p_sum, moves = _sum_forward(s, v, sc, 64)
+    logits = s.double() * sc * math.log(2.0)
+    w = torch.softmax(logits, dim=1)
+    seen = torch.isfinite(logits).any(dim=1)
+    o_ref = torch.where(seen[:, None], torch.nan_to_num(w) @ v.double(), 0.0)
+    lse_ref = torch.where(seen, torch.logsumexp(logits, dim=1) / math.log(2.0), math.inf)
+    err_run = (o_run.double() - o_ref).abs().max().item()
+    err_sum = (o_sum.double() - o_ref).abs().max().item()
+    assert err_sum <= 2 * err_run + 1e-3, (err_sum, err_run)
+    assert torch.equal(torch.isinf(lse_sum), torch.isinf(lse_ref))
+    fin = torch.isfinite(lse_ref)
+    assert (lse_sum[fin].double() - lse_ref[fin]).abs().max().item() < 1e-4
+    assert p_sum <= float(fp16k.P_SUM_MAX.value)
+    if pattern == "random":
+        assert moves == 0, moves
+    if pattern == "all low":  # below the floor every block moves: slow, but exact
+        assert moves == rows * (n // 64 - 1), moves
+
+
+def test_the_row_ptx_keeps_the_defaults_and_branches_per_warp():
+    asm = fp16k._ROW_ASM.value
+    assert asm.count("bra.uni") == 1 and asm.count("@%mv") == 4
+    assert asm.index("add.f32 $3, $9, $8") < asm.index("bra.uni")  # l + sum where none moves
+    assert fp16k._ROW_CON.value.count("=r") == 4 and fp16k._ROW_CON.value.count(",r") == 6
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
+)
+def test_the_bit_compiles_for_sm90_without_spills_or_a_row_max(tmp_path):
+    """C3_N64 (causal d128) and the two-consumer launch, fp16: no spills, no FMNMX left in
+    the key loop but the floor's two (the running max has 36 at C3_N64), and P's and O's
+    scaling (32 + 64 FMUL per thread at C3_N64) behind the warp's branches."""
+    code = (
+        "import sys, json, os; os.environ.pop('TRITON_INTERPRET', None); "
+        "sys.path[:0] = ['tools', 'tools/gpu']; import variants_gluon_s9_sass as t; "
+        "from fa_bench.kernels import flash_gluon_varhost as vh; "
+        "import gluon_compile as gc, variants_gluon_sass as vs; rows = []\n"
+        "for launch, d in (('c3', 128), ('c2', 128), ('c2', 64)):\n"
+        "    cfg = t.config(launch, d, True)\n"
+        "    k = gc.compile_variant(cfg, 'fp16', d, True, vh._SOFTCAP | vh._SUMCHECK)\n"
+        "    info = gc.ptxas_info(k.asm['ptx']); lines = vs.sass(k.asm['cubin'])\n"
+        "    ops = vs.softmax_loop(lines, 64 * cfg.block_n // 128)\n"
+        "    body = t._loop_lines(lines, len(ops))\n"
+        "    rows.append(dict(info, fmnmx=ops.count('FMNMX'), skipped=t.fmul_spans(body)))\n"
+        "print(json.dumps(rows))"
+    )
+    env = dict(os.environ, PYTHONPATH=TRI36)
+    env.pop("TRITON_INTERPRET", None)
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=1200)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    import json
+
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(r["spill_stores"] == 0 and r["spill_loads"] == 0 for r in rows), rows
+    assert all(r["fmnmx"] <= 2 for r in rows), rows  # the floor's: one per row a thread holds
+    assert all(r["skipped"] >= want for r, want in zip(rows, (96, 128, 96), strict=True)), rows
