@@ -43,15 +43,20 @@ L_MIN = gl.constexpr(2.0**-7)
 # One row's update, operands $0-$3 the results (m', alpha_p, alpha_o, l'), $4 the warp's
 # vote, $5 whether this row moves, $6 m_eff, $7 m, $8 the block sum, $9 l: a warp without a
 # moving row branches past the MUFU work (lg2, two ex2) to the defaults (m, 1, 1, l + sum).
+# The results are written last, from temporaries: an output may share its register with
+# an input (no early clobber). In the key loop the PTX gives l and l' one register (the
+# loop-carried value), so a first version that wrote l + sum into $3 before reading $9
+# counted a moving row's block twice (session 10's GPU tests: rows that moved after their
+# first block were off by a factor of 2 in l).
 _ROW_ASM = gl.constexpr(
-    "{ .reg .pred %skip, %mv; .reg .f32 %t, %a, %b, %c; "
-    "mov.b32 $0, $7; mov.b32 $1, 0f3F800000; mov.b32 $2, 0f3F800000; add.f32 $3, $9, $8; "
+    "{ .reg .pred %skip, %mv; .reg .f32 %m, %ap, %ao, %l, %t, %a, %b, %c; "
+    "mov.b32 %m, $7; mov.f32 %ap, 0f3F800000; mov.f32 %ao, 0f3F800000; add.f32 %l, $9, $8; "
     "setp.eq.s32 %skip, $4, 0; @%skip bra.uni SUM_DONE; "
     "setp.ne.s32 %mv, $5, 0; lg2.approx.f32 %t, $8; add.f32 %t, %t, $6; "
     "sub.f32 %a, $6, %t; ex2.approx.f32 %a, %a; sub.f32 %b, $7, %t; ex2.approx.f32 %b, %b; "
     "mul.f32 %c, $9, %b; fma.rn.f32 %c, $8, %a, %c; "
-    "@%mv mov.b32 $0, %t; @%mv mov.b32 $1, %a; @%mv mov.b32 $2, %b; @%mv mov.b32 $3, %c; "
-    "SUM_DONE: }"
+    "@%mv mov.f32 %m, %t; @%mv mov.f32 %ap, %a; @%mv mov.f32 %ao, %b; @%mv mov.f32 %l, %c; "
+    "SUM_DONE: mov.b32 $0, %m; mov.b32 $1, %ap; mov.b32 $2, %ao; mov.b32 $3, %l; }"
 )
 _ROW_CON = gl.constexpr("=r,=r,=r,=r,r,r,r,r,r,r")
 

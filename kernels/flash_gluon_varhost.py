@@ -97,14 +97,16 @@ SOFTCAP_LAZY_FP16 = os.environ.get(LAZY_ENV, "") not in ("", "0")
 SOFTCAP_LAZY_WARP = os.environ.get(LAZY_ENV, "") == "warp"
 _LAZY = 65536  # flash_gluon_var.LAZY
 _LAZY_WARP = 131072  # flash_gluon_var.LAZY_WARP
-# A development switch (session 10): an fp16 softcap launch (no ALiBi, c·log2(e) <=
-# SUM_SC_MAX) keeps each row's offset until the block's own row sum says it must move (the
-# SUMCHECK bit, kernels/flash_gluon_var_fp16.py): no row max at all, and O, l and P scaled
-# only in the warps where a row moved. Off until measured faster and within the accuracy
-# rule on the H200 (tools/gpu/variants_gluon_s9.py "c3s"); it takes precedence over LAZY.
-# $FA_BENCH_SOFTCAP_SUM at import (a GPU script's `fa-bench run`): "1" turns it on.
+# The default (session 10): an fp16 softcap launch (no ALiBi, c·log2(e) <= SUM_SC_MAX, 64-key
+# blocks: C3_N64) keeps each row's offset until the block's own row sum says it must move
+# (the SUMCHECK bit, kernels/flash_gluon_var_fp16.py): no row max at all, and O, l and P
+# scaled only in the warps where a row moved. On the H200 (docs/kernel.md, session 10) it
+# took C3_N64's fp16 softcap 50 from 0.85 to 0.90-0.91 of the dense kernel; on the
+# two-consumer 128-key launch it measured 2-3% slower, so that launch keeps the running
+# max. It takes precedence over LAZY. $FA_BENCH_SOFTCAP_SUM=0 at import turns it off.
 SUM_ENV = "FA_BENCH_SOFTCAP_SUM"
-SOFTCAP_SUM_FP16 = os.environ.get(SUM_ENV, "") not in ("", "0")
+SOFTCAP_SUM_FP16 = os.environ.get(SUM_ENV, "1") != "0"
+SUM_BLOCK_N = 64
 _SUMCHECK = 262144  # flash_gluon_var_fp16.SUMCHECK
 # 2·sc − flash_gluon_var_fp16.FLOOR (112) <= 126: the smallest p stays a normal fp32 number
 SUM_SC_MAX = 119.0
@@ -144,12 +146,17 @@ def lazy_max(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
     return dtype == torch.float16 and not fixed_max(variant, dtype, True)
 
 
-def sum_check(variant: Variant, dtype: Any, switch: bool | None = None) -> bool:
+def sum_check(
+    variant: Variant, dtype: Any, switch: bool | None = None, block_n: int | None = None
+) -> bool:
     """Whether a launch takes (`switch` None: by SOFTCAP_SUM_FP16) the sum check: an fp16
-    softcap without ALiBi (whose bias unbounds the scores) and c·log2(e) <= SUM_SC_MAX."""
+    softcap without ALiBi (whose bias unbounds the scores), c·log2(e) <= SUM_SC_MAX, on a
+    launch of SUM_BLOCK_N keys per block (block_n None, unknown: no)."""
     if switch is None:
         switch = SOFTCAP_SUM_FP16
     if not switch or variant.softcap <= 0 or variant.slopes is not None:
+        return False
+    if block_n != SUM_BLOCK_N:
         return False
     import torch
 
@@ -180,6 +187,7 @@ def variant_bits(
     causal: bool = False,
     dtype: Any = None,
     scale: float | None = None,
+    block_n: int | None = None,
 ) -> int:
     """The variant kernel's VAR constexpr for this variant (0 never: a variant has one):
     the variant bits, from the sixth bit on the softmax's code (the launch's
@@ -190,7 +198,7 @@ def variant_bits(
     under SOFTCAP_P_ALU; QSCALE for an fp16 softcap under SOFTCAP_QSCALE_FP16 (by the
     call's `scale`, `_qscale_fp16`); LAZY for an fp16 softcap under SOFTCAP_LAZY_FP16
     (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP; SUMCHECK in LAZY's place
-    for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`)."""
+    for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`, by the launch's block_n)."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -207,7 +215,7 @@ def variant_bits(
     bits |= _FIXED_MAX if fixed_max(variant, dtype) else 0
     bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
     bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
-    bits |= _SUMCHECK if sum_check(variant, dtype) else 0
+    bits |= _SUMCHECK if sum_check(variant, dtype, block_n=block_n) else 0
     bits |= _LAZY if lazy_max(variant, dtype) and not bits & _SUMCHECK else 0
     bits |= _LAZY_WARP if SOFTCAP_LAZY_WARP and bits & _LAZY else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
@@ -382,6 +390,7 @@ def variant_forward(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, HEAD_DIM=head_dim, STAGES=cfg.stages,
         CAUSAL=causal, NUM_WARPS=4, PINGPONG=cfg.pingpong, PRODUCER_REGS=cfg.producer_regs,
         CONSUMER_REGS=cfg.consumer_regs, CONSUMERS=cfg.consumers,
-        VAR=variant_bits(variant, cfg.softmax_code(), causal, q.dtype, scale), num_warps=4,
+        VAR=variant_bits(variant, cfg.softmax_code(), causal, q.dtype, scale, cfg.block_n),
+        num_warps=4,
     )  # fmt: skip
     return o, lse2

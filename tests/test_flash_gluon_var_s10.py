@@ -1,9 +1,9 @@
 """The fp16 softcap's sum check (issue 19, session 10): the SUMCHECK bit of the variant
-kernel (kernels/flash_gluon_var_fp16.py) and its development switch
-(flash_gluon_varhost.SOFTCAP_SUM_FP16, off; on by $FA_BENCH_SOFTCAP_SUM at import), which
-launches take it, and the step's math emulated on the CPU against the exact softmax.
-`slow`: the bit compiles for sm_90 with triton 3.6 (GLUON_TRITON_PATH or /tmp/tri36)
-without spills and without a row max in the key loop.
+kernel (kernels/flash_gluon_var_fp16.py) and its switch (flash_gluon_varhost.SOFTCAP_SUM_FP16,
+the default for 64-key launches since session 10's H200 run; $FA_BENCH_SOFTCAP_SUM=0 at
+import turns it off), which launches take it, and the step's math emulated on the CPU
+against the exact softmax. `slow`: the bit compiles for sm_90 with triton 3.6
+(GLUON_TRITON_PATH or /tmp/tri36) without spills and without a row max in the key loop.
 """
 
 from __future__ import annotations
@@ -39,35 +39,41 @@ def test_the_bit_agrees_with_the_kernel_and_is_clear_of_the_others():
     assert bit & (31 << 6) == 0  # the softmax code's bits
 
 
-def test_the_switch_is_off_and_takes_fp16_softcaps_without_alibi(monkeypatch):
-    assert not vh.SOFTCAP_SUM_FP16
-    assert not vh.variant_bits(_v(), 0, True, FP16, SCALE) & vh._SUMCHECK
-    monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
+def test_the_default_takes_fp16_softcaps_without_alibi_on_64_key_launches(monkeypatch):
+    assert vh.SOFTCAP_SUM_FP16  # the default since session 10's H200 run
+    n64 = vh.C3_N64.block_n
+    assert n64 == vh.SUM_BLOCK_N
     for v in (_v(), _v(window=(4096, 0)), _v(varlen=True), _v(window=(8, 8), varlen=True)):
-        bits = vh.variant_bits(v, 0, True, FP16, SCALE)
+        bits = vh.variant_bits(v, 0, True, FP16, SCALE, n64)
         assert bits & vh._SUMCHECK and not bits & vh._LAZY, v
-    assert not vh.variant_bits(_v(), 0, True, BF16, SCALE) & vh._SUMCHECK  # the fixed offset
-    assert not vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE) & vh._SUMCHECK
-    assert not vh.variant_bits(_v(softcap=0.0, window=(8, 0)), 0, True, FP16) & vh._SUMCHECK
+        assert not vh.variant_bits(v, 0, True, FP16, SCALE, 128) & vh._SUMCHECK, v
+        assert not vh.variant_bits(v, 0, True, FP16, SCALE) & vh._SUMCHECK, v  # unknown
+    assert not vh.variant_bits(_v(), 0, True, BF16, SCALE, n64) & vh._SUMCHECK  # fixed offset
+    assert not vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE, n64) & vh._SUMCHECK
+    assert not vh.variant_bits(_v(softcap=0.0, window=(8, 0)), 0, True, FP16, None, n64) & (
+        vh._SUMCHECK
+    )
     # the floor keeps the smallest p a normal fp32 number up to c · log2(e) = SUM_SC_MAX
     c_max = vh.SUM_SC_MAX / math.log2(math.e)
-    assert vh.sum_check(_v(softcap=c_max * 0.999), FP16)
-    assert not vh.sum_check(_v(softcap=c_max * 1.001), FP16)
+    assert vh.sum_check(_v(softcap=c_max * 0.999), FP16, block_n=n64)
+    assert not vh.sum_check(_v(softcap=c_max * 1.001), FP16, block_n=n64)
     assert 2 * vh.SUM_SC_MAX - float(fp16k.FLOOR.value) <= 126
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", False)
+    assert not vh.variant_bits(_v(), 0, True, FP16, SCALE, n64) & vh._SUMCHECK
 
 
 def test_the_sum_check_takes_precedence_over_the_threshold_rescale(monkeypatch):
     monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
     monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
     monkeypatch.setattr(vh, "SOFTCAP_LAZY_WARP", True)
-    bits = vh.variant_bits(_v(), 0, True, FP16, SCALE)
+    bits = vh.variant_bits(_v(), 0, True, FP16, SCALE, vh.SUM_BLOCK_N)
     assert bits & vh._SUMCHECK and not bits & (vh._LAZY | vh._LAZY_WARP)
-    bits = vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE)  # ALiBi: the threshold form
+    bits = vh.variant_bits(_v(alibi=True), 0, True, FP16, SCALE, vh.SUM_BLOCK_N)  # ALiBi: LAZY
     assert bits & vh._LAZY and not bits & vh._SUMCHECK
 
 
-@pytest.mark.parametrize("value, on", [(None, False), ("", False), ("0", False), ("1", True)])
-def test_the_environment_turns_the_switch_on_at_import(value, on):
+@pytest.mark.parametrize("value, on", [(None, True), ("", True), ("0", False), ("1", True)])
+def test_the_environment_turns_the_default_off_at_import(value, on):
     env = dict(os.environ)
     env.pop(vh.SUM_ENV, None)
     if value is not None:
@@ -162,7 +168,12 @@ def test_the_sum_check_is_exact_math_whatever_the_data(pattern):
 def test_the_row_ptx_keeps_the_defaults_and_branches_per_warp():
     asm = fp16k._ROW_ASM.value
     assert asm.count("bra.uni") == 1 and asm.count("@%mv") == 4
-    assert asm.index("add.f32 $3, $9, $8") < asm.index("bra.uni")  # l + sum where none moves
+    assert asm.index("add.f32 %l, $9, $8") < asm.index("bra.uni")  # l + sum where none moves
+    # the results written after every input is read: in the key loop l and l' share a
+    # register (the PTX ties the loop-carried value), so an early write corrupts l
+    body, tail = asm.split("SUM_DONE:")
+    assert not any(f"${i}," in body for i in range(4))
+    assert all(f"mov.b32 ${i}," in tail for i in range(4))
     assert fp16k._ROW_CON.value.count("=r") == 4 and fp16k._ROW_CON.value.count(",r") == 6
 
 
