@@ -101,9 +101,10 @@ _LAZY_WARP = 131072  # flash_gluon_var.LAZY_WARP
 # blocks: C3_N64) keeps each row's offset until the block's own row sum says it must move
 # (the SUMCHECK bit, kernels/flash_gluon_var_fp16.py): no row max at all, and O, l and P
 # scaled only in the warps where a row moved. On the H200 (docs/kernel.md, session 10) it
-# took C3_N64's fp16 softcap 50 from 0.85 to 0.90-0.91 of the dense kernel; on the
-# two-consumer 128-key launch it measured 2-3% slower, so that launch keeps the running
-# max. It takes precedence over LAZY. $FA_BENCH_SOFTCAP_SUM=0 at import turns it off.
+# made C3_N64's fp16 softcap 50 5-6% faster (0.88-0.89 of the dense kernel against
+# 0.83-0.84); on the two-consumer 128-key launch it measured 0.5-3% slower, so that launch
+# keeps the running max. It takes precedence over LAZY. $FA_BENCH_SOFTCAP_SUM=0 at import
+# turns it off.
 SUM_ENV = "FA_BENCH_SOFTCAP_SUM"
 SOFTCAP_SUM_FP16 = os.environ.get(SUM_ENV, "1") != "0"
 SUM_BLOCK_N = 64

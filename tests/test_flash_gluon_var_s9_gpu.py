@@ -131,6 +131,8 @@ def test_gpu_lazy_rows_whose_max_rises_late(shape, launch, form, monkeypatch):
     from fa_bench.run.accuracy import _tensor_report
 
     pattern, b, hq, hk, sq, sk, d, causal = shape
+    if form == "sum" and not (launch == "c3" and causal and d == 128):
+        pytest.skip("the sum check rides on 64-key launches only (C3_N64: causal d128)")
     want_bits = _switch(monkeypatch, form)
     every = {"fp16": frozenset({"softcap"})}
     monkeypatch.setattr(vh, "C3_KINDS", every if launch == "c3" else {})
@@ -161,7 +163,14 @@ def test_gpu_lazy_fp16_softcap_checks(case, form, monkeypatch):
     seen, bits = _spy(monkeypatch)
     res = fn(*args, **kw)
     assert all(r["passed"] for r in res.values()), res
-    assert seen and bits and all(b & want == want for b in bits), (seen, bits)
+    assert seen and bits, (seen, bits)
+    if form == "sum":  # on the 64-key launch only (C3_N64); the others keep the running max
+        c3 = vh.C3_N64.label()
+        assert all(bool(b & want) == (s == c3) for s, b in zip(seen, bits, strict=True)), (
+            seen, bits,
+        )  # fmt: skip
+    else:
+        assert all(b & want == want for b in bits), (seen, bits)
 
 
 def test_gpu_lazy_off_by_default_runs_the_running_max():
