@@ -32,7 +32,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from fa_bench.kernels.flash_gluon_var import _PACK, _RESCALE_ASM, _RESCALE_CON, _VOTE_ASM
-from fa_bench.kernels.gluon_exp2 import row_sum, softmax_tree
+from fa_bench.kernels.gluon_exp2 import exp2_split, row_sum, softmax_emu, softmax_tree
 
 # The VAR bit (flash_gluon_varhost mirrors it; a test checks), above LAZY_WARP (131072).
 SUMCHECK = gl.constexpr(262144)
@@ -79,7 +79,9 @@ def softmax_sumcheck(s, m_s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexp
     PV_{j−1}'s wait (`warp_mul` with the flag)."""
     s_layout: gl.constexpr = s.type.layout
     m_eff = gl.maximum(m_s, sc - FLOOR)
-    p = gl.exp2(s * sc - gl.expand_dims(m_eff, 1))
+    # the exp2 split's emulation holds for these arguments too (at most FLOOR, far below
+    # fp32's exponent limit): a launch's SOFTCAP_EMU share goes to the FMA pipes
+    p = exp2_split(s * sc - gl.expand_dims(m_eff, 1), softmax_emu(SOFTMAX))
     blk = row_sum(p, l_i, softmax_tree(SOFTMAX))
     move = (blk > P_SUM_MAX) | (m_eff != m_s) | (l_i + blk < L_MIN)
     mv = gl.where(move & (blk > 0.0), 1, 0)
