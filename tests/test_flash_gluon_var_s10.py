@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_flash_gluon_var_s9 import _lazy_forward, _v
+from test_flash_gluon_var_s9 import (
+    _lazy_forward,
+    _v,
+    assert_as_exact_as_the_running_max,
+    softcapped_rows,
+)
 
 from fa_bench.kernels import flash_gluon_var as kernel
 from fa_bench.kernels import flash_gluon_var_fp16 as fp16k
@@ -127,37 +132,11 @@ def test_the_sum_check_is_exact_math_whatever_the_data(pattern):
     """The emulated steps against the exact softmax (float64): o and lse2 as close as the
     running max's, P never above P_SUM_MAX (fp16 finite), rows below the floor exact too,
     rows without keys empty, and random rows settle after their first block."""
-    g = torch.Generator().manual_seed(11)
-    rows, n, d, cap = 16, 1024, 32, 50.0
-    sc = cap * math.log2(math.e)
-    raw = torch.randn((rows, n), generator=g) * 1.5
-    if pattern == "late":
-        raw[:, -5:] += 14.0
-    elif pattern == "ramp":
-        raw += torch.linspace(0.0, 14.0, n)
-    elif pattern == "low then late":  # below the floor (sc − 112) first, then up by ~90
-        raw -= 45.0
-        raw[:, -7:] += 60.0
-    elif pattern == "all low":  # every score below the floor
-        raw -= 60.0
-    s = torch.tanh(raw / cap)
-    if pattern == "masked start":  # rows 0-3 see no key, rows 4-7 from key 300 on only
-        s[:4] = -math.inf
-        s[4:8, :300] = -math.inf
-    v = torch.randn((n, d), generator=g)
+    s, v, sc = softcapped_rows(pattern, seed=11)
+    rows, n = s.shape
     o_run, _lse, _p, _ = _lazy_forward(s, v, sc, 64, None)
     o_sum, lse_sum, p_sum, moves = _sum_forward(s, v, sc, 64)
-    logits = s.double() * sc * math.log(2.0)
-    w = torch.softmax(logits, dim=1)
-    seen = torch.isfinite(logits).any(dim=1)
-    o_ref = torch.where(seen[:, None], torch.nan_to_num(w) @ v.double(), 0.0)
-    lse_ref = torch.where(seen, torch.logsumexp(logits, dim=1) / math.log(2.0), math.inf)
-    err_run = (o_run.double() - o_ref).abs().max().item()
-    err_sum = (o_sum.double() - o_ref).abs().max().item()
-    assert err_sum <= 2 * err_run + 1e-3, (err_sum, err_run)
-    assert torch.equal(torch.isinf(lse_sum), torch.isinf(lse_ref))
-    fin = torch.isfinite(lse_ref)
-    assert (lse_sum[fin].double() - lse_ref[fin]).abs().max().item() < 1e-4
+    assert_as_exact_as_the_running_max(o_sum, lse_sum, o_run, s, v, sc)
     assert p_sum <= float(fp16k.P_SUM_MAX.value)
     if pattern == "random":
         assert moves == 0, moves

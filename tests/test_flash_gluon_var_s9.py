@@ -153,12 +153,13 @@ def _lazy_forward(s: torch.Tensor, v: torch.Tensor, sc: float, block: int, tau: 
     return o, lse2, p_max, rescaled
 
 
-@pytest.mark.parametrize("pattern", ["random", "late", "ramp", "masked start"])
-def test_the_threshold_rescale_is_exact_math_whatever_the_data(pattern):
-    """The emulated LAZY step against the exact softmax (float64): o and lse2 as close as
-    the running max's, P never above 2^LAZY_TAU (fp16 finite), rescales only when a row
-    rises past the threshold (the late logit, the ramp) and rows without keys empty."""
-    g = torch.Generator().manual_seed(7)
+def softcapped_rows(pattern: str, seed: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(s, v, sc): 16 rows of 1024 softcapped scores (softcap 50, in units of sc, −inf
+    masked) and their values. "late": a large logit in the last 5 keys; "ramp": a rise of
+    14 along the row; "masked start": rows 0-3 see no key, rows 4-7 keys from 300 on only;
+    "low then late": every logit 45 down (below session 10's floor), the last 7 up by 60;
+    "all low": every logit 60 down."""
+    g = torch.Generator().manual_seed(seed)
     rows, n, d, cap = 16, 1024, 32, 50.0
     sc = cap * math.log2(math.e)
     raw = torch.randn((rows, n), generator=g) * 1.5
@@ -166,25 +167,46 @@ def test_the_threshold_rescale_is_exact_math_whatever_the_data(pattern):
         raw[:, -5:] += 14.0
     elif pattern == "ramp":
         raw += torch.linspace(0.0, 14.0, n)
+    elif pattern == "low then late":
+        raw -= 45.0
+        raw[:, -7:] += 60.0
+    elif pattern == "all low":
+        raw -= 60.0
     s = torch.tanh(raw / cap)  # the kernel's softcapped score, in units of sc
-    if pattern == "masked start":  # rows 0-3 see no key, rows 4-7 from key 300 on only
+    if pattern == "masked start":
         s[:4] = -math.inf
         s[4:8, :300] = -math.inf
-    v = torch.randn((n, d), generator=g)
-    tau = float(kernel.LAZY_TAU.value)
-    o_run, _lse, p_run, _ = _lazy_forward(s, v, sc, 64, None)
-    o_lazy, lse_lazy, p_lazy, rescaled = _lazy_forward(s, v, sc, 64, tau)
+    return s, torch.randn((n, d), generator=g), sc
+
+
+def assert_as_exact_as_the_running_max(o, lse2, o_run, s, v, sc: float) -> None:
+    """An emulated forward's (o, lse2) against the exact softmax (float64) of the scores s
+    (units of sc, −inf masked): o within twice the running max's error (+1e-3), lse2 within
+    1e-4 and +inf exactly where a row sees no key."""
     logits = s.double() * sc * math.log(2.0)  # natural-log units
     w = torch.softmax(logits, dim=1)
     seen = torch.isfinite(logits).any(dim=1)
     o_ref = torch.where(seen[:, None], torch.nan_to_num(w) @ v.double(), 0.0)
     lse_ref = torch.where(seen, torch.logsumexp(logits, dim=1) / math.log(2.0), math.inf)
     err_run = (o_run.double() - o_ref).abs().max().item()
-    err_lazy = (o_lazy.double() - o_ref).abs().max().item()
-    assert err_lazy <= 2 * err_run + 1e-3, (err_lazy, err_run)
-    assert torch.equal(torch.isinf(lse_lazy), torch.isinf(lse_ref))
+    err = (o.double() - o_ref).abs().max().item()
+    assert err <= 2 * err_run + 1e-3, (err, err_run)
+    assert torch.equal(torch.isinf(lse2), torch.isinf(lse_ref))
     fin = torch.isfinite(lse_ref)
-    assert (lse_lazy[fin].double() - lse_ref[fin]).abs().max().item() < 1e-4
+    assert (lse2[fin].double() - lse_ref[fin]).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("pattern", ["random", "late", "ramp", "masked start"])
+def test_the_threshold_rescale_is_exact_math_whatever_the_data(pattern):
+    """The emulated LAZY step against the exact softmax (float64): o and lse2 as close as
+    the running max's, P never above 2^LAZY_TAU (fp16 finite), rescales only when a row
+    rises past the threshold (the late logit, the ramp) and rows without keys empty."""
+    s, v, sc = softcapped_rows(pattern, seed=7)
+    n = s.shape[1]
+    tau = float(kernel.LAZY_TAU.value)
+    o_run, _lse, p_run, _ = _lazy_forward(s, v, sc, 64, None)
+    o_lazy, lse_lazy, p_lazy, rescaled = _lazy_forward(s, v, sc, 64, tau)
+    assert_as_exact_as_the_running_max(o_lazy, lse_lazy, o_run, s, v, sc)
     assert p_run <= 1.0 + 1e-6 and p_lazy <= 2.0**tau * 1.001
     blocks = n // 64
     if pattern in ("late", "ramp"):
