@@ -39,6 +39,11 @@ def tool(name: str) -> ModuleType:
     return mod
 
 
+# triton 3.6 installed aside for the variant forward's compile tests (their tools put it
+# first on PYTHONPATH whatever the installed triton is)
+TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
+
+
 def triton36_path() -> str | None:
     """A triton 3.6 to compile with: "" for the installed one, $GLUON_TRITON_PATH's, or
     None (the compile tests skip)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import triton36_path
 
 from fa_bench.kernels.flash_gluon import (
     HEAD_DIMS,
@@ -212,19 +213,9 @@ def test_forward_refuses_a_config_past_shared_memory(monkeypatch):
 # --- compiled for sm_90 on a CPU --------------------------------------------------------
 
 
-def _triton36_path() -> str | None:
-    """A triton 3.6 to compile with: the installed one, or $GLUON_TRITON_PATH's."""
-    import triton
-
-    if version_reason(triton.__version__) is None:
-        return ""
-    path = os.environ.get("GLUON_TRITON_PATH", "")
-    return path if path and Path(path, "triton", "__init__.py").exists() else None
-
-
 @pytest.mark.slow
 def test_every_combination_compiles_for_sm90():
-    path = _triton36_path()
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
     env = dict(os.environ, PYTHONPATH=path)

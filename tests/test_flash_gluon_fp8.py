@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gluon_bwd_helpers import triton36_path
 
 from fa_bench.kernels import flash_fp8, flash_gluon_fp8
 from fa_bench.kernels.flash_config import FlashConfig
@@ -259,14 +260,9 @@ def test_padded_v_keeps_values_and_aligns_rows(seq, k_major):
 # --- compile (slow) -----------------------------------------------------------------------
 
 
-def _triton36_path() -> str | None:
-    path = os.environ.get("GLUON_TRITON_PATH", "")
-    return path if path and Path(path, "triton", "__init__.py").exists() else None
-
-
 @pytest.mark.slow
 def test_every_candidate_compiles_for_sm90_without_spills():
-    path = _triton36_path()
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
     out = subprocess.run(

@@ -27,11 +27,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import triton36_path
 
 from fa_bench.kernels import flash_dispatch, flash_gluon
 from fa_bench.kernels import flash_gluon_varhost as vh
 from fa_bench.kernels.flash_config import FlashConfig
-from fa_bench.kernels.flash_gluon import GluonConfig, gluon_config, version_reason
+from fa_bench.kernels.flash_gluon import GluonConfig, gluon_config
 from fa_bench.kernels.flash_validate import Variant, Varlen, make_variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,19 +237,10 @@ def test_cpu_tensors_run_variants_in_tl_and_a_forced_gluon_says_why():
 # --- compiled for sm_90 on a CPU --------------------------------------------------------
 
 
-def _triton36_path() -> str | None:
-    import triton
-
-    if version_reason(triton.__version__) is None:
-        return ""
-    path = os.environ.get("GLUON_TRITON_PATH", "")
-    return path if path and Path(path, "triton", "__init__.py").exists() else None
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # 150-200 compiles: over 15 minutes on two busy cores
 def test_every_variant_combination_compiles_for_sm90():
-    path = _triton36_path()
+    path = triton36_path()
     if path is None:
         pytest.skip("no triton 3.6 here: set GLUON_TRITON_PATH to one installed aside")
     out = subprocess.run(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import TRI36
 from test_flash_gluon_var_s9 import (
     _lazy_forward,
     _v,
@@ -31,7 +32,6 @@ from fa_bench.kernels import flash_gluon_varhost as vh
 ROOT = Path(__file__).resolve().parent.parent
 BF16, FP16 = torch.bfloat16, torch.float16
 SCALE = 128**-0.5
-TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
 
 
 def test_the_bit_agrees_with_the_kernel_and_is_clear_of_the_others():

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import TRI36
 from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_varhost as vh
@@ -173,12 +174,9 @@ def _has_gluon_compile() -> bool:
     return True
 
 
-TRI36 = "/tmp/tri36"
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 at /tmp/tri36"
+    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
 )
 def test_the_launch_compiles_for_sm90_with_packed_adds_in_its_loop():
     """triton 3.6 (the H200's) compiles the default and the packed-sum launch; the loop of

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import TRI36
 from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import FlashConfig, flash_dispatch, flash_gluon
@@ -194,12 +195,9 @@ def test_the_speed_tools_rows_are_kinds_of_the_table():
     assert all(set(ds) <= set(tool.DTYPES) for *_, ds in tool.ROWS)
 
 
-TRI36 = "/tmp/tri36"
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 at /tmp/tri36"
+    not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
 )
 def test_every_served_combination_compiles_for_sm90_without_spills(tmp_path):
     """triton 3.6 (the H200's) compiles C3_N64 for every (kind, dtype) C3_KINDS serves,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gluon_bwd_helpers import TRI36
 from gluon_bwd_helpers import tool as _tool
 
 from fa_bench.kernels import flash_gluon_var as kernel
@@ -304,9 +305,6 @@ def test_the_gpu_script_parses_and_its_paths_exist():
     for path in set(re.findall(r"\b((?:tools|tests)/[\w/.-]+\.(?:py|sh|toml))", text)):
         assert (ROOT / path).exists(), path
     assert vh.LAZY_ENV in text and "test_flash_gluon_var_s9_gpu.py" in text
-
-
-TRI36 = os.environ.get("GLUON_TRITON_PATH") or "/tmp/tri36"
 
 
 def _sass_tool(tmp_path, *flags: str) -> list[dict]:
