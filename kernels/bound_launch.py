@@ -10,6 +10,7 @@ kernel's host module can use it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 
@@ -45,3 +46,20 @@ def jit_values(fn: Any, args: tuple, kwargs: dict) -> list | None:
     if not names or len(given) != len(names):
         return None
     return [given[n] for n in names]
+
+
+def recall(plans: OrderedDict, key: Any) -> Any:
+    """The plan kept under `key` (None if none), marked most recently used."""
+    plan = plans.get(key)
+    if plan is not None:
+        plans.move_to_end(key)
+    return plan
+
+
+def remember(plans: OrderedDict, key: Any, plan: Any, limit: int) -> None:
+    """Keep `plan` under `key` as the most recently used, dropping the least recently used
+    past `limit` (read per call, so a module's limit may change)."""
+    plans[key] = plan
+    plans.move_to_end(key)
+    while len(plans) > limit:
+        plans.popitem(last=False)

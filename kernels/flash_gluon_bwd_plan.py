@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels.bound_launch import recall, remember
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
 
 if TYPE_CHECKING:
@@ -84,10 +85,9 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
     global last_reason, hits
     why = plannable(tensors, lse2)
     key = None if why else plan_key(cfg, tensors, lse2, delta, causal, scale)
-    bound = None if key is None else _PLANS.get(key)
-    if key is not None and bound is not None:
+    bound = None if key is None else recall(_PLANS, key)
+    if bound is not None:
         hits += 1
-        _PLANS.move_to_end(key)
         for b in bound:
             b()
         return
@@ -103,9 +103,7 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
         return
     bound, last_reason = _bind(cfg, tuple(compiled), tensors, lse2, delta, causal, scale)
     if bound is not None:
-        _PLANS[key] = bound
-        if len(_PLANS) > MAX_PLANS:
-            _PLANS.popitem(last=False)
+        remember(_PLANS, key, bound, MAX_PLANS)
 
 
 def clear() -> None:

@@ -29,6 +29,8 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels.bound_launch import recall, remember
+
 if TYPE_CHECKING:
     import torch
 
@@ -84,10 +86,9 @@ def launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     triton's JIT, then planned for the next call with the same key."""
     global last_reason, hits
     key = plan_key(cfg, q, k, v, o, lse2, causal, qk_scale) if ENABLED else None
-    bound = None if key is None else _PLANS.get(key)
-    if key is not None and bound is not None:
+    bound = None if key is None else recall(_PLANS, key)
+    if bound is not None:
         hits += 1
-        _PLANS.move_to_end(key)
         bound()
         return
     tensors = (q, k, v, o)
@@ -97,9 +98,7 @@ def launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return
     bound, last_reason = _bind(cfg, fn, compiled, tensors, lse2, causal, qk_scale)
     if bound is not None:
-        _PLANS[key] = bound
-        if len(_PLANS) > MAX_PLANS:
-            _PLANS.popitem(last=False)
+        remember(_PLANS, key, bound, MAX_PLANS)
 
 
 def clear() -> None:

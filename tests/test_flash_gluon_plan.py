@@ -327,3 +327,22 @@ def test_a_kernel_whose_bound_launch_failed_its_check_is_not_bound_again(monkeyp
     cuda = SimpleNamespace(device=torch.device("cuda", 0))
     bound, why = flash_gluon_plan._bind(CFG, None, compiled, (cuda,) * 4, cuda, False, 0.1)
     assert bound is None and "did not reproduce" in why
+
+
+def test_recall_and_remember_keep_the_most_recently_used_plans():
+    """The plan caches' two operations (kernels/bound_launch.py), shared by the forward's
+    and the backward's plans: a recalled plan becomes the most recent, a remembered one
+    drops the least recent past the limit read at that call."""
+    from collections import OrderedDict
+
+    from fa_bench.kernels.bound_launch import recall, remember
+
+    plans: OrderedDict = OrderedDict()
+    for key in "abc":
+        remember(plans, key, key.upper(), 2)
+    assert list(plans) == ["b", "c"]
+    assert recall(plans, "b") == "B" and list(plans) == ["c", "b"]
+    remember(plans, "d", "D", 2)
+    assert list(plans) == ["b", "d"] and recall(plans, "c") is None
+    remember(plans, "b", "B2", 1)  # replaced, and a smaller limit applies at once
+    assert list(plans.items()) == [("b", "B2")]
