@@ -31,7 +31,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from fa_bench.kernels.flash_gluon_var import _PACK, _RESCALE_ASM, _RESCALE_CON, _VOTE_ASM
+from fa_bench.kernels.flash_gluon_var import _N, _PACK, _RESCALE_ASM, _RESCALE_CON, _VOTE_ASM
 from fa_bench.kernels.gluon_exp2 import exp2_split, row_sum, softmax_emu, softmax_tree
 
 # The VAR bit (flash_gluon_varhost mirrors it; a test checks), above LAZY_WARP (131072).
@@ -60,6 +60,34 @@ _ROW_ASM = gl.constexpr(
 )
 _ROW_CON = gl.constexpr("=r,=r,=r,=r,r,r,r,r,r,r")
 
+# with SUMCHECK, a development switch (flash_gluon_varhost.SOFTCAP_SUM_EARLY, off; session 10,
+# not yet measured): P is rounded to fp16 right after its exp2, beside the row sum, and
+# only the warps that voted a move round it again from P · alpha_p inside PTX, so the
+# rounding leaves the check's dependency chain (sum, vote, row update, scaling).
+SUM_EARLY = gl.constexpr(524288)
+
+
+def _early_asm(n: int) -> str:
+    """PTX over n elements (n even): outputs $0.. the n/2 f16x2 registers of P, tied to
+    the speculative P's; inputs after them the fp32 p, their alphas and the flags (the
+    first read). Where the flag is 0 the outputs stay the speculative P."""
+    h = n // 2
+    p0, a0, f0 = 2 * h, 2 * h + n, 2 * h + 2 * n
+    lines = ["{ .reg .pred %keep; .reg .f32 %x, %y;", f"setp.eq.s32 %keep, ${f0}, 0;",
+             "@%keep bra.uni EARLY_SKIP;"]  # fmt: skip
+    for k in range(h):
+        lo, hi = 2 * k, 2 * k + 1
+        lines += [
+            f"mul.f32 %x, ${p0 + lo}, ${a0 + lo}; mul.f32 %y, ${p0 + hi}, ${a0 + hi};",
+            f"cvt.rn.f16x2.f32 ${k}, %y, %x;",  # element 2k in the low half
+        ]
+    return " ".join([*lines, "EARLY_SKIP: }"])
+
+
+_EARLY_ASM = gl.constexpr(_early_asm(_N))
+_EARLY_CON = gl.constexpr(",".join(["=r"] * (_N // 2) + [str(i) for i in range(_N // 2)]
+                                   + ["r"] * (3 * _N)))  # fmt: skip
+
 
 @gluon.jit
 def warp_mul(x, alpha, flag, layout: gl.constexpr):
@@ -72,16 +100,29 @@ def warp_mul(x, alpha, flag, layout: gl.constexpr):
 
 
 @gluon.jit
+def _early_fix(p16, p, alpha, flag, layout: gl.constexpr):
+    """SUM_EARLY: the speculative fp16 P, rounded again from p · alpha in the warps whose
+    flag is set."""
+    rows: gl.constexpr = gl.SliceLayout(1, layout)
+    a = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
+    f = gl.expand_dims(gl.convert_layout(flag, rows), 1)
+    return gl.inline_asm_elementwise(_EARLY_ASM, _EARLY_CON, [p16, p, a, f],
+                                     dtype=gl.float16, is_pure=True, pack=_PACK)  # fmt: skip
+
+
+@gluon.jit
 def softmax_sumcheck(s, m_s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
-                     SOFTMAX: gl.constexpr):  # fmt: skip
+                     SOFTMAX: gl.constexpr, EARLY: gl.constexpr = False):  # fmt: skip
     """One step: (m', l', P in dtype for PV, O's alpha, the warp's flag); m in log2 units
     (m · sc: −inf for a row that has seen no key). O · alpha is for the caller, after
-    PV_{j−1}'s wait (`warp_mul` with the flag)."""
+    PV_{j−1}'s wait (`warp_mul` with the flag). EARLY: SUM_EARLY's speculative rounding."""
     s_layout: gl.constexpr = s.type.layout
     m_eff = gl.maximum(m_s, sc - FLOOR)
     # the exp2 split's emulation holds for these arguments too (at most FLOOR, far below
     # fp32's exponent limit): a launch's SOFTCAP_EMU share goes to the FMA pipes
     p = exp2_split(s * sc - gl.expand_dims(m_eff, 1), softmax_emu(SOFTMAX))
+    if EARLY:
+        p16 = p.to(dtype)  # inf where p > 65504: such a row moves, its warp rounds again
     blk = row_sum(p, l_i, softmax_tree(SOFTMAX))
     move = (blk > P_SUM_MAX) | (m_eff != m_s) | (l_i + blk < L_MIN)
     mv = gl.where(move & (blk > 0.0), 1, 0)
@@ -91,5 +132,8 @@ def softmax_sumcheck(s, m_s, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexp
         _ROW_ASM, _ROW_CON, [flag, mv, m_eff, m_s, blk, l_i],
         dtype=(gl.float32, gl.float32, gl.float32, gl.float32), is_pure=True, pack=1,
     )  # fmt: skip
-    p = warp_mul(p, a_p, flag, s_layout)
-    return m_new, l_new, gl.convert_layout(p.to(dtype), p_layout), a_o, flag
+    if EARLY:
+        p16 = _early_fix(p16, p, a_p, flag, s_layout)
+    else:
+        p16 = warp_mul(p, a_p, flag, s_layout).to(dtype)
+    return m_new, l_new, gl.convert_layout(p16, p_layout), a_o, flag

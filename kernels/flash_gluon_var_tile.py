@@ -38,7 +38,12 @@ from fa_bench.kernels.flash_gluon_var import (
     softmax_fixed,
     softmax_lazy,
 )
-from fa_bench.kernels.flash_gluon_var_fp16 import SUMCHECK, softmax_sumcheck, warp_mul
+from fa_bench.kernels.flash_gluon_var_fp16 import (
+    SUM_EARLY,
+    SUMCHECK,
+    softmax_sumcheck,
+    warp_mul,
+)
 from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, p_bf16, sum_levels
 from fa_bench.kernels.flash_gluon_ws import _pv, _qk
 
@@ -95,7 +100,8 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
     elif VAR & SUMCHECK:  # m (log2 units) moves where a block's sum says: no row max
         m_i, l_i, p_next, alpha, flag = softmax_sumcheck(s, m_i, l_i, scalars[2], dtype,
-                                                         p_layout, SOFTMAX)  # fmt: skip
+                                                         p_layout, SOFTMAX,
+                                                         VAR & SUM_EARLY)  # fmt: skip
         acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc = warp_mul(acc, alpha, flag, o_layout)
@@ -169,7 +175,7 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
             m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
         elif VAR & SUMCHECK:
             m_i, l_i, p, _alpha, _flag = softmax_sumcheck(s, m_i, l_i, sc, dtype, p_layout,
-                                                          SOFTMAX)  # fmt: skip
+                                                          SOFTMAX, VAR & SUM_EARLY)  # fmt: skip
         elif VAR & ALIBI_COL:
             shift = alibi_shift(lo, vr[3], vr[4], BLOCK_N)
             m_i, _alpha, l_i, p = _softmax(s, m_i - shift, l_i, sc, dtype, p_layout, SOFTMAX)

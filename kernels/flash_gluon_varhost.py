@@ -108,6 +108,11 @@ _LAZY_WARP = 131072  # flash_gluon_var.LAZY_WARP
 SUM_ENV = "FA_BENCH_SOFTCAP_SUM"
 SOFTCAP_SUM_FP16 = os.environ.get(SUM_ENV, "1") != "0"
 SUM_BLOCK_N = 64
+# A development switch (session 10, not yet measured): with the sum check, P is rounded to
+# fp16 before the check and again only in the warps that moved (flash_gluon_var_fp16.
+# SUM_EARLY), which takes the rounding off the check's dependency chain.
+SOFTCAP_SUM_EARLY = False
+_SUM_EARLY = 524288  # flash_gluon_var_fp16.SUM_EARLY
 _SUMCHECK = 262144  # flash_gluon_var_fp16.SUMCHECK
 # 2·sc − flash_gluon_var_fp16.FLOOR (112) <= 126: the smallest p stays a normal fp32 number
 SUM_SC_MAX = 119.0
@@ -199,7 +204,8 @@ def variant_bits(
     under SOFTCAP_P_ALU; QSCALE for an fp16 softcap under SOFTCAP_QSCALE_FP16 (by the
     call's `scale`, `_qscale_fp16`); LAZY for an fp16 softcap under SOFTCAP_LAZY_FP16
     (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP; SUMCHECK in LAZY's place
-    for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`, by the launch's block_n)."""
+    for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`, by the launch's block_n), and
+    with it SUM_EARLY under SOFTCAP_SUM_EARLY."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -217,6 +223,7 @@ def variant_bits(
     bits |= _SUM_BF16 if SOFTCAP_SUM_BF16 and bits & _FIXED_MAX else 0
     bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
     bits |= _SUMCHECK if sum_check(variant, dtype, block_n=block_n) else 0
+    bits |= _SUM_EARLY if SOFTCAP_SUM_EARLY and bits & _SUMCHECK else 0
     bits |= _LAZY if lazy_max(variant, dtype) and not bits & _SUMCHECK else 0
     bits |= _LAZY_WARP if SOFTCAP_LAZY_WARP and bits & _LAZY else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)

@@ -34,7 +34,8 @@ BF16, FP16 = torch.bfloat16, torch.float16
 SCALE = 128**-0.5
 
 
-def test_the_bit_agrees_with_the_kernel_and_is_clear_of_the_others():
+def test_the_bits_agree_with_the_kernel_and_are_clear_of_the_others():
+    assert vh._SUM_EARLY == int(fp16k.SUM_EARLY.value) == 2 * int(fp16k.SUMCHECK.value)
     bit = int(fp16k.SUMCHECK.value)
     assert vh._SUMCHECK == bit
     others = [kernel.WINDOW, kernel.SOFTCAP, kernel.ALIBI, kernel.VARLEN, kernel.TANH_F16X2,
@@ -65,6 +66,35 @@ def test_the_default_takes_fp16_softcaps_without_alibi_on_64_key_launches(monkey
     assert 2 * vh.SUM_SC_MAX - float(fp16k.FLOOR.value) <= 126
     monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", False)
     assert not vh.variant_bits(_v(), 0, True, FP16, SCALE, n64) & vh._SUMCHECK
+
+
+def test_the_early_rounding_is_off_and_rides_on_the_sum_check_only(monkeypatch):
+    n64 = vh.SUM_BLOCK_N
+    assert not vh.SOFTCAP_SUM_EARLY
+    assert not vh.variant_bits(_v(), 0, True, FP16, SCALE, n64) & vh._SUM_EARLY
+    monkeypatch.setattr(vh, "SOFTCAP_SUM_EARLY", True)
+    bits = vh.variant_bits(_v(), 0, True, FP16, SCALE, n64)
+    assert bits & vh._SUM_EARLY and bits & vh._SUMCHECK
+    for args in ((_v(), 0, True, FP16, SCALE, 128), (_v(), 0, True, BF16, SCALE, n64),
+                 (_v(alibi=True), 0, True, FP16, SCALE, n64)):  # fmt: skip
+        assert not vh.variant_bits(*args) & vh._SUM_EARLY, args
+
+
+def test_the_early_ptx_rounds_again_only_behind_the_warp_branch():
+    """Operands for 16 elements: outputs $0-$7 (f16x2) tied to the speculative P's
+    registers ($8-$15), the fp32 p $16-$31, the alphas $32-$47, the flags from $48; each
+    output packs element 2k low, 2k + 1 high (cvt.rn.f16x2.f32 d, hi, lo)."""
+    asm, con = fp16k._EARLY_ASM.value, fp16k._EARLY_CON.value.split(",")
+    assert con[:8] == ["=r"] * 8 and con[8:16] == [str(i) for i in range(8)]
+    assert con[16:] == ["r"] * 48
+    head, body = asm.split("@%keep bra.uni EARLY_SKIP;")
+    assert "setp.eq.s32 %keep, $48, 0;" in head and body.strip().endswith("EARLY_SKIP: }")
+    for k in range(8):
+        lo, hi = 2 * k, 2 * k + 1
+        assert f"mul.f32 %x, ${16 + lo}, ${32 + lo};" in body
+        assert f"mul.f32 %y, ${16 + hi}, ${32 + hi};" in body
+        assert f"cvt.rn.f16x2.f32 ${k}, %y, %x;" in body
+    assert body.count("cvt.rn.f16x2.f32") == 8 and "$8," not in body  # tied inputs unread
 
 
 def test_the_sum_check_takes_precedence_over_the_threshold_rescale(monkeypatch):
@@ -161,17 +191,20 @@ def test_the_row_ptx_keeps_the_defaults_and_branches_per_warp():
     not os.path.exists(f"{TRI36}/triton/__init__.py"), reason="no triton 3.6 installed aside"
 )
 def test_the_bit_compiles_for_sm90_without_spills_or_a_row_max(tmp_path):
-    """C3_N64 (causal d128) and the two-consumer launch, fp16: no spills, no FMNMX left in
-    the key loop but the floor's two (the running max has 36 at C3_N64), and P's and O's
-    scaling (32 + 64 FMUL per thread at C3_N64) behind the warp's branches."""
+    """C3_N64 (causal d128; with SUM_EARLY too) and the two-consumer launch, fp16: no spills,
+    no FMNMX left in the key loop but the floor's two (the running max has 36 at C3_N64),
+    and P's and O's scaling (32 + 64 FMUL per thread at C3_N64) behind the warp's branches."""
     code = (
         "import sys, json, os; os.environ.pop('TRITON_INTERPRET', None); "
         "sys.path[:0] = ['tools', 'tools/gpu']; import variants_gluon_s9_sass as t; "
         "from fa_bench.kernels import flash_gluon_varhost as vh; "
         "import gluon_compile as gc, variants_gluon_sass as vs; rows = []\n"
-        "for launch, d in (('c3', 128), ('c2', 128), ('c2', 64)):\n"
+        "early = vh._SOFTCAP | vh._SUMCHECK | vh._SUM_EARLY\n"
+        "for launch, d, var in (('c3', 128, 0), ('c2', 128, 0), ('c2', 64, 0), "
+        "('c3', 128, early)):\n"
         "    cfg = t.config(launch, d, True)\n"
-        "    k = gc.compile_variant(cfg, 'fp16', d, True, vh._SOFTCAP | vh._SUMCHECK)\n"
+        "    var = var or vh._SOFTCAP | vh._SUMCHECK\n"
+        "    k = gc.compile_variant(cfg, 'fp16', d, True, var)\n"
         "    info = gc.ptxas_info(k.asm['ptx']); lines = vs.sass(k.asm['cubin'])\n"
         "    ops = vs.softmax_loop(lines, 64 * cfg.block_n // 128)\n"
         "    body = t._loop_lines(lines, len(ops))\n"
@@ -188,4 +221,5 @@ def test_the_bit_compiles_for_sm90_without_spills_or_a_row_max(tmp_path):
     rows = json.loads(res.stdout.strip().splitlines()[-1])
     assert all(r["spill_stores"] == 0 and r["spill_loads"] == 0 for r in rows), rows
     assert all(r["fmnmx"] <= 2 for r in rows), rows  # the floor's: one per row a thread holds
-    assert all(r["skipped"] >= want for r, want in zip(rows, (96, 128, 96), strict=True)), rows
+    # SUM_EARLY: O's 64 FMUL behind the branch, P's inside the rounding branch
+    assert all(r["skipped"] >= want for r, want in zip(rows, (96, 128, 96, 64), strict=True)), rows

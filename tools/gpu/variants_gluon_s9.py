@@ -44,9 +44,10 @@ LAUNCHES = ("c2", "c2l", "c2w", "c3", "c3l", "c3w")
 PAIRS = (("c3l", "c3"), ("c3w", "c3"), ("c2l", "c2"), ("c2w", "c2"))  # (with LAZY, without)
 if os.environ.get("S10"):  # session 10: the sum check (c3s), with Q scaled (c3sq), with
     # every 4th / 8th exponential on the FMA pipes (c3s4, c3s8; call 5), with tree sums (c3st;
-    # call 6), with a 3- / 2-deep K/V ring (c3s3, c3s2)
-    LAUNCHES = ("c3", "c3s", "c3s3", "c3s2")
-    PAIRS = (("c3s", "c3"), ("c3s3", "c3"), ("c3s2", "c3"))
+    # call 6), with a 3- / 2-deep K/V ring (c3s3, c3s2; call 7), with P rounded before the
+    # check (c3se)
+    LAUNCHES = ("c3", "c3s", "c3se")
+    PAIRS = (("c3s", "c3"), ("c3se", "c3"))
 
 
 def warm(workers: int) -> None:
