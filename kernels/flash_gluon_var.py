@@ -229,6 +229,24 @@ def softmax_lazy(s, m_i, l_i, sc, dtype: gl.constexpr, p_layout: gl.constexpr,
 
 
 @gluon.jit
+def row_operands(alpha, flag, layout: gl.constexpr):
+    """A row vector's alpha and the warp's flag broadcast over `layout`'s columns: the
+    per-element operands of the warp-skipped PTX (`warp_mul`, the sum check's rounding)."""
+    rows: gl.constexpr = gl.SliceLayout(1, layout)
+    a = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
+    f = gl.expand_dims(gl.convert_layout(flag, rows), 1)
+    return a, f
+
+
+@gluon.jit
+def warp_mul(x, alpha, flag, layout: gl.constexpr):
+    """x times its row's alpha, skipped (inside PTX) in the warps whose flag is 0."""
+    a, f = row_operands(alpha, flag, layout)
+    return gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CON, [x, a, f], dtype=gl.float32,
+                                     is_pure=True, pack=_PACK)  # fmt: skip
+
+
+@gluon.jit
 def lazy_rescale(acc, l_i, m_old, m_new, sc, o_layout: gl.constexpr, WARP: gl.constexpr):
     """(O, l) · 2^((m_old − m_new) · sc) per row, in the steps where some row of the
     warpgroup moved its m (a uniform branch after a cross-warp max); else untouched, the
@@ -241,10 +259,7 @@ def lazy_rescale(acc, l_i, m_old, m_new, sc, o_layout: gl.constexpr, WARP: gl.co
         moved = gl.where(m_new != m_old, 1, 0)
         flag = gl.inline_asm_elementwise(_VOTE_ASM, "=r,=r,r,r", [moved], dtype=gl.int32,
                                          is_pure=False, pack=2)  # fmt: skip
-        a_o = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
-        f_o = gl.expand_dims(gl.convert_layout(flag, rows), 1)
-        acc = gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CON, [acc, a_o, f_o],
-                                        dtype=gl.float32, is_pure=True, pack=_PACK)  # fmt: skip
+        acc = warp_mul(acc, alpha, flag, o_layout)
     elif gl.max(gl.where(m_new != m_old, 1, 0), axis=0) > 0:
         alpha = gl.where(m_new == m_old, 1.0, gl.exp2((m_old - m_new) * sc))
         l_i = l_i * alpha

@@ -31,7 +31,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from fa_bench.kernels.flash_gluon_var import _N, _PACK, _RESCALE_ASM, _RESCALE_CON, _VOTE_ASM
+from fa_bench.kernels.flash_gluon_var import _N, _PACK, _VOTE_ASM, row_operands, warp_mul
 from fa_bench.kernels.gluon_exp2 import exp2_split, row_sum, softmax_emu, softmax_tree
 
 # The VAR bit (flash_gluon_varhost mirrors it; a test checks), above LAZY_WARP (131072).
@@ -90,22 +90,10 @@ _EARLY_CON = gl.constexpr(",".join(["=r"] * (_N // 2) + [str(i) for i in range(_
 
 
 @gluon.jit
-def warp_mul(x, alpha, flag, layout: gl.constexpr):
-    """x times its row's alpha, skipped (inside PTX) in the warps whose flag is 0."""
-    rows: gl.constexpr = gl.SliceLayout(1, layout)
-    a = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
-    f = gl.expand_dims(gl.convert_layout(flag, rows), 1)
-    return gl.inline_asm_elementwise(_RESCALE_ASM, _RESCALE_CON, [x, a, f], dtype=gl.float32,
-                                     is_pure=True, pack=_PACK)  # fmt: skip
-
-
-@gluon.jit
 def _early_fix(p16, p, alpha, flag, layout: gl.constexpr):
     """SUM_EARLY: the speculative fp16 P, rounded again from p · alpha in the warps whose
     flag is set."""
-    rows: gl.constexpr = gl.SliceLayout(1, layout)
-    a = gl.expand_dims(gl.convert_layout(alpha, rows), 1)
-    f = gl.expand_dims(gl.convert_layout(flag, rows), 1)
+    a, f = row_operands(alpha, flag, layout)
     return gl.inline_asm_elementwise(_EARLY_ASM, _EARLY_CON, [p16, p, a, f],
                                      dtype=gl.float16, is_pure=True, pack=_PACK)  # fmt: skip
 

@@ -37,13 +37,9 @@ from fa_bench.kernels.flash_gluon_var import (
     lazy_rescale,
     softmax_fixed,
     softmax_lazy,
-)
-from fa_bench.kernels.flash_gluon_var_fp16 import (
-    SUM_EARLY,
-    SUMCHECK,
-    softmax_sumcheck,
     warp_mul,
 )
+from fa_bench.kernels.flash_gluon_var_fp16 import SUM_EARLY, SUMCHECK, softmax_sumcheck
 from fa_bench.kernels.flash_gluon_var_sum import lazy_sum, p_bf16, sum_levels
 from fa_bench.kernels.flash_gluon_ws import _pv, _qk
 
