@@ -240,9 +240,17 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def _close(t: torch.Tensor, want: torch.Tensor) -> bool:
-    """Within 1e-3 of want's largest magnitude everywhere, NaN nowhere."""
+    """Within 1e-3 of want's largest magnitude, or one unit in the last place of the
+    dtype's largest value if that is more, everywhere; NaN nowhere. The reduce-adds' order
+    moves dQ's fp32 sums by far less than 1e-3, but the cast to bf16 can then round an
+    element near the peak the other way: one bf16 unit there is 2^-7 of the peak (the
+    first GPU run of 1e-3 alone, session 11 call 1, failed a correct d128 bf16 launch so,
+    and left it on the unplanned path)."""
+    import torch
+
+    rel = max(1e-3, torch.finfo(t.dtype).eps) if t.dtype.is_floating_point else 1e-3
     t, want = t.float(), want.float()
     peak = float(want.abs().max()) if want.numel() else 0.0
     if not t.isfinite().all():
         return False
-    return float((t - want).abs().max()) <= 1e-3 * peak if t.numel() else True
+    return float((t - want).abs().max()) <= rel * peak if t.numel() else True
