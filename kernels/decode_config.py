@@ -112,6 +112,16 @@ _SMEM_PER_SM = 228 << 10
 _SMEM_RESERVED = 1 << 10
 _MAX_SLOTS = 4
 _MIN_BLOCKS_PER_SPLIT = 4
+# Session 11: a program of 8 or more rows (GQA 8, or Sq 4 at GQA 4) at up to 8 splits
+# (the tile merge's one chunk), whose launch the model times the same with twice the
+# bytes in flight per program (contiguous: 3 stages in place of 2; paged: 64-key blocks
+# in place of 32), takes that deeper pipeline and half the splits: the last program of a
+# row block merges rows x splits partials at the kernel's end (session 7: the combine's
+# share 5.6-8 us at Sq 4 against 3.4 at Sq 1). $FA_BENCH_DECODE_DEEP=0 / 1 overrides it
+# (a GPU script's A/B in process).
+DEEP_ENV = "FA_BENCH_DECODE_DEEP"
+_DEEP = True
+_DEEP_MIN_ROWS, _DEEP_MAX_SPLITS = 8, 8
 
 
 @dataclass(frozen=True)
@@ -301,6 +311,56 @@ def choose_num_splits(
     return best
 
 
+def split_cost(
+    programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
+) -> tuple[int, float]:
+    """(`choose_num_splits`' count, its modelled time in keys streamed by the busiest SM:
+    comparable across key blocks and stages)."""
+    s = choose_num_splits(programs, capacity, block_n, sms, tile, num_stages)
+    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
+    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
+    per_sm = _cdiv(programs * s, sms)
+    return s, _cdiv(_cdiv(capacity, block_n), s) * max(per_sm, saturation) * block_n
+
+
+def deeper(
+    programs: int, capacity: int, page_size: int | None, sms: int, tile: Tile,
+    block_n: int, stages: int, rows: int,
+) -> tuple[int, int, int] | None:  # fmt: skip
+    """(block_n, stages, splits) of the deeper pipeline where the session-11 rule takes it
+    (see `_DEEP`; `rows`: a program's (token, head) rows before padding), else None: the
+    same bytes per key, twice the bytes in flight per program, fewer splits, every
+    program resident at once, modelled no slower."""
+    env = os.environ.get(DEEP_ENV, "")
+    if env not in ("", "0", "1"):
+        raise ValueError(f"${DEEP_ENV} is {env!r}; valid: 0, 1")
+    on = _DEEP if env == "" else env == "1"
+    if not on or rows < _DEEP_MIN_ROWS:
+        return None
+    if page_size is None:
+        if stages != _CONTIG_STAGES_MANY:
+            return None
+        bn, st = block_n, _CONTIG_STAGES_FEW
+    else:
+        bn, st = 2 * block_n, stages
+        if (
+            bn > _PAGED_BLOCK_N_LONG
+            or kv_buffers(st, True) < 2
+            or (page_size % bn and bn % page_size)
+        ):
+            return None
+    s0, cost0 = split_cost(programs, capacity, block_n, sms, tile, stages)
+    s1, cost1 = split_cost(programs, capacity, bn, sms, tile, st)
+    if (
+        s0 > _DEEP_MAX_SPLITS
+        or s1 >= s0
+        or programs * s1 > slots(tile, bn, st) * sms
+        or cost1 > cost0 * (1 + 1e-9)
+    ):
+        return None
+    return bn, st, s1
+
+
 def resolve(
     config: DecodeConfig | None,
     num_splits: int | None,
@@ -312,11 +372,14 @@ def resolve(
     block_rows: int = 16,
     head_dim: int = 128,
     itemsize: int = 2,
+    rows: int | None = None,
 ) -> Launch:
     """The launch for `programs` (sequence, KV head, row block) programs per split over a
     cache of `capacity` positions (`page_size` None: contiguous) on `sms` SMs, with
-    `block_rows` rows per program, `head_dim` and `itemsize` (the cache's bytes per
-    element): `config`'s and `num_splits`' set values, the heuristic's for the rest."""
+    `block_rows` rows per program (`rows` of them used; None: not known, so no `deeper`
+    pipeline), `head_dim` and
+    `itemsize` (the cache's bytes per element): `config`'s and `num_splits`' set values,
+    the heuristic's for the rest."""
     config = config or DecodeConfig()
     paged = page_size is not None
     tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
@@ -341,7 +404,13 @@ def resolve(
         # 128k, 512 programs: 0.80-0.86 x SDPA, session 5 call D), where the short blocks
         # fit 4 per SM, one wave (batch 64 x 32k, the same kernel: 1.05 x copy).
         block_n = min(block_n, block_n_for(page_size))
-    if num_splits is None:
+    deep = None
+    if num_splits is None and rows is not None and not (config.block_n or config.num_stages):
+        deep = None if many else deeper(programs, capacity, page_size, sms, tile, block_n,
+                                         stages, rows)  # fmt: skip
+    if deep:
+        block_n, stages, num_splits = deep
+    elif num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     fused_default, tile_default = combine_defaults(num_splits, block_rows)
     return Launch(

@@ -1,0 +1,155 @@
+"""Issue 20, session 11: the deeper pipeline for wide row blocks (kernels/decode_config.py
+`deeper`, $FA_BENCH_DECODE_DEEP) against the launch it replaces, on the shapes where it
+changes the heuristic's launch.
+
+Per shape (D 128, bf16, 8 KV heads, equal lengths; most wanted first: batch 8 x 8k at Sq 4
+and 64/8 heads, the three that sat at 0.88-0.90 x copy): our kernel planned at the
+heuristic's launch with the rule off ("old") and on ("deep"), timed in turns (ROUNDS
+rounds of a median of 200 calls behind the reading L2 flush, so drift between them hits
+both), and SDPA once. The pick: the rule stays on if the geometric mean of old ÷ deep
+time is at least 1.005 and no shape is more than 1.5% slower with it.
+
+    DEADLINE_S=60 python tools/gpu/decode_s11_ab.py --json $OUT/ab.json > ab.md
+
+Prints `pick: 0` or `pick: 1` last (the value for $FA_BENCH_DECODE_DEEP). `--smoke`: tiny
+fp32 shapes on the CPU (the interpreter), so a test runs every path. A development tool,
+not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import decode_s7_ab as s7
+import torch
+
+ROUNDS = 3
+# (batch, heads_q, Sq, context, page; 0 = contiguous)
+SHAPES = [
+    (8, 32, 4, 8192, 64),
+    (8, 32, 4, 8192, 0),
+    (8, 64, 1, 8192, 64),
+    (8, 64, 1, 8192, 0),
+    (8, 32, 4, 8192, 16),
+    (8, 32, 4, 8192, 256),
+    (8, 64, 4, 8192, 64),
+    (8, 32, 4, 32768, 64),
+    (8, 32, 4, 32768, 0),
+    (8, 64, 1, 131072, 0),
+    (8, 32, 4, 1024, 64),
+    (1, 64, 1, 1024, 64),
+]
+SMOKE_SHAPES = [(2, 16, 4, 200, 16), (2, 16, 4, 200, 0)]
+GAIN, WORST = 1.005, 0.985
+
+
+def _plan(inputs: tuple, env: str):
+    from fa_bench.kernels.decode_plan import plan_decode
+
+    q, _k, _v, kc, vc, table, seqlens = inputs
+    os.environ["FA_BENCH_DECODE_DEEP"] = env
+    try:
+        return plan_decode(q.transpose(1, 2), kc, vc, cache_seqlens=seqlens, block_table=table)
+    finally:
+        os.environ.pop("FA_BENCH_DECODE_DEEP", None)
+
+
+def shape_row(case, flush) -> dict:
+    from fa_bench import models
+
+    inputs = s7._inputs(case)
+    calls = s7.RUN["calls"] if models.decode_bytes(case) < 2e9 else 12
+    sdpa = s7._sdpa_row(case, *inputs[:3], flush, calls)
+    inputs = (inputs[0], None, None, *inputs[3:])  # the dense copies dropped
+    torch.cuda.empty_cache() if s7.RUN["device"] == "cuda" else None
+    old, deep = _plan(inputs, "0"), _plan(inputs, "1")
+    o_old, o_deep = old.run().float(), deep.run().float()
+    times: dict[str, list[float]] = {"old": [], "deep": []}
+    for _ in range(ROUNDS):
+        times["old"].append(s7.median_us(old.run, flush, calls))
+        times["deep"].append(s7.median_us(deep.run, flush, calls))
+    return {
+        "old": min(times["old"]), "deep": min(times["deep"]), "sdpa": sdpa["us"],
+        "rounds": times, "launch_old": s7.launch_label(old), "launch_deep": s7.launch_label(deep),
+        "max_diff": (o_old - o_deep).abs().max().item(),
+        "same_launch": old.launch == deep.launch,
+    }  # fmt: skip
+
+
+def pick(rows: list[dict]) -> tuple[int, str]:
+    """(1 if the rule stays on else 0, why) by old ÷ deep over the shapes it changed."""
+    ratios = [r["old"] / r["deep"] for r in rows if not r["same_launch"]]
+    if not ratios:
+        return 0, "no shape measured where the rule changes the launch"
+    gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    worst = min(ratios)
+    ok = gm >= GAIN and worst >= WORST
+    return int(ok), f"geometric mean {gm:.4f} (needs {GAIN}), worst {worst:.4f} (needs {WORST})"
+
+
+def markdown(rows: list[dict], copy: float) -> str:
+    lines = [
+        f"copy bandwidth: {copy:.0f} GB/s",
+        "",
+        "| shape | old launch | µs (÷ copy) | deep launch | µs (÷ copy) | old ÷ deep | SDPA µs "
+        "| max diff |",
+        "|---" * 8 + "|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | {r['launch_old']} | {r['old']:.1f} ({r['copy_old']:.3f}) | "
+            f"{r['launch_deep']} | {r['deep']:.1f} ({r['copy_deep']:.3f}) | "
+            f"{r['old'] / r['deep']:.3f} | {r['sdpa']:.1f} | {r['max_diff']:.1e} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="also write the rows here (after every shape)")
+    parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU")
+    args = parser.parse_args(argv)
+    shapes = SHAPES
+    if args.smoke:
+        s7.RUN.update(device="cpu", dtype="fp32", calls=2)
+        shapes = SMOKE_SHAPES
+    from fa_bench import models, registry
+    from fa_bench.run.timing import l2_flush
+
+    deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
+    registry.load()
+    copy = s7.copy_gbps()
+    size = s7.FLUSH_BYTES if not args.smoke else 16
+    flush = l2_flush(torch.zeros(size, dtype=torch.int8, device=s7.RUN["device"]), "read")
+    rows: list[dict] = []
+    for shape in shapes:
+        if time.monotonic() > deadline:
+            print(f"deadline: stopped before {shape}", file=sys.stderr)
+            break
+        case = s7.case_of(*shape)
+        row = shape_row(case, flush)
+        nbytes = models.decode_bytes(case)
+        cache = f"page{case.page_size}" if case.page_size else "contig"
+        row.update(shape=f"b{case.batch} hq{case.heads_q} sq{case.seqlen_q} "
+                         f"{case.seqlen_k // 1024}k {cache}",
+                   copy_old=nbytes / row["old"] / 1e3 / copy,
+                   copy_deep=nbytes / row["deep"] / 1e3 / copy)  # fmt: skip
+        rows.append(row)
+        torch.cuda.empty_cache() if s7.RUN["device"] == "cuda" else None
+        print(markdown(rows, copy), file=sys.stderr, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"copy_gbps": copy, "rows": rows}, f, indent=1)
+    print(markdown(rows, copy))
+    choice, why = pick(rows)
+    print(f"\n{why}\npick: {choice}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
