@@ -128,7 +128,6 @@ def plan_launch(
         block_rows=block_rows,
         head_dim=q.shape[-1],
         itemsize=k_cache.element_size(),
-        rows=min(block_rows, heads_q // heads_kv * seq_q),
     )
 
 

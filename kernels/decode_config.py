@@ -112,16 +112,18 @@ _SMEM_PER_SM = 228 << 10
 _SMEM_RESERVED = 1 << 10
 _MAX_SLOTS = 4
 _MIN_BLOCKS_PER_SPLIT = 4
-# Session 11: a program of 8 or more rows (GQA 8, or Sq 4 at GQA 4) at up to 8 splits
-# (the tile merge's one chunk), whose launch the model times the same with twice the
-# bytes in flight per program (contiguous: 3 stages in place of 2; paged: 64-key blocks
-# in place of 32), takes that deeper pipeline and half the splits: the last program of a
-# row block merges rows x splits partials at the kernel's end (session 7: the combine's
-# share 5.6-8 us at Sq 4 against 3.4 at Sq 1). $FA_BENCH_DECODE_DEEP=0 / 1 overrides it
-# (a GPU script's A/B in process).
+# Session 11: a launch of up to 8 splits (the tile merge's one chunk) that the model times
+# the same with twice the bytes in flight per program (contiguous: 3 stages in place of
+# 2; paged: 64-key blocks in place of 32) takes that deeper pipeline and half the splits,
+# while the programs still cover every SM: the last program of a row block merges rows x
+# splits partials at the kernel's end (session 7: the combine's share 5.6-8 us at Sq 4
+# against 3.4 at Sq 1). Call 2 (tools/gpu/decode_s11_ab.py): 1.01-1.04 at batch 8 x 8k-32k
+# for 8 rows and more, 1.18 where 8 splits of 32 rows took two merge chunks, but 0.95 at
+# batch 1 x 1k (32 programs on 132 SMs: each program's chain is the time there).
+# $FA_BENCH_DECODE_DEEP=0 / 1 overrides it (a GPU script's A/B in process).
 DEEP_ENV = "FA_BENCH_DECODE_DEEP"
 _DEEP = True
-_DEEP_MIN_ROWS, _DEEP_MAX_SPLITS = 8, 8
+_DEEP_MAX_SPLITS = 8
 
 
 @dataclass(frozen=True)
@@ -325,17 +327,17 @@ def split_cost(
 
 def deeper(
     programs: int, capacity: int, page_size: int | None, sms: int, tile: Tile,
-    block_n: int, stages: int, rows: int,
+    block_n: int, stages: int,
 ) -> tuple[int, int, int] | None:  # fmt: skip
     """(block_n, stages, splits) of the deeper pipeline where the session-11 rule takes it
-    (see `_DEEP`; `rows`: a program's (token, head) rows before padding), else None: the
-    same bytes per key, twice the bytes in flight per program, fewer splits, every
-    program resident at once, modelled no slower."""
+    (see `_DEEP`), else None: the same bytes per key, twice the bytes in flight per
+    program, fewer splits but a program for every SM, every program resident at once,
+    modelled no slower."""
     env = os.environ.get(DEEP_ENV, "")
     if env not in ("", "0", "1"):
         raise ValueError(f"${DEEP_ENV} is {env!r}; valid: 0, 1")
     on = _DEEP if env == "" else env == "1"
-    if not on or rows < _DEEP_MIN_ROWS:
+    if not on:
         return None
     if page_size is None:
         if stages != _CONTIG_STAGES_MANY:
@@ -354,6 +356,7 @@ def deeper(
     if (
         s0 > _DEEP_MAX_SPLITS
         or s1 >= s0
+        or programs * s1 < sms
         or programs * s1 > slots(tile, bn, st) * sms
         or cost1 > cost0 * (1 + 1e-9)
     ):
@@ -372,12 +375,10 @@ def resolve(
     block_rows: int = 16,
     head_dim: int = 128,
     itemsize: int = 2,
-    rows: int | None = None,
 ) -> Launch:
     """The launch for `programs` (sequence, KV head, row block) programs per split over a
     cache of `capacity` positions (`page_size` None: contiguous) on `sms` SMs, with
-    `block_rows` rows per program (`rows` of them used; None: not known, so no `deeper`
-    pipeline), `head_dim` and
+    `block_rows` rows per program, `head_dim` and
     `itemsize` (the cache's bytes per element): `config`'s and `num_splits`' set values,
     the heuristic's for the rest."""
     config = config or DecodeConfig()
@@ -405,9 +406,8 @@ def resolve(
         # fit 4 per SM, one wave (batch 64 x 32k, the same kernel: 1.05 x copy).
         block_n = min(block_n, block_n_for(page_size))
     deep = None
-    if num_splits is None and rows is not None and not (config.block_n or config.num_stages):
-        deep = None if many else deeper(programs, capacity, page_size, sms, tile, block_n,
-                                         stages, rows)  # fmt: skip
+    if num_splits is None and not (config.block_n or config.num_stages):
+        deep = None if many else deeper(programs, capacity, page_size, sms, tile, block_n, stages)
     if deep:
         block_n, stages, num_splits = deep
     elif num_splits is None:
