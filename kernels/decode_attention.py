@@ -128,6 +128,7 @@ def plan_launch(
         block_rows=block_rows,
         head_dim=q.shape[-1],
         itemsize=k_cache.element_size(),
+        seq_q=seq_q,
     )
 
 

@@ -112,18 +112,6 @@ _SMEM_PER_SM = 228 << 10
 _SMEM_RESERVED = 1 << 10
 _MAX_SLOTS = 4
 _MIN_BLOCKS_PER_SPLIT = 4
-# Session 11: a launch of up to 8 splits (the tile merge's one chunk) that the model times
-# the same with twice the bytes in flight per program (contiguous: 3 stages in place of
-# 2; paged: 64-key blocks in place of 32) takes that deeper pipeline and half the splits,
-# while the programs still cover every SM: the last program of a row block merges rows x
-# splits partials at the kernel's end (session 7: the combine's share 5.6-8 us at Sq 4
-# against 3.4 at Sq 1). Call 2 (tools/gpu/decode_s11_ab.py): 1.01-1.04 at batch 8 x 8k-32k
-# for 8 rows and more, 1.18 where 8 splits of 32 rows took two merge chunks, but 0.95 at
-# batch 1 x 1k (32 programs on 132 SMs: each program's chain is the time there).
-# $FA_BENCH_DECODE_DEEP=0 / 1 overrides it (a GPU script's A/B in process).
-DEEP_ENV = "FA_BENCH_DECODE_DEEP"
-_DEEP = True
-_DEEP_MAX_SPLITS = 8
 
 
 @dataclass(frozen=True)
@@ -313,57 +301,6 @@ def choose_num_splits(
     return best
 
 
-def split_cost(
-    programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
-) -> tuple[int, float]:
-    """(`choose_num_splits`' count, its modelled time in keys streamed by the busiest SM:
-    comparable across key blocks and stages)."""
-    s = choose_num_splits(programs, capacity, block_n, sms, tile, num_stages)
-    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
-    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
-    per_sm = _cdiv(programs * s, sms)
-    return s, _cdiv(_cdiv(capacity, block_n), s) * max(per_sm, saturation) * block_n
-
-
-def deeper(
-    programs: int, capacity: int, page_size: int | None, sms: int, tile: Tile,
-    block_n: int, stages: int,
-) -> tuple[int, int, int] | None:  # fmt: skip
-    """(block_n, stages, splits) of the deeper pipeline where the session-11 rule takes it
-    (see `_DEEP`), else None: the same bytes per key, twice the bytes in flight per
-    program, fewer splits but a program for every SM, every program resident at once,
-    modelled no slower."""
-    env = os.environ.get(DEEP_ENV, "")
-    if env not in ("", "0", "1"):
-        raise ValueError(f"${DEEP_ENV} is {env!r}; valid: 0, 1")
-    on = _DEEP if env == "" else env == "1"
-    if not on:
-        return None
-    if page_size is None:
-        if stages != _CONTIG_STAGES_MANY:
-            return None
-        bn, st = block_n, _CONTIG_STAGES_FEW
-    else:
-        bn, st = 2 * block_n, stages
-        if (
-            bn > _PAGED_BLOCK_N_LONG
-            or kv_buffers(st, True) < 2
-            or (page_size % bn and bn % page_size)
-        ):
-            return None
-    s0, cost0 = split_cost(programs, capacity, block_n, sms, tile, stages)
-    s1, cost1 = split_cost(programs, capacity, bn, sms, tile, st)
-    if (
-        s0 > _DEEP_MAX_SPLITS
-        or s1 >= s0
-        or programs * s1 < sms
-        or programs * s1 > slots(tile, bn, st) * sms
-        or cost1 > cost0 * (1 + 1e-9)
-    ):
-        return None
-    return bn, st, s1
-
-
 def resolve(
     config: DecodeConfig | None,
     num_splits: int | None,
@@ -375,12 +312,15 @@ def resolve(
     block_rows: int = 16,
     head_dim: int = 128,
     itemsize: int = 2,
+    seq_q: int = 1,
 ) -> Launch:
     """The launch for `programs` (sequence, KV head, row block) programs per split over a
     cache of `capacity` positions (`page_size` None: contiguous) on `sms` SMs, with
-    `block_rows` rows per program, `head_dim` and
+    `block_rows` rows per program, `seq_q` query tokens per sequence, `head_dim` and
     `itemsize` (the cache's bytes per element): `config`'s and `num_splits`' set values,
     the heuristic's for the rest."""
+    from fa_bench.kernels.decode_rules import one_loop_default
+
     config = config or DecodeConfig()
     paged = page_size is not None
     tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
@@ -407,6 +347,8 @@ def resolve(
         block_n = min(block_n, block_n_for(page_size))
     deep = None
     if num_splits is None and not (config.block_n or config.num_stages):
+        from fa_bench.kernels.decode_rules import deeper  # (it imports this module)
+
         deep = None if many else deeper(programs, capacity, page_size, sms, tile, block_n, stages)
     if deep:
         block_n, stages, num_splits = deep
@@ -421,6 +363,6 @@ def resolve(
         num_splits=num_splits,
         fused_combine=fused_default if config.fused_combine is None else config.fused_combine,
         pdl=_PDL if config.pdl is None else config.pdl,
-        one_loop=_ONE_LOOP if config.one_loop is None else config.one_loop,
+        one_loop=one_loop_default(seq_q) if config.one_loop is None else config.one_loop,
         merge_tile=tile_default if config.merge_tile is None else config.merge_tile,
     )

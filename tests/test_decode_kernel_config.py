@@ -206,7 +206,7 @@ def test_gpu_configs_within_pytorch_error(page_size, config, num_splits):
 
 
 @cpu_only
-def test_adapter_label_names_the_launch():
+def test_adapter_label_names_the_launch(monkeypatch):
     from fa_bench import registry
     from fa_bench.case import Case
     from fa_bench.run.execute import make_inputs as case_inputs
@@ -218,6 +218,8 @@ def test_adapter_label_names_the_launch():
     # the interpreter's 4 SMs: 4 programs want 2 splits; blocks of 16 keys fit pages of 16
     # the interpreter's 4 SMs, 4 programs far below saturation: as many splits as 10 key
     # blocks of 32 (pages of 16, two per block) allow at 4 blocks each
+    # (without session 11's deeper pipeline, which would take one split of 64 keys here)
+    monkeypatch.setenv("FA_BENCH_DECODE_DEEP", "0")
     label = registry.get("triton").prepare(case, q, k, v).backend
     assert label == (
         "triton-decode: paged (pages, 16, Hkv, D), shuffled block table; heuristic: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from fa_bench.kernels.decode_config import DecodeConfig, resolve
+from fa_bench.kernels.decode_rules import DEEP_ENV
 
 
 def _launch(batch, ctx, page, config=None, heads_kv=8):
@@ -21,7 +22,10 @@ def _launch(batch, ctx, page, config=None, heads_kv=8):
 
 @pytest.mark.parametrize("page", [16, 64, 128, 256])
 @pytest.mark.parametrize("ctx", [8192, 32768])
-def test_batch_8_paged_keeps_32_key_blocks_at_5_stages(page, ctx) -> None:
+def test_batch_8_paged_keeps_32_key_blocks_at_5_stages(page, ctx, monkeypatch) -> None:
+    # the base rule; session 11's deeper pipeline then takes 64-key blocks at 5 stages
+    # with half the splits (kernels/decode_rules.py, tests/test_decode_s11.py)
+    monkeypatch.setenv(DEEP_ENV, "0")
     assert _launch(8, ctx, page) == (32, 5, 8)
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fa_bench.kernels.decode_config import DEEP_ENV, DecodeConfig, resolve
+from fa_bench.kernels.decode_config import DecodeConfig, resolve
+from fa_bench.kernels.decode_rules import DEEP_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "gpu"))
 
@@ -84,3 +85,23 @@ def test_the_ab_tool_runs_on_the_cpu(tmp_path):
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("pick: 0") and out.exists()
+
+
+def test_one_loop_at_sq_above_1_follows_its_switch(monkeypatch):
+    from fa_bench.kernels import decode_rules
+
+    def one_loop(seq_q, config=None):
+        return resolve(config, None, programs=64, capacity=8192, page_size=64, sms=132,
+                       seq_q=seq_q).one_loop  # fmt: skip
+
+    monkeypatch.delenv(decode_rules.ONE_LOOP_ENV, raising=False)
+    assert one_loop(4) is decode_rules._ONE_LOOP_MULTI and one_loop(1) is False
+    monkeypatch.setenv(decode_rules.ONE_LOOP_ENV, "1")
+    assert one_loop(4) is True and one_loop(16) is True
+    assert one_loop(1) is False  # no diagonal block at Sq 1
+    assert one_loop(4, DecodeConfig(one_loop=False)) is False  # a set field wins
+    monkeypatch.setenv(decode_rules.ONE_LOOP_ENV, "0")
+    assert one_loop(4) is False
+    monkeypatch.setenv(decode_rules.ONE_LOOP_ENV, "on")
+    with pytest.raises(ValueError, match=r"FA_BENCH_DECODE_ONE_LOOP is 'on'; valid: 0, 1"):
+        one_loop(4)

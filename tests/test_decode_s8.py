@@ -89,9 +89,10 @@ def test_the_environment_sets_the_combine_a_config_still_wins(monkeypatch, name,
 
 def test_fused_tile_few_fuses_where_one_chunk_holds_the_splits(monkeypatch) -> None:
     monkeypatch.setenv(COMBINE_ENV, "fused-tile-few")
-    # batch 8 x 8k, 8 KV heads (64 programs): 8 splits of 16 rows, one chunk of 8
+    # batch 8 x 8k, 8 KV heads (64 programs): 4 splits of 16 rows (session 11's deeper
+    # pipeline; 8 before it), one chunk
     b8 = resolve(None, None, programs=64, capacity=8192, page_size=None, sms=132)
-    assert b8.num_splits == 8 and (b8.fused_combine, b8.merge_tile) == (True, True)
+    assert b8.num_splits == 4 and (b8.fused_combine, b8.merge_tile) == (True, True)
     # batch 1 x 32k (8 programs): more splits than a chunk: the combine kernel by rows
     b1 = resolve(None, None, programs=8, capacity=32768, page_size=None, sms=132)
     assert b1.num_splits > 8 and (b1.fused_combine, b1.merge_tile) == (False, False)

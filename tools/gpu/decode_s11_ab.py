@@ -10,9 +10,11 @@ rounds of a median of 200 calls behind the reading L2 flush, so drift between th
 both), and SDPA once. The pick: the rule stays on if the geometric mean of old ÷ deep
 time is at least 1.005 and no shape is more than 1.5% slower with it.
 
-    DEADLINE_S=60 python tools/gpu/decode_s11_ab.py --json $OUT/ab.json > ab.md
+    DEADLINE_S=60 python tools/gpu/decode_s11_ab.py [--switch one-loop] --json ab.json > ab.md
 
-Prints `pick: 0` or `pick: 1` last (the value for $FA_BENCH_DECODE_DEEP). `--smoke`: tiny
+`--switch one-loop`: the same for $FA_BENCH_DECODE_ONE_LOOP (one block loop at Sq > 1,
+kernels/decode_rules.py), on Sq 4 shapes ("old" is the switch at 0, "deep" at 1). Prints
+`pick: 0` or `pick: 1` last (the value for the switch's variable). `--smoke`: tiny
 fp32 shapes on the CPU (the interpreter), so a test runs every path. A development tool,
 not installed.
 """
@@ -46,6 +48,19 @@ SHAPES = [
     (8, 32, 1, 131072, 0),
     (8, 32, 1, 1024, 64),
 ]
+# one block loop at Sq > 1: batch 8 x 8k (fused merge), 32k, batch 1 (the combine kernel
+# by rows), batch 64 (one split)
+ONE_LOOP_SHAPES = [
+    (8, 32, 4, 8192, 64),
+    (8, 32, 4, 8192, 0),
+    (8, 32, 4, 8192, 256),
+    (8, 64, 4, 8192, 64),
+    (8, 32, 4, 32768, 64),
+    (1, 32, 4, 32768, 0),
+    (64, 32, 4, 8192, 0),
+]
+SWITCHES = {"deep": "FA_BENCH_DECODE_DEEP", "one-loop": "FA_BENCH_DECODE_ONE_LOOP"}
+ENV = {"name": SWITCHES["deep"]}
 SMOKE_SHAPES = [(2, 16, 4, 200, 16), (2, 16, 4, 200, 0)]
 GAIN, WORST = 1.005, 0.985
 
@@ -54,11 +69,11 @@ def _plan(inputs: tuple, env: str):
     from fa_bench.kernels.decode_plan import plan_decode
 
     q, _k, _v, kc, vc, table, seqlens = inputs
-    os.environ["FA_BENCH_DECODE_DEEP"] = env
+    os.environ[ENV["name"]] = env
     try:
         return plan_decode(q.transpose(1, 2), kc, vc, cache_seqlens=seqlens, block_table=table)
     finally:
-        os.environ.pop("FA_BENCH_DECODE_DEEP", None)
+        os.environ.pop(ENV["name"], None)
 
 
 def shape_row(case, flush) -> dict:
@@ -96,9 +111,9 @@ def pick(rows: list[dict]) -> tuple[int, str]:
 
 def markdown(rows: list[dict], copy: float) -> str:
     lines = [
-        f"copy bandwidth: {copy:.0f} GB/s",
+        f"copy bandwidth: {copy:.0f} GB/s; ${ENV['name']} 0 against 1",
         "",
-        "| shape | old launch | µs (÷ copy) | deep launch | µs (÷ copy) | old ÷ deep | SDPA µs "
+        "| shape | launch at 0 | µs (÷ copy) | launch at 1 | µs (÷ copy) | 0 ÷ 1 | SDPA µs "
         "| max diff |",
         "|---" * 8 + "|",
     ]
@@ -115,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the rows here (after every shape)")
     parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU")
+    parser.add_argument("--switch", choices=sorted(SWITCHES), default="deep",
+                        help="the rule to measure (default: deep)")  # fmt: skip
     args = parser.parse_args(argv)
-    shapes = SHAPES
+    ENV["name"] = SWITCHES[args.switch]
+    shapes = SHAPES if args.switch == "deep" else ONE_LOOP_SHAPES
     if args.smoke:
         s7.RUN.update(device="cpu", dtype="fp32", calls=2)
         shapes = SMOKE_SHAPES
