@@ -28,16 +28,19 @@ from fa_bench.kernels.decode_config import (
 # splits partials at the kernel's end (session 7: the combine's share 5.6-8 us at Sq 4
 # against 3.4 at Sq 1). Call 2 (tools/gpu/decode_s11_ab.py): 1.01-1.04 at batch 8 x 8k-32k
 # for 8 rows and more, 1.18 where 8 splits of 32 rows took two merge chunks, but 0.95 at
-# batch 1 x 1k (32 programs on 132 SMs: each program's chain is the time there).
+# batch 1 x 1k (32 programs on 132 SMs: each program's chain is the time there); with the
+# coverage condition, call 3: 1.030 on geometric mean over 13 batch-8 shapes, worst 0.998.
 # $FA_BENCH_DECODE_DEEP=0 / 1 overrides it (a GPU script's A/B in process).
 DEEP_ENV = "FA_BENCH_DECODE_DEEP"
 _DEEP = True
 _DEEP_MAX_SPLITS = 8
 # Session 11: with Sq > 1 a sequence's last key block holds the causal diagonal, which the
 # two-loop split reads after draining the unmasked loop's pipeline (session 7); one loop
-# streams it with the rest. $FA_BENCH_DECODE_ONE_LOOP=0 / 1 overrides it.
+# streams it with the rest. Call 4 (tools/gpu/decode_s11_ab.py --switch one-loop): 1.005-
+# 1.015 x two loops on all 7 Sq-4 shapes (batch 1 x 32k to batch 64 x 8k, contiguous and
+# paged). $FA_BENCH_DECODE_ONE_LOOP=0 / 1 overrides it.
 ONE_LOOP_ENV = "FA_BENCH_DECODE_ONE_LOOP"
-_ONE_LOOP_MULTI = False
+_ONE_LOOP_MULTI = True
 
 
 def _switch(name: str, default: bool) -> bool:

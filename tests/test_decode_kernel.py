@@ -228,6 +228,9 @@ def test_heuristic_splits_when_left_to_it(monkeypatch):
         return picked[-1]
 
     monkeypatch.setattr(module, "choose_num_splits", spy)
+    # the model alone (session 11's deeper pipeline would then take 64-key blocks and 2
+    # splits here: tests/test_decode_s11.py)
+    monkeypatch.setenv("FA_BENCH_DECODE_DEEP", "0")
     # two (sequence, KV head) programs on the interpreter's 4 SMs read far below the
     # bandwidth: as many splits as a 576-key capacity (18 blocks of 32) allows at 4 blocks
     # each
