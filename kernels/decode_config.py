@@ -37,14 +37,22 @@ which measurement each choice rests on; tools/gpu/decode_tune.py makes them.
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 from dataclasses import dataclass
 
+from fa_bench.kernels.decode_rules import deeper, one_loop_default
+from fa_bench.kernels.decode_splits import (  # noqa: F401  (re-exported: tests, tools)
+    _MAX_SLOTS,
+    MAX_SPLITS,
+    Tile,
+    _cdiv,
+    choose_num_splits,
+    kv_buffers,
+    slots,
+    smem_bytes,
+)
 from fa_bench.kernels.flash_config import pad_pow2
 
-MAX_SPLITS = 128
 # Rows (token, head pairs) per program: 64 rows of fp32 accumulators at d256 still fit.
 _MAX_ROWS = 64
 _WARPS = (1, 2, 4, 8, 16)
@@ -105,13 +113,6 @@ _MANY_WAVES = 2
 # them 0.6-0.7 us faster at pages 64 and 256, call C 1.1% slower at 8k x 32k page 64 and,
 # with the PDL combine, 3 us slower at 8k page 64 (74.9 against 71.9 us; fa-bench run
 # 0.85 x copy): not taken. docs/kernel.md, "Decoding".)
-# Splits (`choose_num_splits`): the bytes the GPU must have in flight to read at its
-# bandwidth, the shared memory of an SM, and the fewest key blocks per split.
-_INFLIGHT_BYTES = 12 << 20
-_SMEM_PER_SM = 228 << 10
-_SMEM_RESERVED = 1 << 10
-_MAX_SLOTS = 4
-_MIN_BLOCKS_PER_SPLIT = 4
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,6 @@ class Launch:
     pdl: bool = _PDL  # (only with the combine kernel, on sm_90 and up)
     one_loop: bool = _ONE_LOOP
     merge_tile: bool = _MERGE_TILE  # (no effect with one split)
-
-
-def _cdiv(n: int, d: int) -> int:
-    return (n + d - 1) // d
 
 
 def _is_int(value: object) -> bool:
@@ -239,66 +236,16 @@ def merge_chunk(num_splits: int, block_rows: int) -> int:
     return max(1, min(splits_pow2, _MERGE_ROWS_IN_FLIGHT // block_rows))
 
 
-def kv_buffers(num_stages: int, paged: bool) -> int:
-    """K/V blocks a program holds in shared memory (triton 3.6's pipeliner, read off the
-    sm_90 TTGIR): num_stages - 1 for a contiguous cache; for a paged one the table read
-    takes two stages, so one buffer below 5 stages and two from 5 on."""
-    if paged:
-        return 1 if num_stages < 5 else 2
-    return max(1, num_stages - 1)
-
-
-@dataclass(frozen=True)
-class Tile:
-    """What the shared memory of one program depends on besides its Launch."""
-
-    block_rows: int
-    head_dim_pad: int
-    itemsize: int
-    paged: bool
-
-
-def smem_bytes(tile: Tile, block_n: int, num_stages: int) -> int:
-    """A split program's shared memory: its K/V buffers, q and the P tile (the compiled
-    sm_90 kernels' `shared` to the byte for d128 bf16: 38912 at 64 keys and 2 stages)."""
-    kv = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad * tile.itemsize
-    return kv + tile.block_rows * (tile.head_dim_pad + block_n) * tile.itemsize
-
-
-def slots(tile: Tile, block_n: int, num_stages: int) -> int:
-    """Split programs resident on one SM at once: as many as its shared memory holds, at
-    most `_MAX_SLOTS`."""
-    smem = smem_bytes(tile, block_n, num_stages) + _SMEM_RESERVED
-    return max(1, min(_MAX_SLOTS, _SMEM_PER_SM // smem))
-
-
-@functools.lru_cache(maxsize=4096)  # called per launch: a loop over up to 128 counts
-def choose_num_splits(
-    programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
-) -> int:
-    """Splits per sequence that minimise the modelled time of the slowest SM.
-
-    Each of the programs · S programs streams ceil(blocks / S) key blocks; the SMs take
-    them round robin, so the busiest SM streams ceil(programs · S / sms) of them, and
-    while fewer programs run than keep `_INFLIGHT_BYTES` in flight the GPU reads below its
-    bandwidth. Time ~ ceil(blocks / S) · max(ceil(programs · S / sms), saturation / sms).
-    Split counts that put more programs on an SM than fit at once (shared memory, at most
-    `_MAX_SLOTS`) are out (a second partial wave measured 9-13% slower), so is a split of
-    fewer than `_MIN_BLOCKS_PER_SPLIT` blocks; ties go to fewer splits; at most MAX_SPLITS."""
-    blocks = _cdiv(capacity, block_n)
-    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
-    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
-    resident = slots(tile, block_n, num_stages)
-    most = min(MAX_SPLITS, max(1, blocks // _MIN_BLOCKS_PER_SPLIT))
-    best, best_cost = 1, math.inf
-    for s in range(1, most + 1):
-        per_sm = _cdiv(programs * s, sms)
-        if s > 1 and per_sm > resident:
-            break
-        cost = _cdiv(blocks, s) * max(per_sm, saturation)
-        if cost < best_cost * (1 - 1e-9):
-            best, best_cost = s, cost
-    return best
+def _deeper_candidate(page_size: int | None, block_n: int, stages: int) -> tuple[int, int] | None:
+    """(block_n, stages) with twice the bytes in flight per program for the same bytes per
+    key (decode_rules.deeper weighs it): contiguous, 3 stages in place of 2; paged,
+    64-key blocks in place of 32 at 5 stages (two buffers either way)."""
+    if page_size is None:
+        return (block_n, _CONTIG_STAGES_FEW) if stages == _CONTIG_STAGES_MANY else None
+    bn = 2 * block_n
+    if bn > _PAGED_BLOCK_N_LONG or kv_buffers(stages, True) < 2:
+        return None
+    return (bn, stages) if page_size % bn == 0 or bn % page_size == 0 else None
 
 
 def resolve(
@@ -319,8 +266,6 @@ def resolve(
     `block_rows` rows per program, `seq_q` query tokens per sequence, `head_dim` and
     `itemsize` (the cache's bytes per element): `config`'s and `num_splits`' set values,
     the heuristic's for the rest."""
-    from fa_bench.kernels.decode_rules import one_loop_default
-
     config = config or DecodeConfig()
     paged = page_size is not None
     tile = Tile(block_rows, pad_pow2(head_dim), itemsize, paged)
@@ -347,11 +292,10 @@ def resolve(
         block_n = min(block_n, block_n_for(page_size))
     deep = None
     if num_splits is None and not (config.block_n or config.num_stages):
-        from fa_bench.kernels.decode_rules import deeper  # (it imports this module)
-
-        deep = None if many else deeper(programs, capacity, page_size, sms, tile, block_n, stages)
-    if deep:
-        block_n, stages, num_splits = deep
+        cand = None if many else _deeper_candidate(page_size, block_n, stages)
+        deep = cand and deeper(programs, capacity, sms, tile, (block_n, stages), cand)
+    if deep and cand:
+        (block_n, stages), num_splits = cand, deep
     elif num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     fused_default, tile_default = combine_defaults(num_splits, block_rows)

@@ -1,6 +1,8 @@
 """Launch rules of the decode heuristic added in session 11 (issue 20), beside
-kernels/decode_config.py's, which calls them from `resolve`: the deeper pipeline with half
-the splits (`deeper`) and one block loop for Sq > 1 (`one_loop_default`). Each has a
+kernels/decode_config.py's, which calls them from `resolve` (they take its constants as
+arguments and import only the split model, kernels/decode_splits.py): the deeper
+pipeline with half the splits (`deeper`) and one block loop for Sq > 1
+(`one_loop_default`). Each has a
 development switch in the environment for a GPU script's A/B in process
 (tools/gpu/decode_s11_ab.py); docs/kernel.md ("Decoding", session 11) has the
 measurements."""
@@ -9,17 +11,7 @@ from __future__ import annotations
 
 import os
 
-from fa_bench.kernels.decode_config import (
-    _CONTIG_STAGES_FEW,
-    _CONTIG_STAGES_MANY,
-    _INFLIGHT_BYTES,
-    _PAGED_BLOCK_N_LONG,
-    Tile,
-    _cdiv,
-    choose_num_splits,
-    kv_buffers,
-    slots,
-)
+from fa_bench.kernels.decode_splits import Tile, slots, split_cost
 
 # Session 11: a launch of up to 8 splits (the tile merge's one chunk) that the model times
 # the same with twice the bytes in flight per program (contiguous: 3 stages in place of
@@ -56,48 +48,24 @@ def one_loop_default(seq_q: int) -> bool:
     return seq_q > 1 and _switch(ONE_LOOP_ENV, _ONE_LOOP_MULTI)
 
 
-def split_cost(
-    programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
-) -> tuple[int, float]:
-    """(`choose_num_splits`' count, its modelled time in keys streamed by the busiest SM:
-    comparable across key blocks and stages)."""
-    s = choose_num_splits(programs, capacity, block_n, sms, tile, num_stages)
-    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
-    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
-    per_sm = _cdiv(programs * s, sms)
-    return s, _cdiv(_cdiv(capacity, block_n), s) * max(per_sm, saturation) * block_n
-
-
 def deeper(
-    programs: int, capacity: int, page_size: int | None, sms: int, tile: Tile,
-    block_n: int, stages: int,
-) -> tuple[int, int, int] | None:  # fmt: skip
-    """(block_n, stages, splits) of the deeper pipeline where the session-11 rule takes it
-    (see `_DEEP`), else None: the same bytes per key, twice the bytes in flight per
-    program, fewer splits but a program for every SM, every program resident at once,
-    modelled no slower."""
+    programs: int, capacity: int, sms: int, tile: Tile, base: tuple[int, int],
+    deep: tuple[int, int],
+) -> int | None:  # fmt: skip
+    """The split count for `deep` (block_n, stages: twice `base`'s bytes in flight per
+    program) where the session-11 rule takes it over `base` (see `_DEEP`), else None:
+    fewer splits but a program for every SM, every program resident at once, modelled no
+    slower."""
     if not _switch(DEEP_ENV, _DEEP):
         return None
-    if page_size is None:
-        if stages != _CONTIG_STAGES_MANY:
-            return None
-        bn, st = block_n, _CONTIG_STAGES_FEW
-    else:
-        bn, st = 2 * block_n, stages
-        if (
-            bn > _PAGED_BLOCK_N_LONG
-            or kv_buffers(st, True) < 2
-            or (page_size % bn and bn % page_size)
-        ):
-            return None
-    s0, cost0 = split_cost(programs, capacity, block_n, sms, tile, stages)
-    s1, cost1 = split_cost(programs, capacity, bn, sms, tile, st)
+    s0, cost0 = split_cost(programs, capacity, base[0], sms, tile, base[1])
+    s1, cost1 = split_cost(programs, capacity, deep[0], sms, tile, deep[1])
     if (
         s0 > _DEEP_MAX_SPLITS
         or s1 >= s0
         or programs * s1 < sms
-        or programs * s1 > slots(tile, bn, st) * sms
+        or programs * s1 > slots(tile, *deep) * sms
         or cost1 > cost0 * (1 + 1e-9)
     ):
         return None
-    return bn, st, s1
+    return s1
