@@ -288,7 +288,7 @@ def test_the_ab_tool_runs_end_to_end_in_the_interpreter(tmp_path) -> None:
     rows = json.loads(out.read_text())["rows"]
     got = {(r["shape"], r["variant"]): r for r in rows}
     assert got[("b2 hq16 sq4 0k page16", "fused-tile")]["launch"].endswith(
-        "s3 bn32 w4 st5 fused tile"
+        "s3 bn32 w4 st5 one-loop fused tile"  # one loop: session 11's default at Sq > 1
     )
     assert got[("b2 hq16 sq4 0k page16", "tile")]["launch"].endswith("tile")
     assert all(r["max_diff"] < 1e-5 for r in rows if "max_diff" in r), rows

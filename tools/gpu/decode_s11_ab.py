@@ -136,16 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     ENV["name"] = SWITCHES[args.switch]
     shapes = SHAPES if args.switch == "deep" else ONE_LOOP_SHAPES
     if args.smoke:
-        s7.RUN.update(device="cpu", dtype="fp32", calls=2)
         shapes = SMOKE_SHAPES
-    from fa_bench import models, registry
-    from fa_bench.run.timing import l2_flush
+    from fa_bench import models
 
-    deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
-    registry.load()
-    copy = s7.copy_gbps()
-    size = s7.FLUSH_BYTES if not args.smoke else 16
-    flush = l2_flush(torch.zeros(size, dtype=torch.int8, device=s7.RUN["device"]), "read")
+    deadline, copy, flush = s7.harness(args.smoke)
     rows: list[dict] = []
     for shape in shapes:
         if time.monotonic() > deadline:

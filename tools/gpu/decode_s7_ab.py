@@ -26,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import decode_ab
 import torch
@@ -265,6 +266,25 @@ def _annotate(rows: list[dict], case: Case, copy: float) -> None:
         r["copy"] = r["gbps"] / copy
 
 
+def harness(smoke: bool) -> tuple[float, float, Callable[[], None]]:
+    """(deadline, copy bandwidth in GB/s, the reading L2 flush) for an A/B tool's run, after
+    loading the registry; `smoke` first sets the CPU's tiny fp32 run (the interpreter)."""
+    from fa_bench import registry
+    from fa_bench.run.timing import l2_flush
+
+    if smoke:
+        RUN.update(device="cpu", dtype="fp32", calls=2)
+    deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
+    registry.load()
+    copy = copy_gbps()
+    size = 16 if smoke else FLUSH_BYTES
+    return (
+        deadline,
+        copy,
+        l2_flush(torch.zeros(size, dtype=torch.int8, device=RUN["device"]), "read"),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the rows here")
@@ -273,16 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     shapes, order_shapes = SHAPES, ORDER_SHAPES
     if args.smoke:
-        RUN.update(device="cpu", dtype="fp32", calls=2)
         shapes, order_shapes = SMOKE_SHAPES, SMOKE_ORDER_SHAPES
-    from fa_bench import registry
-    from fa_bench.run.timing import l2_flush
-
-    deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
-    registry.load()
-    copy = copy_gbps()
-    buf = torch.zeros(FLUSH_BYTES if not args.smoke else 16, dtype=torch.int8, device=RUN["device"])
-    flush = l2_flush(buf, "read")
+    deadline, copy, flush = harness(args.smoke)
     rows: list[dict] = []
     jobs: list[tuple[Shape, list[Cand] | None]] = list(shapes)
     if not args.no_order:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -116,18 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows here (after every shape)")
     parser.add_argument("--smoke", action="store_true", help="tiny fp32 shapes on the CPU")
     args = parser.parse_args(argv)
-    shapes = SHAPES
-    if args.smoke:
-        s7.RUN.update(device="cpu", dtype="fp32", calls=2)
-        shapes = SMOKE_SHAPES
-    from fa_bench import registry
-    from fa_bench.run.timing import l2_flush
-
-    deadline = time.monotonic() + float(os.environ.get("DEADLINE_S", "60"))
-    registry.load()
-    copy = s7.copy_gbps()
-    size = s7.FLUSH_BYTES if not args.smoke else 16
-    flush = l2_flush(torch.zeros(size, dtype=torch.int8, device=s7.RUN["device"]), "read")
+    shapes = SMOKE_SHAPES if args.smoke else SHAPES
+    deadline, copy, flush = s7.harness(args.smoke)
     rows: list[dict] = []
     for shape, candidates in shapes:
         if time.monotonic() > deadline:
