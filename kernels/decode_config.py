@@ -290,13 +290,12 @@ def resolve(
         # 128k, 512 programs: 0.80-0.86 x SDPA, session 5 call D), where the short blocks
         # fit 4 per SM, one wave (batch 64 x 32k, the same kernel: 1.05 x copy).
         block_n = min(block_n, block_n_for(page_size))
-    deep = None
-    if num_splits is None and not (config.block_n or config.num_stages):
-        cand = None if many else _deeper_candidate(page_size, block_n, stages)
-        deep = cand and deeper(programs, capacity, sms, tile, (block_n, stages), cand)
-    if deep and cand:
-        (block_n, stages), num_splits = cand, deep
-    elif num_splits is None:
+    if num_splits is None and not (config.block_n or config.num_stages or many):
+        cand = _deeper_candidate(page_size, block_n, stages)
+        splits = cand and deeper(programs, capacity, sms, tile, (block_n, stages), cand)
+        if cand and splits:
+            (block_n, stages), num_splits = cand, splits
+    if num_splits is None:
         num_splits = choose_num_splits(programs, capacity, block_n, sms, tile, stages)
     fused_default, tile_default = combine_defaults(num_splits, block_rows)
     return Launch(

@@ -56,6 +56,12 @@ def slots(tile: Tile, block_n: int, num_stages: int) -> int:
     return max(1, min(_MAX_SLOTS, _SMEM_PER_SM // smem))
 
 
+def _saturation(tile: Tile, block_n: int, num_stages: int, sms: int) -> float:
+    """Programs per SM that keep `_INFLIGHT_BYTES` in flight over the GPU."""
+    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
+    return _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
+
+
 @functools.lru_cache(maxsize=4096)  # called per launch: a loop over up to 128 counts
 def choose_num_splits(
     programs: int, capacity: int, block_n: int, sms: int, tile: Tile, num_stages: int
@@ -70,8 +76,7 @@ def choose_num_splits(
     `_MAX_SLOTS`) are out (a second partial wave measured 9-13% slower), so is a split of
     fewer than `_MIN_BLOCKS_PER_SPLIT` blocks; ties go to fewer splits; at most MAX_SPLITS."""
     blocks = _cdiv(capacity, block_n)
-    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
-    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
+    saturation = _saturation(tile, block_n, num_stages, sms)
     resident = slots(tile, block_n, num_stages)
     most = min(MAX_SPLITS, max(1, blocks // _MIN_BLOCKS_PER_SPLIT))
     best, best_cost = 1, math.inf
@@ -91,7 +96,5 @@ def split_cost(
     """(`choose_num_splits`' count, its modelled time in keys streamed by the busiest SM:
     comparable across key blocks and stages)."""
     s = choose_num_splits(programs, capacity, block_n, sms, tile, num_stages)
-    per_program = kv_buffers(num_stages, tile.paged) * 2 * block_n * tile.head_dim_pad
-    saturation = _INFLIGHT_BYTES / (per_program * tile.itemsize) / sms
-    per_sm = _cdiv(programs * s, sms)
-    return s, _cdiv(_cdiv(capacity, block_n), s) * max(per_sm, saturation) * block_n
+    per_sm = max(_cdiv(programs * s, sms), _saturation(tile, block_n, num_stages, sms))
+    return s, _cdiv(_cdiv(capacity, block_n), s) * per_sm * block_n

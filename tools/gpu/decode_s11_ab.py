@@ -83,7 +83,8 @@ def shape_row(case, flush) -> dict:
     calls = s7.RUN["calls"] if models.decode_bytes(case) < 2e9 else 12
     sdpa = s7._sdpa_row(case, *inputs[:3], flush, calls)
     inputs = (inputs[0], None, None, *inputs[3:])  # the dense copies dropped
-    torch.cuda.empty_cache() if s7.RUN["device"] == "cuda" else None
+    if s7.RUN["device"] == "cuda":
+        torch.cuda.empty_cache()
     old, deep = _plan(inputs, "0"), _plan(inputs, "1")
     o_old, o_deep = old.run().float(), deep.run().float()
     times: dict[str, list[float]] = {"old": [], "deep": []}
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                    copy_old=nbytes / row["old"] / 1e3 / copy,
                    copy_deep=nbytes / row["deep"] / 1e3 / copy)  # fmt: skip
         rows.append(row)
-        torch.cuda.empty_cache() if s7.RUN["device"] == "cuda" else None
+        if s7.RUN["device"] == "cuda":
+            torch.cuda.empty_cache()
         print(markdown(rows, copy), file=sys.stderr, flush=True)
         if args.json:
             with open(args.json, "w") as f:
