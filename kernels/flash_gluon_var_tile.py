@@ -72,6 +72,8 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
     BLOCK_N: gl.constexpr = k_bufs.shape[3]
     dtype: gl.constexpr = k_bufs.dtype
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4, dtype.primitive_bitwidth)
+    o_layout: gl.constexpr = _acc_layout(k_bufs.shape[4], 4, dtype.primitive_bitwidth)
+    p_layout: gl.constexpr = _p_layout(k_bufs.shape[4], 4, dtype.primitive_bitwidth)
     mbarrier.wait(k_ready.index(i % STAGES), (i // STAGES) & 1)
     if PINGPONG:
         mbarrier.wait(turn.index(ME), (i - 1 + 1 - ME) & 1)
@@ -83,23 +85,6 @@ def _var_step(j, i, q2, acc, m_i, l_i, p, smem, bars, rows, lo_full, n_full, sca
         l_i = lazy_sum(p, l_i, s_layout, sum_levels(VAR, BLOCK_N))
     s = warpgroup_mma_wait(1, deps=[s])  # S_j done; PV_{j-1} may still run
     mbarrier.arrive(k_empty.index(i % STAGES), count=1)
-    return _var_update(s, j, i, acc, m_i, l_i, p, v_empty, rows, lo_full, n_full, scalars, vr,
-                       CAUSAL, VAR, 0, k_bufs.shape[4])  # fmt: skip
-
-
-@gluon.jit
-def _var_update(s, j, i, acc, m_i, l_i, p, v_empty, rows, lo_full, n_full, scalars, vr,
-                CAUSAL: gl.constexpr, VAR: gl.constexpr, PENDING: gl.constexpr,
-                HEAD_DIM: gl.constexpr):  # fmt: skip
-    """Block j's scores (S_j waited for) and softmax, then PV_{j−1}'s wait, leaving the
-    PENDING wgmma groups issued after it in flight (a QKᵀ one block ahead), and O's
-    rescale: (acc, m_i, l_i, P_j)."""
-    STAGES: gl.constexpr = v_empty.shape[0]
-    dtype: gl.constexpr = p.dtype
-    BLOCK_N: gl.constexpr = s.shape[1]
-    s_layout: gl.constexpr = s.type.layout
-    o_layout: gl.constexpr = _acc_layout(HEAD_DIM, 4, dtype.primitive_bitwidth)
-    p_layout: gl.constexpr = _p_layout(HEAD_DIM, 4, dtype.primitive_bitwidth)
     s = _var_s(s, rows, j, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
     SOFTMAX: gl.constexpr = (VAR >> 6) & 31  # GluonConfig.softmax_code() (kernels/gluon_exp2.py)
     if VAR & FIXED_MAX:  # a fixed offset: no row max, nothing to rescale
@@ -107,13 +92,13 @@ def _var_update(s, j, i, acc, m_i, l_i, p, v_empty, rows, lo_full, n_full, scala
             p_next = gl.convert_layout(p_bf16(fixed_p(s, scalars[2], SOFTMAX), VAR), p_layout)
         else:
             l_i, p_next = softmax_fixed(s, l_i, scalars[2], dtype, p_layout, SOFTMAX)
-        acc, p = warpgroup_mma_wait(PENDING, deps=[acc, p])
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
     elif VAR & SUMCHECK:  # m (log2 units) moves where a block's sum says: no row max
         m_i, l_i, p_next, alpha, flag = softmax_sumcheck(s, m_i, l_i, scalars[2], dtype,
                                                          p_layout, SOFTMAX,
                                                          VAR & SUM_EARLY)  # fmt: skip
-        acc, p = warpgroup_mma_wait(PENDING, deps=[acc, p])
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc = warp_mul(acc, alpha, flag, o_layout)
     elif VAR & LAZY:  # m moves past LAZY_TAU only: most steps rescale nothing
@@ -123,7 +108,7 @@ def _var_update(s, j, i, acc, m_i, l_i, p, v_empty, rows, lo_full, n_full, scala
             shift = 0.0
         m_in = m_i - shift
         m_new, sums, p_next = softmax_lazy(s, m_in, l_i, scalars[2], dtype, p_layout, SOFTMAX)
-        acc, p = warpgroup_mma_wait(PENDING, deps=[acc, p])
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc, l_i = lazy_rescale(acc, l_i, m_in, m_new, scalars[2], o_layout, VAR & LAZY_WARP)
         l_i = l_i + sums
@@ -137,7 +122,7 @@ def _var_update(s, j, i, acc, m_i, l_i, p, v_empty, rows, lo_full, n_full, scala
         else:
             m_i, alpha, l_i, p_next = _softmax(s, m_i, l_i, scalars[2], dtype, p_layout,
                                                SOFTMAX)  # fmt: skip
-        acc, p = warpgroup_mma_wait(PENDING, deps=[acc, p])
+        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
         mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     return acc, m_i, l_i, p_next
@@ -176,8 +161,23 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
         s = _qk(q2, k_bufs, 0, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout))
         s = warpgroup_mma_wait(0, deps=[s])
         mbarrier.arrive(k_empty.index(0), count=1)
-        m_i, l_i, p = _var_first(s, m_i, l_i, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR,
-                                 dtype, p_layout)  # fmt: skip
+        s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
+        SOFTMAX: gl.constexpr = (VAR >> 6) & 31
+        if VAR & FIXED_MAX:
+            if sum_levels(VAR, BLOCK_N) > 0:  # its sums in the next step (lazy_sum)
+                p = gl.convert_layout(p_bf16(fixed_p(s, sc, SOFTMAX), VAR), p_layout)
+            else:
+                l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
+            m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
+        elif VAR & SUMCHECK:
+            m_i, l_i, p, _alpha, _flag = softmax_sumcheck(s, m_i, l_i, sc, dtype, p_layout,
+                                                          SOFTMAX, VAR & SUM_EARLY)  # fmt: skip
+        elif VAR & ALIBI_COL:
+            shift = alibi_shift(lo, vr[3], vr[4], BLOCK_N)
+            m_i, _alpha, l_i, p = _softmax(s, m_i - shift, l_i, sc, dtype, p_layout, SOFTMAX)
+            m_i = m_i + shift
+        else:
+            m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
         for j in range(lo + 1, n_end):
             acc, m_i, l_i, p = _var_step(j, j - lo, q2, acc, m_i, l_i, p, smem, bars, rows,
                                          lo_full, n_full, scalars, vr, ME, CAUSAL, PINGPONG,
@@ -191,32 +191,3 @@ def _var_tile(q2, smem, bars, my_row0, lo, n_end, scalars, vr, ME: gl.constexpr,
     if VAR & SUMCHECK:  # the epilogue's m is in score units
         m_i = m_i / sc
     return acc, m_i, l_i
-
-
-@gluon.jit
-def _var_first(s, m_i, l_i, rows, lo, lo_full, n_full, scalars, vr, CAUSAL: gl.constexpr,
-               VAR: gl.constexpr, dtype: gl.constexpr, p_layout: gl.constexpr):  # fmt: skip
-    """The first key block's scores (S_lo waited for) and softmax, nothing to rescale yet:
-    (m_i, l_i, P_lo)."""
-    sc = scalars[2]
-    BLOCK_M: gl.constexpr = s.shape[0]
-    BLOCK_N: gl.constexpr = s.shape[1]
-    s_layout: gl.constexpr = s.type.layout
-    s = _var_s(s, rows, lo, lo_full, n_full, scalars, vr, CAUSAL, VAR, s_layout)
-    SOFTMAX: gl.constexpr = (VAR >> 6) & 31
-    if VAR & FIXED_MAX:
-        if sum_levels(VAR, BLOCK_N) > 0:  # its sums in the next step (lazy_sum)
-            p = gl.convert_layout(p_bf16(fixed_p(s, sc, SOFTMAX), VAR), p_layout)
-        else:
-            l_i, p = softmax_fixed(s, l_i, sc, dtype, p_layout, SOFTMAX)
-        m_i = gl.full([BLOCK_M], 1.0 - HEADROOM / sc, gl.float32, gl.SliceLayout(1, s_layout))
-    elif VAR & SUMCHECK:
-        m_i, l_i, p, _alpha, _flag = softmax_sumcheck(s, m_i, l_i, sc, dtype, p_layout,
-                                                      SOFTMAX, VAR & SUM_EARLY)  # fmt: skip
-    elif VAR & ALIBI_COL:
-        shift = alibi_shift(lo, vr[3], vr[4], BLOCK_N)
-        m_i, _alpha, l_i, p = _softmax(s, m_i - shift, l_i, sc, dtype, p_layout, SOFTMAX)
-        m_i = m_i + shift
-    else:
-        m_i, _alpha, l_i, p = _softmax(s, m_i, l_i, sc, dtype, p_layout, SOFTMAX)
-    return m_i, l_i, p

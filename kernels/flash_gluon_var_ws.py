@@ -44,7 +44,6 @@ from fa_bench.kernels.flash_gluon_var import (
     _window_bounds,
     scale_q,
 )
-from fa_bench.kernels.flash_gluon_var_ahead import AHEAD, _var_tile_ahead
 from fa_bench.kernels.flash_gluon_var_tile import _var_tile
 from fa_bench.kernels.flash_gluon_ws import _alloc_bars
 
@@ -95,12 +94,8 @@ def _var_consumer(ME: gl.constexpr, out, smem, bars, coords, scalars, vr,
     mbarrier.wait(bars[0].index(ME), 0)
     if VAR & QSCALE:
         scale_q(q_tile, vr[2], BLOCK_M, HEAD_DIM)
-    if VAR & AHEAD:  # QKᵀ one block ahead (no ping-pong)
-        acc, m_i, l_i = _var_tile_ahead(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars,
-                                        my_row0, lo, n_end, scalars, vr, CAUSAL, VAR)  # fmt: skip
-    else:
-        acc, m_i, l_i = _var_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, lo,
-                                  n_end, scalars, vr, ME, CAUSAL, PINGPONG, VAR)  # fmt: skip
+    acc, m_i, l_i = _var_tile(q_tile.reshape([BLOCK_M, HEAD_DIM]), smem, bars, my_row0, lo,
+                              n_end, scalars, vr, ME, CAUSAL, PINGPONG, VAR)  # fmt: skip
     _var_epilogue(acc, m_i, l_i, scalars[2], out, lse_base, h, my_row0, scalars[0], q_start,
                   q_tile, vr[3], BLOCK_M, HEAD_DIM, VAR, o_layout)  # fmt: skip
 
@@ -141,7 +136,6 @@ def _fwd_ws_var(q_desc, k_desc, v_desc, o_desc, lse_ptr, heads_q, group, seq_q, 
     gl.static_assert(NUM_WARPS == 4, "each consumer is one warpgroup")
     gl.static_assert(BLOCK_M == 64, "wgmma: 4 warps × 16 rows")
     gl.static_assert(CONSUMERS == 2 or not PINGPONG, "ping-pong takes two consumers")
-    gl.static_assert(not (VAR & AHEAD) or not PINGPONG, "QK ahead runs without ping-pong")
     dtype: gl.constexpr = q_desc.dtype
     ROWS: gl.constexpr = CONSUMERS * BLOCK_M
     if VAR & VARLEN:

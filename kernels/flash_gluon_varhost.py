@@ -114,13 +114,6 @@ SUM_BLOCK_N = 64
 SOFTCAP_SUM_EARLY = False
 _SUM_EARLY = 524288  # flash_gluon_var_fp16.SUM_EARLY
 _SUMCHECK = 262144  # flash_gluon_var_fp16.SUMCHECK
-# A development switch (session 12): with the sum check, each consumer issues QKᵀ one block
-# ahead of its softmax (kernels/flash_gluon_var_ahead.py, the AHEAD bit), on two consumers
-# over 64-key blocks (C2_N64: the second S tile spills three consumers' 160 registers);
-# $FA_BENCH_SOFTCAP_AHEAD=1 at import turns it on.
-AHEAD_ENV = "FA_BENCH_SOFTCAP_AHEAD"
-SOFTCAP_AHEAD = os.environ.get(AHEAD_ENV, "") == "1"
-_AHEAD = 1048576  # flash_gluon_var_ahead.AHEAD
 # 2·sc − flash_gluon_var_fp16.FLOOR (112) <= 126: the smallest p stays a normal fp32 number
 SUM_SC_MAX = 119.0
 
@@ -212,7 +205,7 @@ def variant_bits(
     call's `scale`, `_qscale_fp16`); LAZY for an fp16 softcap under SOFTCAP_LAZY_FP16
     (`lazy_max`) and with it LAZY_WARP under SOFTCAP_LAZY_WARP; SUMCHECK in LAZY's place
     for an fp16 softcap under SOFTCAP_SUM_FP16 (`sum_check`, by the launch's block_n), and
-    with it SUM_EARLY under SOFTCAP_SUM_EARLY and AHEAD under SOFTCAP_AHEAD."""
+    with it SUM_EARLY under SOFTCAP_SUM_EARLY."""
     if variant.softcap > 0 and SOFTCAP_EMU:
         softmax = softmax - softmax % 16 + SOFTCAP_EMU
     if TREE:
@@ -231,7 +224,6 @@ def variant_bits(
     bits |= _P_ALU if SOFTCAP_P_ALU and bits & _SUM_BF16 else 0
     bits |= _SUMCHECK if sum_check(variant, dtype, block_n=block_n) else 0
     bits |= _SUM_EARLY if SOFTCAP_SUM_EARLY and bits & _SUMCHECK else 0
-    bits |= _AHEAD if SOFTCAP_AHEAD and bits & _SUMCHECK else 0
     bits |= _LAZY if lazy_max(variant, dtype) and not bits & _SUMCHECK else 0
     bits |= _LAZY_WARP if SOFTCAP_LAZY_WARP and bits & _LAZY else 0
     return bits | (_VARLEN if variant.varlen is not None else 0)
@@ -282,8 +274,6 @@ def variant_config(
     elif cfg.persistent:
         cfg = _deepest(dataclasses.replace(cfg, persistent=False, q_buffers=1), head_dim)
     if variant is not None and not pinned and three_consumers(variant, dtype, head_dim, causal):
-        if SOFTCAP_AHEAD and sum_check(variant, dtype, block_n=C3_N64.block_n):
-            return C2_N64
         return C3_N64
     return cfg
 
@@ -295,8 +285,6 @@ def variant_config(
 # two-consumer 128-key launch's 0.904 (527.4): the softcap's tanh shares the MUFU unit
 # with exp2, and a third warpgroup's softmax keeps it busy while the others' matmuls run.
 C3_N64 = GluonConfig(block_n=64, stages=4, consumers=3, pingpong=False, consumer_regs=160)
-# Session 12: SOFTCAP_AHEAD's launch (the sum check with QKᵀ one block ahead).
-C2_N64 = GluonConfig(block_n=64, stages=4, consumers=2, pingpong=False, consumer_regs=240)
 # Which variant kinds (`variant_kind`) take C3_N64, by q's dtype: head_dim 128, causal
 # only (where it was measured). Set from the H200's A/B (tools/gpu/variants_gluon_s8.py);
 # a kind not listed keeps the two-consumer launch.

@@ -14,8 +14,6 @@ Test ids carry "lazy" and the launch, so a GPU script selects with -k.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 from gluon_bwd_helpers import tool as _tool
@@ -70,14 +68,9 @@ def _spy(monkeypatch) -> tuple[list[str], list[int]]:
 def _switch(monkeypatch, form: str) -> int:
     """SOFTCAP_LAZY_FP16 on, SOFTCAP_LAZY_WARP for form "warp"; form "sum": session 10's
     SOFTCAP_SUM_FP16 alone. The bits a launch carries."""
-    if form.startswith("sum"):
+    if form in ("sum", "sum-early"):
         monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", True)
         monkeypatch.setattr(vh, "SOFTCAP_SUM_EARLY", form == "sum-early")
-        if form == "sum-ahead":  # session 12: two consumers, QKᵀ one block ahead
-            monkeypatch.setattr(vh, "SOFTCAP_AHEAD", True)
-            two = dataclasses.replace(vh.C3_N64, consumers=2, consumer_regs=240)
-            monkeypatch.setattr(vh, "C3_N64", two)
-            return vh._SUMCHECK | vh._AHEAD
         return vh._SUMCHECK | (vh._SUM_EARLY if form == "sum-early" else 0)
     monkeypatch.setattr(vh, "SOFTCAP_SUM_FP16", False)  # the default takes precedence
     monkeypatch.setattr(vh, "SOFTCAP_LAZY_FP16", True)
@@ -86,9 +79,8 @@ def _switch(monkeypatch, form: str) -> int:
 
 
 # the warpgroup's uniform `if`; LAZY_WARP's vote and PTX branches; the sum check (SUMCHECK),
-# and with P rounded before the check (SUM_EARLY, a development switch), and on two
-# consumers with QKᵀ one block ahead (AHEAD, a development switch)
-FORMS = ["if", "warp", "sum", "sum-early", "sum-ahead"]
+# and with P rounded before the check (SUM_EARLY, a development switch)
+FORMS = ["if", "warp", "sum", "sum-early"]
 
 
 def _crafted(pattern: str, b: int, hq: int, hk: int, sq: int, sk: int, d: int, g):

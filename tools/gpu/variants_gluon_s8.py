@@ -72,15 +72,10 @@ QSCALE_LAUNCH = "c3q"
 LAZY_LAUNCHES = ("c2l", "c3l", "c2w", "c3w")
 # session 10: "...s" with the fp16 softcap's sum check (SOFTCAP_SUM_FP16), "c3sq" with
 # QSCALE's fp16 form too (SOFTCAP_QSCALE_FP16)
-SUM_LAUNCHES = ("c2s", "c3s", "c3sq", "c3s4", "c3s8", "c3st", "c3s3", "c3s2", "c3se", "c2n",
-                "c2na")  # fmt: skip
+SUM_LAUNCHES = ("c2s", "c3s", "c3sq", "c3s4", "c3s8", "c3st", "c3s3", "c3s2", "c3se")
 # "c3se": c3s with P rounded before the check (SOFTCAP_SUM_EARLY)
 # "c3s3" / "c3s2": c3s with a 3- / 2-deep K/V ring (C3_N64 has 4, the most GluonConfig takes)
-# session 12: "c2n" the sum check on two consumers over 64-key blocks (240 registers each),
-# "c2na" with QKᵀ one block ahead too (SOFTCAP_AHEAD)
-_TWO = {"consumers": 2, "consumer_regs": 240}
-C3_ALT = {"c3s3": {"stages": 3}, "c3s2": {"stages": 2}, "c2n": _TWO, "c2na": _TWO}
-AHEAD_LAUNCHES = ("c2na",)
+C3_ALT = {"c3s3": {"stages": 3}, "c3s2": {"stages": 2}}
 # "c3s4" / "c3s8": c3s with every 4th / 8th exponential on the FMA pipes (SOFTCAP_EMU);
 # "c3st": c3s with tree-shaped row sums (TREE: the sum the check waits for, depth 5)
 EMU_LAUNCHES = {"c3s4": 4, "c3s8": 8}
@@ -102,12 +97,10 @@ def launch(name: str) -> Iterator[None]:
     from fa_bench.kernels import flash_gluon_varhost as vh
 
     names = ("C3_KINDS", "SOFTCAP_QSCALE_FP16", "SOFTCAP_LAZY_FP16", "SOFTCAP_LAZY_WARP",
-             "SOFTCAP_SUM_FP16", "SOFTCAP_EMU", "TREE", "C3_N64", "SOFTCAP_SUM_EARLY",
-             "SOFTCAP_AHEAD")  # fmt: skip
+             "SOFTCAP_SUM_FP16", "SOFTCAP_EMU", "TREE", "C3_N64", "SOFTCAP_SUM_EARLY")  # fmt: skip
     saved = [getattr(vh, n) for n in names]
     every = frozenset(_all_kinds())
-    two = name.startswith("c2") and name not in C3_ALT  # the two-consumer 128-key launch
-    vh.C3_KINDS = {} if two else {d: every for d in DTYPES}
+    vh.C3_KINDS = {} if name.startswith("c2") else {d: every for d in DTYPES}
     vh.SOFTCAP_QSCALE_FP16 = name in (QSCALE_LAUNCH, "c3sq")
     vh.SOFTCAP_LAZY_FP16 = name in LAZY_LAUNCHES
     vh.SOFTCAP_LAZY_WARP = name in LAZY_LAUNCHES and name.endswith("w")
@@ -115,7 +108,6 @@ def launch(name: str) -> Iterator[None]:
     vh.SOFTCAP_EMU = EMU_LAUNCHES.get(name, 0)
     vh.TREE = name == "c3st"
     vh.SOFTCAP_SUM_EARLY = name == "c3se"
-    vh.SOFTCAP_AHEAD = name in AHEAD_LAUNCHES
     if name in C3_ALT:
         vh.C3_N64 = dataclasses.replace(vh.C3_N64, **C3_ALT[name])
     try:
