@@ -124,7 +124,7 @@ def markdown(doc: dict) -> str:
     for r in doc["rows"]:
         if r["kind"] == "bench":
             cells.setdefault((r["head_dim"], r["n"], r["causal"]), {})[r["impl"]] = r
-    for d in (128, 64):
+    for d in (int(x) for x in doc["roles"]):  # the head dims measured (--dims), in order
         names = [*doc["roles"][str(d)], "no-adds", "gluon-whole", "cudnn"]
         out += ["", f"head_dim {d}, bf16, backward TFLOP/s (do_bench ms); ÷ cuDNN in brackets "
                 f"after; roles: kernel alone; no-adds: {names[0]} without dQ reduce-adds", "",
