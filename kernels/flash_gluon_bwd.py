@@ -77,30 +77,42 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
     rows at 64 (8-14% faster than 64-row blocks non-causal, -2 to +3% causal: bf16, 4k
     and 16k, H200, session 5 call B), the deepest Q/dO ring that fits (2 stages: 209 KB
     at d128, 195 KB at d64), a head's key blocks together (see GluonBwdConfig.kb_major).
-    At head_dim 128 also dQ's first chunk queued early and, non-causal, the rotated query
-    order (call C, bf16 d128 4k, kernel: 483 TFLOP/s plain, 521 early, 502 rotated); not
-    at 64, where the two together measured 0.82-0.89x cuDNN in call D against 0.89-0.98x
-    for the plain kernel in C."""
+    The roles `_ROLES` names replace that launch: at head_dim 64 P and dS through shared
+    memory with dQ's chunk early (session 7), at 128 FA3's shared dQ with dSᵀ through
+    shared memory on a 2-deep ring and, non-causal, the rotated query order (session
+    12)."""
     return _override(head_dim, causal) or _heuristic(head_dim, causal)
 
 
-# Session 7's roles the heuristic takes per head_dim (candidate_bwd_configs' names; a head
-# dim not named keeps session 6's launch, `_session6`). 64: P and dS through shared memory
-# with dQ's chunk queued early, in fa-bench run (session 8 call 0, bf16) 0.969 / 0.984 of
-# cuDNN at 4k (non-causal / causal) and 0.904 / 0.916 at 16k, against session 6's launch's
-# 0.956 / 0.946 and 0.935 / 0.919 (session 6 call D); do_bench, kernel alone (session 7
-# call 2): 4k +2.8% / +3.8%, 16k -2.0% / -1.1% against session 6's launch. 128 keeps
-# session 6's launch (pss-early2 5-8% slower in that A/B).
-_ROLES7: dict[int, str] = {64: "ws-pss-early"}
+# The roles the heuristic takes per head_dim (candidate_bwd_configs' names; a head dim not
+# named keeps session 6's launch, `_session6`). 64 (session 7): P and dS through shared
+# memory with dQ's chunk queued early, in fa-bench run (session 8 call 0, bf16) 0.969 /
+# 0.984 of cuDNN at 4k (non-causal / causal) and 0.904 / 0.916 at 16k, against session 6's
+# launch's 0.956 / 0.946 and 0.935 / 0.919 (session 6 call D); do_bench, kernel alone
+# (session 7 call 2): 4k +2.8% / +3.8%, 16k -2.0% / -1.1% against session 6's launch.
+# 128 (session 12): FA3's shared dQ (half the reduce-adds) with dSᵀ read by dK from shared
+# memory and a 2-deep ring, +4.6 / +8.7% at 4k (non-causal / causal) and +5.0 / +7.5% at
+# 16k against session 6's launch in do_bench (bf16, kernel alone, docs/kernel.md).
+_ROLES: dict[int, str] = {64: "ws-pss-early", 128: "ws-dss-sdq-s2"}
 
 
 def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
-    role = _ROLES7.get(head_dim)
+    role = _ROLES.get(head_dim)
+    key = (head_dim, causal, role)
+    if key in _HEURISTIC:
+        return _HEURISTIC[key]
     if role is None:
-        return _session6(head_dim, causal)
-    cfg = candidate_bwd_configs(head_dim)[role]
-    # causal CTAs start at their diagonal: no rotation
-    return dataclasses.replace(cfg, rotate=cfg.rotate and not causal)
+        cfg = _session6(head_dim, causal)
+    else:
+        cfg = candidate_bwd_configs(head_dim)[role]
+        # causal CTAs start at their diagonal: no rotation
+        cfg = dataclasses.replace(cfg, rotate=cfg.rotate and not causal)
+    _HEURISTIC[key] = cfg
+    return cfg
+
+
+# _heuristic's launch by (head_dim, causal, role): one per call shape, built once
+_HEURISTIC: dict[tuple[int, bool, str | None], GluonBwdConfig] = {}
 
 
 def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
@@ -109,7 +121,22 @@ def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
     return _deepest(base, head_dim)
 
 
+# candidate_bwd_configs' launches by (head_dim, its "ws" role): built once, since the
+# heuristic and the override ask for them on every backward call (session 12: building
+# all of them took ~0.5 ms of host time per call at head_dim 64, ahead of the first
+# kernel, which `fa-bench run` times in the first call of each batch)
+_CANDIDATES: dict[tuple[int, str | None], dict[str, GluonBwdConfig]] = {}
+
+
 def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
+    """`_candidates`' launches (a copy; built once per head_dim and heuristic role)."""
+    key = (head_dim, _ROLES.get(head_dim))
+    if key not in _CANDIDATES:
+        _CANDIDATES[key] = _candidates(head_dim)
+    return dict(_CANDIDATES[key])
+
+
+def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     """What the compile check and the GPU check cover, by role: "ws" the heuristic's,
     "ws-plain" it without the early chunk and the rotation (the first heuristic),
     "ws-shallow" a ring one stage shallower (when it has more than two), "ws-sdq" FA3's
@@ -148,8 +175,16 @@ def candidate_bwd_configs(head_dim: int) -> dict[str, GluonBwdConfig]:
         out[f"ws-{name}"] = _deepest(dataclasses.replace(base, ops_smem=ops), head_dim)
         out[f"ws-{name}-{tag}"] = _deepest(dataclasses.replace(bare, ops_smem=ops, **early),
                                            head_dim)  # fmt: skip
-    if head_dim in _ROLES7:  # "ws" is the heuristic's launch
-        out["ws"] = out[_ROLES7[head_dim]]
+    # session 12: FA3's shared dQ (half the reduce-adds) on the shared-memory operands
+    for ops, name in ((1, "dss"), (2, "pss")):
+        out[f"ws-{name}-sdq"] = _deepest(dataclasses.replace(bare, ops_smem=ops, shared_dq=True),
+                                         head_dim)  # fmt: skip
+    sdq = out["ws-dss-sdq"]
+    out["ws-dss-sdq-s2"] = dataclasses.replace(sdq, stages=2)  # more of the SM's L1 left
+    out["ws-dss-sdq-norot"] = dataclasses.replace(sdq, rotate=False)
+    out["ws-dss-sdq-s2-norot"] = dataclasses.replace(sdq, stages=2, rotate=False)
+    if head_dim in _ROLES:  # "ws" is the heuristic's launch
+        out["ws"] = out[_ROLES[head_dim]]
     return out
 
 

@@ -48,8 +48,8 @@ class GluonBwdConfig:
       live while dV and dK run, session 7): 1 dSᵀ for dK (the tile dQ reads anyway,
       stored before dK is issued), 2 also Pᵀ for dV (a tile of its own), 3 as 2 and the
       two consumers' dQ shares summed before one reduce-add (consumer 1 hands its share
-      to consumer 0 through its staging tile: half the adds); with the consumers' own dQ
-      shares only (not shared_dq, not dq_first).
+      to consumer 0 through its staging tile: half the adds); not with dq_first; 1 and 2
+      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory).
     """
 
     block_m: int = 64
@@ -81,10 +81,11 @@ class GluonBwdConfig:
                 f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
                 f"early_dq_all={self.early_dq_all}, dq_first={self.dq_first}): one dQ schedule"
             )
-        if self.ops_smem and (self.shared_dq or self.dq_first):
+        if self.ops_smem and (self.dq_first or (self.shared_dq and self.ops_smem == 3)):
             raise ValueError(
                 f"GluonBwdConfig(ops_smem={self.ops_smem}, shared_dq={self.shared_dq}, "
-                f"dq_first={self.dq_first}): ops_smem takes the consumers' own dQ shares"
+                f"dq_first={self.dq_first}): ops_smem takes no dq_first, and 3 (the shares "
+                "summed) no shared_dq"
             )
         flash_gluon.check_regs(self)
 

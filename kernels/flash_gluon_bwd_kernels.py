@@ -105,6 +105,8 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
                            CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
+    if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
+        mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -183,8 +185,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                      "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     gl.static_assert(DQ_MODE != 4 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
-    gl.static_assert(OPS_SMEM == 0 or DQ_MODE == 0 or (DQ_MODE >= 2 and DQ_MODE <= 4),
-                     "OPS_SMEM: the consumers' own dQ shares (DQ_MODE 0, 2, 3, 4)")  # fmt: skip
+    gl.static_assert(OPS_SMEM == 0 or DQ_MODE <= 4, "OPS_SMEM: DQ_MODE 0-4")
+    gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 1, "OPS_SMEM 3 sums the consumers' own shares")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
     if KB_MAJOR:

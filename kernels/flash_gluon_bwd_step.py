@@ -143,7 +143,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     if OPS_SMEM > 0:
-        dk, dv = _tail_smem(t, ME, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_bufs, bars,
+        dk, dv = _tail_smem(t, ME, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,
                             dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
     else:
         dk, dv = _tail_regs(t, ME, ds_t, p_op, q_t, dk, dv, (k_tiles, ds_bufs, k_me, dq_bufs),
@@ -221,20 +221,26 @@ def _dq_rest(dq0, dq1, PENDING: gl.constexpr, ds_me, k_me, dq_bufs, ME: gl.const
 
 
 @gluon.jit
-def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_bufs, bars,
+def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,
                dq_desc, where, DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
                OPS_SMEM: gl.constexpr):  # fmt: skip
     """The end of a step after dV was issued, OPS_SMEM 1-3: dSᵀ stored first, then
     dK += dSᵀ Q reads it from shared memory (the tile dQ = dS K reads transposed), so no
     register copy of dSᵀ (nor, OPS_SMEM 2 and 3, of Pᵀ) stays live while dV and dK run;
-    dQ's chunks as DQ_MODE 0, 2, 3, 4 (`_bwd_step`); OPS_SMEM 3 sums the two consumers'
-    shares before one reduce-add (`_dq_sum`)."""
+    dQ's chunks as DQ_MODE 0, 2, 3, 4 (`_bwd_step`), or DQ_MODE 1 FA3's shared dQ over
+    both consumers' dSᵀ tiles (`_dq_shared`, OPS_SMEM 1-2); OPS_SMEM 3 sums the two
+    consumers' shares before one reduce-add (`_dq_sum`)."""
+    k_tiles, k_me, _v_me = kv
     b, hq, m0, slot = where
     q_empty, do_empty = bars[2], bars[4]
     CHUNK: gl.constexpr = dq_bufs.shape[4]
     ds_me = ds_bufs.index(ME)
+    if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
+        mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
     ds_me.store(ds_t)
     fence_async_shared()
+    if DQ_MODE == 1:
+        mbarrier.arrive(bars[5].index(ME), count=1)
     _turn(bars, ME, 3 * t + 2, PINGPONG)
     dk = warpgroup_mma(ds_me, q_t, dk, is_async=True)
     _pass(bars, ME, PINGPONG)
@@ -250,7 +256,9 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, k_me, dq_b
         dv, dk, _p = warpgroup_mma_wait(PENDING, deps=[dv, dk, p_op])
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
-    if OPS_SMEM == 3:  # one reduce-add of both consumers' shares (consumer 0 adds)
+    if DQ_MODE == 1:
+        _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+    elif OPS_SMEM == 3:  # one reduce-add of both consumers' shares (consumer 0 adds)
         sync = (bars[5], bars[6], t)
         if PENDING == 2:
             _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 1)

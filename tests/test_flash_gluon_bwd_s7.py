@@ -68,13 +68,16 @@ def test_ops_smem_counts_the_p_tile():
     )
 
 
-def test_ops_smem_rejects_bad_values_and_the_shared_dq_schedules():
+def test_ops_smem_rejects_bad_values_and_the_schedules_it_cannot_take():
     for bad in (4, True, "1"):
         with pytest.raises(ValueError, match=rf"ops_smem={bad!r}: expected one of \(0, 1, 2, 3\)"):
             GluonBwdConfig(ops_smem=bad)
-    for other in (dict(shared_dq=True), dict(dq_first=1), dict(dq_first=2)):
-        with pytest.raises(ValueError, match=r"ops_smem=2.*own dQ shares"):
+    for other in (dict(dq_first=1), dict(dq_first=2)):
+        with pytest.raises(ValueError, match=r"ops_smem=2.*takes no dq_first"):
             GluonBwdConfig(ops_smem=2, **other)
+    # session 12: the shared dQ with 1 and 2 (tests/test_flash_gluon_bwd_s12.py), not 3
+    with pytest.raises(ValueError, match=r"ops_smem=3, shared_dq=True.*no shared_dq"):
+        GluonBwdConfig(ops_smem=3, shared_dq=True)
 
 
 def test_the_heuristic_and_the_override_reach_the_new_roles(monkeypatch):
@@ -156,7 +159,7 @@ def test_gpu_pss_fp16_and_against_the_deterministic_backward(head_dim, role, cau
 def test_the_heuristic_takes_a_session7_role_per_head_dim(monkeypatch):
     from fa_bench.kernels import flash_gluon_bwd
 
-    monkeypatch.setattr(flash_gluon_bwd, "_ROLES7", {128: "ws-sum-early2"})
+    monkeypatch.setattr(flash_gluon_bwd, "_ROLES", {128: "ws-sum-early2"})
     assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-sum-early2"
     assert gluon_bwd_config(128, causal=True).label() == "gluon-bwd-m64-n128-s2-sum-early2"
     assert gluon_bwd_config(64) == flash_gluon_bwd._session6(64, False)  # not named
