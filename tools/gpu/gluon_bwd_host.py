@@ -77,6 +77,51 @@ def profile(case: Case, q, k, v, do, n: int = 10) -> str:
     return buf.getvalue()
 
 
+def autograd_profile(closure, before, n: int = 10) -> tuple[float, float, str]:
+    """(host µs of one call with autograd's device threads, without them, and a cProfile
+    of n calls without them): with multithreading off the backward runs in this thread,
+    where cProfile sees it (the whole path: autograd's node, our Python, the launches)."""
+    threaded = host_us(closure, before, n)
+    with torch.autograd.set_multithreading_enabled(False):
+        inline = host_us(closure, before, n)
+        pr = cProfile.Profile()
+        torch.cuda._sleep(int(1.5e8))
+        for _ in range(n):
+            before()
+            pr.enable()
+            closure()
+            pr.disable()
+        torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(30)
+    return threaded, inline, buf.getvalue()
+
+
+def autograd_rows(out: Path, dev, dtype: str, shapes: list[tuple[int, int, bool]]) -> None:
+    """`--autograd-prof`: autograd_profile of triton-onepass and sdpa-cudnn per shape
+    (head_dim, N, causal), written to out/host_autograd.txt."""
+    text = []
+    for head_dim, n, causal in shapes:
+        heads = 2048 // head_dim
+        for impl_name in ("triton-onepass", "sdpa-cudnn"):
+            case = Case(impl_name, "bwd", dtype, 16384 // n, heads, heads, n, n, head_dim, causal)
+            impl = registry.get(impl_name)
+            q, k, v, do = make_inputs(case, dev)
+            prep = impl.prepare(case, q, k, v, None)
+            closure, before = _timed_call(case, impl, prep.fn, q, k, v, do)
+            for _ in range(3):  # compiled, planned
+                before()
+                closure()
+            torch.cuda.synchronize()
+            threaded, inline, prof = autograd_profile(closure, before)
+            line = f"{case.id}: host µs threaded {threaded:.0f}, in this thread {inline:.0f}"
+            print(line, flush=True)
+            text.append(f"## {line}\n\n```\n{prof}\n```\n")
+            del closure, before, prep, q, k, v, do
+            torch.cuda.empty_cache()
+    (out / "host_autograd.txt").write_text("\n".join(text))
+
+
 def row(label: str, case: Case, args, dev, prof: list) -> dict:
     """One implementation at one shape: host µs and fa-bench run's timing."""
     impl = registry.get(case.impl)
@@ -146,6 +191,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", default=os.environ.get("OUT", "fa-bench-out/out"))
     ap.add_argument("--device", default="cuda", help="cpu: the tests' dry run")
+    ap.add_argument("--autograd-prof", action="store_true",
+                    help="profile the backward through autograd (in this thread) per shape "
+                    "of --dims x --seqlens x --causal, ours and cuDNN, then exit")  # fmt: skip
     args = ap.parse_args()
     if args.pick:
         text = Path(args.pick).read_text() if Path(args.pick).exists() else ""
@@ -156,6 +204,11 @@ def main() -> None:
     lines, prof = out / "gluon_bwd_host.jsonl", []
     dev = torch.device(args.device)
     registry.load()
+    if args.autograd_prof:
+        shapes = [(int(d), int(n), c == "yes") for d in args.dims.split(",")
+                  for n in args.seqlens.split(",") for c in args.causal.split(",")]  # fmt: skip
+        autograd_rows(out, dev, args.dtype, shapes)
+        return
     roles64 = [r for r in args.roles64.split(",") if r]
     print("| D | N | causal | label | host µs | median ms | TFLOP/s | ÷ cuDNN | min ms | "
           "samples | first samples ms | backend |")  # fmt: skip
