@@ -94,6 +94,8 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 # memory and a 2-deep ring, +4.6 / +8.7% at 4k (non-causal / causal) and +5.0 / +7.5% at
 # 16k against session 6's launch in do_bench (bf16, kernel alone, docs/kernel.md).
 _ROLES: dict[int, str] = {64: "ws-pss-early", 128: "ws-dss-sdq-s2"}
+# _heuristic's launch by (head_dim, causal, role): built once
+_HEURISTIC: dict[tuple[int, bool, str | None], GluonBwdConfig] = {}
 
 
 def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
@@ -111,10 +113,6 @@ def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
     return cfg
 
 
-# _heuristic's launch by (head_dim, causal, role): one per call shape, built once
-_HEURISTIC: dict[tuple[int, bool, str | None], GluonBwdConfig] = {}
-
-
 def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
     wide = head_dim > 64
     base = GluonBwdConfig(block_m=64 if wide else 128, early_dq=wide, rotate=wide and not causal)
@@ -123,8 +121,8 @@ def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
 
 # candidate_bwd_configs' launches by (head_dim, its "ws" role): built once, since the
 # heuristic and the override ask for them on every backward call (session 12: building
-# all of them took ~0.5 ms of host time per call at head_dim 64, ahead of the first
-# kernel, which `fa-bench run` times in the first call of each batch)
+# all of them cost ~0.55 ms of host time per call at head_dim 64 on the H200's host, ahead
+# of the first kernel, which `fa-bench run` times in the first call of each batch)
 _CANDIDATES: dict[tuple[int, str | None], dict[str, GluonBwdConfig]] = {}
 
 
@@ -148,7 +146,9 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     "ws-dqfirst1" (head_dim 128) with only dQ's first chunk before dK; session 7's
     A operands from shared memory (GluonBwdConfig.ops_smem): "ws-dss", "ws-pss", "ws-sum"
     on session 6's launch, and with every dQ chunk queued early ("-early2" at head_dim
-    128, "-early" at 64). All but "ws" are built on session 6's launch ("ws-s6")."""
+    128, "-early" at 64); session 12's FA3 shared dQ on those operands: "ws-dss-sdq",
+    "ws-pss-sdq" (the deepest ring), "ws-dss-sdq-s2" (two stages), "-norot" without the
+    rotated order. All but "ws" are built on session 6's launch ("ws-s6")."""
     base = _session6(head_dim, False)
     # the heuristic's tiles and order with none of the dQ schedules (each role sets one)
     bare = dataclasses.replace(base, early_dq=False, early_dq_all=False, dq_first=0)
