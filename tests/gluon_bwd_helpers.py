@@ -64,3 +64,21 @@ def compile_env(path: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(ROOT), keep) if p))
     env.pop("TRITON_INTERPRET", None)
     return env
+
+
+def check_role(head_dim: int, role: str, shape: tuple, causal: bool) -> None:
+    """A candidate launch's bf16 gradients within the accuracy rule (tools/gpu/
+    gluon_bwd_check.py's check_one) on `shape`."""
+    res = tool("gluon_bwd_check").check_one(shape, "bf16", head_dim, causal, against_det=False,
+                                            role=role)  # fmt: skip
+    assert res["ok"], res
+
+
+def check_fp16_and_det(head_dim: int, role: str, causal: bool, shape: tuple) -> None:
+    """The launch's fp16 gradients within the rule, and its bf16 ones within the rule's
+    tolerance of the deterministic backward's."""
+    check = tool("gluon_bwd_check")
+    res = check.check_one(shape, "fp16", head_dim, causal, against_det=False, role=role)
+    assert res["ok"], res
+    res = check.check_one(shape, "bf16", head_dim, causal, against_det=True, role=role)
+    assert res["ok"] and res.get("det_match") is True, res

@@ -8,8 +8,7 @@ deterministic backward's."""
 from __future__ import annotations
 
 import pytest
-from gluon_bwd_helpers import needs_cuda
-from gluon_bwd_helpers import tool as _tool
+from gluon_bwd_helpers import check_fp16_and_det, check_role, needs_cuda
 from test_flash_gluon_bwd_s6 import ROLE_SHAPES
 
 from fa_bench.kernels import flash_gluon
@@ -53,9 +52,7 @@ def test_shared_dq_takes_no_summed_shares_nor_dq_first():
 @pytest.mark.parametrize("shape", ROLE_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize(("head_dim", "role"), [r[:2] for r in SDQ_ROLES], ids=str)
 def test_gpu_shared_dq_roles_within_the_accuracy_rule(head_dim, role, shape, causal):
-    check = _tool("gluon_bwd_check")
-    res = check.check_one(shape, "bf16", head_dim, causal, against_det=False, role=role)
-    assert res["ok"], res
+    check_role(head_dim, role, shape, causal)
 
 
 @pytest.mark.gpu
@@ -63,12 +60,7 @@ def test_gpu_shared_dq_roles_within_the_accuracy_rule(head_dim, role, shape, cau
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("head_dim", "role"), [(128, "ws-dss-sdq-s2"), (64, "ws-dss-sdq")])
 def test_gpu_shared_dq_fp16_and_against_the_deterministic_backward(head_dim, role, causal):
-    check = _tool("gluon_bwd_check")
-    shape = ROLE_SHAPES[0]  # GQA 4:1 at 4097
-    res = check.check_one(shape, "fp16", head_dim, causal, against_det=False, role=role)
-    assert res["ok"], res
-    res = check.check_one(shape, "bf16", head_dim, causal, against_det=True, role=role)
-    assert res["ok"] and res.get("det_match") is True, res
+    check_fp16_and_det(head_dim, role, causal, ROLE_SHAPES[0])  # GQA 4:1 at 4097
 
 
 def test_the_heuristic_takes_the_shared_dq_at_128_without_rotation_when_causal():

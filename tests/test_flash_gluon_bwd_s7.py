@@ -11,7 +11,14 @@ import subprocess
 import sys
 
 import pytest
-from gluon_bwd_helpers import ROOT, compile_env, needs_cuda, triton36_path
+from gluon_bwd_helpers import (
+    ROOT,
+    check_fp16_and_det,
+    check_role,
+    compile_env,
+    needs_cuda,
+    triton36_path,
+)
 from gluon_bwd_helpers import tool as _tool
 from test_flash_gluon_bwd_s6 import ROLE_SHAPES
 
@@ -138,9 +145,7 @@ PSS = [(128, "ws-pss-early2"), (64, "ws-pss-early"), (128, "ws-sum-early2"), (64
 @pytest.mark.parametrize("shape", ROLE_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize(("head_dim", "role"), GPU_ROLES, ids=lambda x: str(x))
 def test_gpu_ops_smem_roles_within_the_accuracy_rule(head_dim, role, shape, causal):
-    check = _tool("gluon_bwd_check")
-    res = check.check_one(shape, "bf16", head_dim, causal, against_det=False, role=role)
-    assert res["ok"], res
+    check_role(head_dim, role, shape, causal)
 
 
 @pytest.mark.gpu
@@ -148,12 +153,7 @@ def test_gpu_ops_smem_roles_within_the_accuracy_rule(head_dim, role, shape, caus
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(("head_dim", "role"), PSS, ids=lambda x: str(x))
 def test_gpu_pss_fp16_and_against_the_deterministic_backward(head_dim, role, causal):
-    check = _tool("gluon_bwd_check")
-    shape = ROLE_SHAPES[0]  # GQA 4:1 at 4097
-    res = check.check_one(shape, "fp16", head_dim, causal, against_det=False, role=role)
-    assert res["ok"], res
-    res = check.check_one(shape, "bf16", head_dim, causal, against_det=True, role=role)
-    assert res["ok"] and res.get("det_match") is True, res
+    check_fp16_and_det(head_dim, role, causal, ROLE_SHAPES[0])  # GQA 4:1 at 4097
 
 
 def test_the_heuristic_takes_a_session7_role_per_head_dim(monkeypatch):
