@@ -4,11 +4,11 @@
 tensors (None when it can); `gluon_backward(do, q, k, v, o, lse2, causal, scale, config)`
 runs it on the forward's (o, lse2) (either forward's: lse2 is the log2-domain
 log-sum-exp, +inf for rows without keys) and returns (dq, dk, dv) in the layouts of
-q, k, v. Three launches: delta = rowsum(dO ∘ O) (the `tl` preprocessing kernel), the
-Gluon kernel (kernels/flash_gluon_bwd_kernels.py: dK, dV, and dQ shares reduce-added into
-a zeroed fp32 workspace), then dQ = scale · workspace in q's dtype (the one-pass
-backward's `tl` postprocessing kernel); planned once per tensors' key and replayed
-(kernels/flash_gluon_bwd_plan.py).
+q, k, v. Three launches: delta = rowsum(dO ∘ O) with the fp32 dQ workspace zeroed (the
+`tl` preprocessing kernel), the Gluon kernel (kernels/flash_gluon_bwd_kernels.py: dK, dV,
+and dQ shares reduce-added into the workspace), then dQ = scale · workspace in q's dtype
+(the one-pass backward's `tl` postprocessing kernel); planned once per tensors' key and
+replayed (kernels/flash_gluon_bwd_plan.py).
 
 fp16/bf16 and head_dim 64 or 128 only, on sm_90 with triton 3.6 (Gluon's API moves
 between releases); everything else (fp32, head_dim 256 or others, the CPU interpreter,
@@ -275,16 +275,18 @@ def gluon_backward(
         )
     cfg = _check_args(config, causal, scale, head_dim)
     lse2 = lse2.contiguous()
-    # the fp32 dQ workspace (zeroed) and delta in one allocation: a small delta of its
+    # the fp32 dQ workspace and delta in one allocation: a small delta of its
     # own could land at another address each call (the small pool is shared with the L2
     # flush's and others' small tensors), and every address is part of a plan's key
     rows = batch * heads_q * seq_q
     buf = torch.empty(rows * (head_dim + 1), device=q.device, dtype=torch.float32)
-    dq_ws = buf[: rows * head_dim].view(batch, heads_q, seq_q, head_dim).zero_()
+    dq_ws = buf[: rows * head_dim].view(batch, heads_q, seq_q, head_dim)
     delta = buf[rows * head_dim :].view(batch, heads_q, seq_q)
+    # delta and the zeroed workspace first: the GPU runs them while the host builds the
+    # rest (its time is timed too when the GPU waits for it: see flash_gluon_bwd_plan)
+    flash_gluon_bwd_plan.launch_pre(o, do, delta, dq_ws)
     dk, dv, dq = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
-    # delta, the kernel, dQ's cast: replayed from a plan where one matches (the host's
-    # time is timed too when the GPU waits for it: see flash_gluon_bwd_plan)
+    # the kernel, dQ's cast: replayed from a plan where one matches
     tensors = (q, k, v, o, do, dk, dv, dq, dq_ws)
     flash_gluon_bwd_plan.launch(cfg, tensors, lse2, delta, causal, float(scale))
     return dq, dk, dv

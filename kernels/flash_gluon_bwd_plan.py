@@ -1,8 +1,9 @@
-"""The Gluon backward's planned launches (issue 18, session 8): its three launches
-(delta = rowsum(dO ∘ O), the Gluon kernel, dQ's cast) described once per key (every
-tensor's address, shape, strides and dtype; the config, causal, the scale, the device) and
-replayed as bound launches of the compiled kernels (kernels/bound_launch.py): the twelve
-TMA descriptors made once, no binding, no specialisation.
+"""The Gluon backward's planned launches (issue 18, sessions 8 and 13): its three
+launches (delta = rowsum(dO ∘ O) with the dQ workspace zeroed, the Gluon kernel, dQ's
+cast) described once per key (every tensor's address, shape, strides and dtype; the
+config, causal, the scale, the device) and replayed as bound launches of the compiled
+kernels (kernels/bound_launch.py): the TMA descriptors made and encoded once, no binding,
+no specialisation.
 
 Why: `fa-bench run` times each call between CUDA events recorded around the call, and
 when a call is the first of a batch (every call at 16k non-causal, where one call is
@@ -11,16 +12,20 @@ kernel that keeps it busy. On the H200 (session 8 call 0) the first call of each
 took ~1 ms more than the rest for our backward and ~0.4 ms more for cuDNN's, which put
 the 16k non-causal rows 7% below the kernel's do_bench (cuDNN's 2%). A short Gluon
 forward's host was ~200 µs for four descriptors and one launch (tools/gpu/host_cost.py);
-the backward builds twelve and makes three launches.
+the backward builds twelve and makes three launches. So the first launch
+(`launch_pre`, its own plan keyed by o, do, delta and the workspace) is queued as soon
+as its tensors exist, and the GPU runs it while the host builds the other two
+(`launch`, keyed by everything).
 
 As kernels/flash_gluon_plan.py (the forward's): a plan holds no tensor (the descriptors'
 bases and the pointer arguments are `_Ptr` stand-ins), so it serves any tensors with the
 same key, such as the next call's gradients and workspaces at the freed ones' addresses.
-The first bound replay of each compiled kernel triple is checked against the JIT launch
-(delta, dK and dV bit for bit; dQ, whose fp32 reduce-adds land in any order, within 1e-3
-of its largest value), else those kernels stay on the JIT path. Planned only where the
-lse2/delta rows are views (seq_q a multiple of 4: else they are padded copies made
-made after the preprocessing kernel is queued, see flash_gluon_bwd_desc.tma_rows).
+The first bound replay of each compiled kernel (or kernel pair) is checked against the
+JIT launch (delta, dK and dV bit for bit, the workspace all zeros after the first;
+dQ, whose fp32 reduce-adds land in any order, within 1e-3 of its largest value), else
+those kernels stay on the JIT path. Planned only where the lse2/delta rows are views
+(seq_q a multiple of 4: else they are padded copies made after the preprocessing kernel
+is queued, see flash_gluon_bwd_desc.tma_rows).
 """
 
 from __future__ import annotations
@@ -46,10 +51,14 @@ _LOG2E = 1.4426950408889634
 # rows per program of the tl pre/postprocessing kernels (as flash_gluon_bwd's)
 _ROWS = 64
 _PLANS: OrderedDict[tuple, tuple] = OrderedDict()
-# the compiled (pre, main, post) kernels -> whether their bound launches reproduced the JIT's
+# launch_pre's plans: the preprocessing kernel alone, by (o, do, delta, dq_ws)
+_PRE_PLANS: OrderedDict[tuple, Any] = OrderedDict()
+# the compiled (main, post) kernels, or the preprocessing kernel -> whether their bound
+# launches reproduced the JIT's
 _VERIFIED: dict[tuple, bool] = {}
 # why the last miss made no plan ("" when it made one), and the replays so far
 last_reason = ""
+last_pre_reason = ""
 hits = 0
 
 # (q, k, v, o, do, dk, dv, dq, dq_ws): the tensors of one backward, in this order
@@ -77,11 +86,33 @@ def plannable(tensors: tuple, lse2: Any) -> str:
     return ""
 
 
+def launch_pre(o: Any, do: Any, delta: Any, dq_ws: Any) -> None:
+    """The backward's first launch, queued before the host builds the others so that the
+    GPU runs it meanwhile: delta = rowsum(dO ∘ O) and dq_ws zeroed, one `tl` kernel;
+    replayed from its own plan (key: the four tensors' addresses and layouts) where one
+    matches, else through triton's JIT, then planned."""
+    global last_pre_reason
+    why = plannable((o,), delta)
+    key = None if why else (_sig(o), _sig(do), _sig(delta), _sig(dq_ws))
+    bound = None if key is None else recall(_PRE_PLANS, key)
+    if bound is not None:
+        bound()
+        return
+    fn, grid, args, kwargs = pre_call(o, do, delta, dq_ws)
+    compiled = fn[grid](*args, **kwargs)
+    if key is None:
+        last_pre_reason = why
+        return
+    bound, last_pre_reason = _bind_pre(compiled, o, do, delta, dq_ws)
+    if bound is not None:
+        remember(_PRE_PLANS, key, bound, MAX_PLANS)
+
+
 def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
            scale: float) -> None:  # fmt: skip
-    """The backward's three launches into delta, dk, dv, dq (dq_ws zeroed by the caller):
-    the plan's if there is one, else through triton's JIT, then planned for the next call
-    with the same key."""
+    """The Gluon kernel and dQ's cast into dk, dv, dq (delta written and dq_ws zeroed by
+    `launch_pre` first): the plan's if there is one, else through triton's JIT, then
+    planned for the next call with the same key."""
     global last_reason, hits
     why = plannable(tensors, lse2)
     key = None if why else plan_key(cfg, tensors, lse2, delta, causal, scale)
@@ -93,9 +124,9 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
         return
     compiled = []
     for make in steps(cfg, tensors, lse2, delta, causal, scale):
-        # one launch built at a time: for a seq_q that is not a multiple of 4 the Gluon
-        # kernel's descriptors read padded copies of lse2 and delta (tma_rows), which must
-        # be made after the preprocessing kernel is queued to write delta
+        # one launch built at a time (as launch_pre's before them): for a seq_q that is
+        # not a multiple of 4 the Gluon kernel's descriptors read padded copies of lse2
+        # and delta (tma_rows), which must be made after delta's kernel is queued
         fn, grid, args, kwargs = make()
         compiled.append(fn[grid](*args, **kwargs))
     if key is None:
@@ -109,37 +140,48 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
 def clear() -> None:
     """Forget every plan and verification (tests)."""
     _PLANS.clear()
+    _PRE_PLANS.clear()
     _VERIFIED.clear()
 
 
 def calls(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
           scale: float, probe: int = 0) -> list[tuple]:  # fmt: skip
-    """(jit function, grid, args, keywords) of the preprocessing kernel, the Gluon
-    kernel and dQ's cast, for tensors or their `_Ptr` stand-ins, built at once (the
-    stand-ins, tools; a launch builds them one at a time, `steps`)."""
-    return [make() for make in steps(cfg, tensors, lse2, delta, causal, scale, probe)]
+    """(jit function, grid, args, keywords) of the preprocessing kernel (`pre_call`), the
+    Gluon kernel and dQ's cast, for tensors or their `_Ptr` stand-ins, built at once (the
+    stand-ins, tools; a backward builds them one at a time, `launch_pre` then `steps`)."""
+    _, _, _, o, do, _, _, _, dq_ws = tensors
+    pre = pre_call(o, do, delta, dq_ws)
+    return [pre, *(make() for make in steps(cfg, tensors, lse2, delta, causal, scale, probe))]
+
+
+def pre_call(o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple:
+    """The preprocessing kernel's launch: delta = rowsum(dO ∘ O) into the (B, H, S) delta
+    and the (B, H, S, D) fp32 workspace zeroed, as flash_attention._preprocess launches
+    it otherwise (head_dim 64/128: no padding)."""
+    import importlib
+
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
+    batch, heads_q, seq_q, head_dim = o.shape
+    rows = fa._PREPROCESS_ROWS
+    return (fa._kernels().preprocess, (-(-seq_q // rows), batch * heads_q),
+            (o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q),
+            dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=rows, DQ_WS=dq_ws))  # fmt: skip
 
 
 def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
           scale: float, probe: int = 0) -> list[Callable[[], tuple]]:  # fmt: skip
-    """`calls`' three launches, each built when called."""
+    """The Gluon kernel's and dQ's cast's launches, each built when called."""
     import importlib
 
     fa = importlib.import_module("fa_bench.kernels.flash_attention")
     kernels = fa._kernels()
-    q, k, v, o, do, dk, dv, dq, dq_ws = tensors
+    q, k, v, _, do, dk, dv, dq, dq_ws = tensors
     batch, heads_q, seq_q, head_dim = q.shape
-    # as flash_attention._preprocess launches it (head_dim 64/128: no padding)
-    pre_rows = fa._PREPROCESS_ROWS
-    pre = (kernels.preprocess, (-(-seq_q // pre_rows), batch * heads_q),
-           (o, do, delta, *_strides(o), *_strides(do), heads_q, seq_q),
-           dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=pre_rows))  # fmt: skip
     rows = -(-seq_q // _ROWS)
     post = (kernels.dq_post, (rows, batch * heads_q),
             (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
             dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS))  # fmt: skip
     return [
-        lambda: pre,
         lambda: main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe),
         lambda: post,
     ]
@@ -181,7 +223,8 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
 
 def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta: Any,
           causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
-    """The three bound launches for these tensors' key, or (None, why not)."""
+    """The bound launches of the Gluon kernel and dQ's cast for these tensors' key, or
+    (None, why not)."""
     import torch
 
     from fa_bench.kernels.bound_launch import Bound, jit_values
@@ -195,7 +238,7 @@ def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta
     if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
         return None, "a CUDA graph is being captured: the check waits for a plain call"
     ptrs = tuple(_Ptr(t) for t in tensors)
-    stand_ins = calls(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale)
+    stand_ins = [make() for make in steps(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale)]
     bound = []
     for (fn, grid, args, kwargs), c in zip(stand_ins, compiled, strict=True):
         values = jit_values(fn, args, kwargs)
@@ -210,26 +253,72 @@ def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta
 
 
 def reproduces(bound: tuple, tensors: tuple, delta: Any) -> bool:
-    """Whether the bound launches write what the JIT launches just wrote: delta, dk, dv
-    bit for bit, dq_ws and dq within 1e-3 of their largest value (the reduce-adds' order
-    varies). The outputs are left holding the JIT launches' results either way."""
+    """Whether the bound launches write what the JIT launches just wrote: dk, dv bit for
+    bit, dq_ws and dq within 1e-3 of their largest value (the reduce-adds' order varies).
+    The outputs are left holding the JIT launches' results either way; `delta` is read,
+    not written."""
+    del delta  # launch_pre's, checked there
 
     _, _, _, _, _, dk, dv, dq, dq_ws = tensors
-    outs = (delta, dk, dv, dq, dq_ws)
+    outs = (dk, dv, dq, dq_ws)
     want = [t.clone() for t in outs]
-    for t in (delta, dk, dv, dq):
+    for t in (dk, dv, dq):
         t.fill_(float("nan"))  # so that a launch writing nothing cannot pass
     dq_ws.zero_()
     try:
         for b in bound:
             b()
-        same = all(_bits(t).equal(_bits(w)) for t, w in zip(outs[:3], want[:3], strict=True))
-        same = same and all(_close(t, w) for t, w in zip(outs[3:], want[3:], strict=True))
+        same = all(_bits(t).equal(_bits(w)) for t, w in zip(outs[:2], want[:2], strict=True))
+        same = same and all(_close(t, w) for t, w in zip(outs[2:], want[2:], strict=True))
     except Exception:  # another triton's internals: stay on the JIT path
         same = False
     if not same:
         for t, w in zip(outs, want, strict=True):
             t.copy_(w)
+    return bool(same)
+
+
+def _bind_pre(compiled: Any, o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple[Any, str]:
+    """launch_pre's bound launch for these tensors' key, or (None, why not)."""
+    import torch
+
+    from fa_bench.kernels.bound_launch import Bound, jit_values
+    from fa_bench.kernels.flash_gluon_plan import _Ptr
+
+    compiled = compiled.result() if hasattr(compiled, "result") else compiled
+    if not (hasattr(compiled, "run") and hasattr(compiled, "function")):
+        return None, "no compiled kernel to bind"
+    if _VERIFIED.get(compiled) is False:
+        return None, "the bound launch did not reproduce the JIT launch"
+    if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
+        return None, "a CUDA graph is being captured: the check waits for a plain call"
+    fn, grid, args, kwargs = pre_call(_Ptr(o), _Ptr(do), _Ptr(delta), _Ptr(dq_ws))
+    values = jit_values(fn, args, kwargs)
+    if values is None:
+        return None, "an argument of the preprocessing kernel not given"
+    bound = Bound(compiled, grid, values, o.device.index or 0)
+    if compiled not in _VERIFIED:
+        _VERIFIED[compiled] = pre_reproduces(bound, delta, dq_ws)
+    if not _VERIFIED[compiled]:
+        return None, "the bound launch did not reproduce the JIT launch"
+    return bound, ""
+
+
+def pre_reproduces(bound: Any, delta: Any, dq_ws: Any) -> bool:
+    """Whether the bound preprocessing launch writes the delta the JIT launch just wrote,
+    bit for bit, and zeroes the whole workspace (both filled with NaN before it, so that
+    a launch writing nothing cannot pass). Left holding the JIT launch's results."""
+    want = delta.clone()
+    delta.fill_(float("nan"))
+    dq_ws.fill_(float("nan"))
+    try:
+        bound()
+        same = _bits(delta).equal(_bits(want)) and not bool(dq_ws.ne(0).any())
+    except Exception:  # another triton's internals: stay on the JIT path
+        same = False
+    if not same:
+        delta.copy_(want)
+        dq_ws.zero_()
     return bool(same)
 
 

@@ -9,7 +9,7 @@ TRITON_INTERPRET must be set before this module (or triton) is first imported.
 import triton
 import triton.language as tl
 
-from fa_bench.kernels.flash_kernels import check_shapes, load_rows
+from fa_bench.kernels.flash_kernels import check_shapes, load_rows, store_rows
 
 
 @triton.jit
@@ -22,8 +22,13 @@ def _bwd_preprocess_kernel(
     heads_q, seq_q,
     # constexpr: register tile shapes
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    # the Gluon backward's fp32 dQ workspace (B, Hq, Sq, HEAD_DIM), contiguous, zeroed here
+    # (None: not given, the kernel compiles as without it)
+    DQ_WS=None,
 ):  # fmt: skip
-    """delta[row] = sum_d dO[row, d] · O[row, d] in fp32, for BLOCK_M rows per program."""
+    """delta[row] = sum_d dO[row, d] · O[row, d] in fp32, for BLOCK_M rows per program;
+    with DQ_WS those rows of the workspace zeroed too (one launch for both: the Gluon
+    backward's first, queued before the host builds the rest)."""
     # no tl.dot here, but its 64-row tile meets the same rule
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_M)
     pid_m = tl.program_id(0)
@@ -38,3 +43,8 @@ def _bwd_preprocess_kernel(
     do = load_rows(do_base, offs_m, stride_dos, offs_d, seq_q, HEAD_DIM, True, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(DELTA + off_bh.to(tl.int64) * seq_q + offs_m, delta, mask=offs_m < seq_q)
+    if DQ_WS is not None:
+        ws = DQ_WS + off_bh.to(tl.int64) * seq_q * HEAD_DIM
+        zero = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+        store_rows(ws, offs_m, HEAD_DIM, offs_d, seq_q, zero, HEAD_DIM, True,
+                   HEAD_DIM != HEAD_DIM_PAD)  # fmt: skip

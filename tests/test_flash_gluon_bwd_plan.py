@@ -1,9 +1,11 @@
 """kernels/flash_gluon_bwd_plan.py: the Gluon backward's three launches planned once per
-tensors' key and replayed (issue 18, session 8). On a CPU: the cache (hit, a miss on each
-tensor and on the config, causal and scale, the bound), what is not planned, the stand-ins'
-launches equal to the tensors' but for the bases, the check of a bound replay; on the
-H200: planned gradients those of the unplanned launches (dK, dV bit for bit), a refilled
-buffer giving the new gradients, flash_attention's backward taking the plan."""
+tensors' key and replayed (issue 18, sessions 8 and 13). On a CPU: the cache (hit, a miss
+on each tensor and on the config, causal and scale, the bound), the preprocessing
+launch's own plan and that it comes first, what is not planned, the stand-ins' launches
+equal to the tensors' but for the bases, the checks of a bound replay, the workspace
+zeroed by the preprocessing kernel (interpreter); on the H200: planned gradients those of
+the unplanned launches (dK, dV bit for bit), a refilled buffer giving the new gradients,
+flash_attention's backward taking the plan."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class _Fake:
             def __getitem__(self, grid):
                 return lambda *a, **kw: fake.jit.append(tensors[0].data_ptr()) or "compiled"
 
-        return [lambda: (Kernel(), (1,), (), {})] * 3
+        return [lambda: (Kernel(), (1,), (), {})] * 2  # the Gluon kernel, dQ's cast
 
     def bind(self, cfg, compiled, tensors, lse2, delta, causal, scale):
         return (lambda: self.bound.append(tensors[0].data_ptr()),), ""
@@ -77,7 +79,7 @@ def test_the_same_tensors_replay_the_plan(fake):
     t, lse2, delta = _io()
     for _ in range(3):
         _go(t, lse2, delta)
-    assert len(fake.jit) == 3 and len(fake.bound) == 2  # three JIT launches once
+    assert len(fake.jit) == 2 and len(fake.bound) == 2  # two JIT launches once
     assert flash_gluon_bwd_plan.last_reason == ""
 
 
@@ -100,7 +102,7 @@ def test_a_change_in_any_tensor_is_planned_anew(fake, part, change):
     assert (x.data_ptr() == every[part].data_ptr()) == (change != "pointer")
     every[part] = x
     _go(every[:-2], every[-2], every[-1])
-    assert len(fake.jit) == 6, (part, change)
+    assert len(fake.jit) == 4, (part, change)
 
 
 @pytest.mark.parametrize("kw", [dict(causal=True), dict(scale=0.1),
@@ -110,7 +112,7 @@ def test_a_change_in_config_causal_or_scale_is_planned_anew(fake, kw):
     _go(t, lse2, delta)
     _go(t, lse2, delta, **kw)
     _go(t, lse2, delta, **kw)
-    assert len(fake.jit) == 6 and len(fake.bound) == 1
+    assert len(fake.jit) == 4 and len(fake.bound) == 1
 
 
 def test_plans_are_bounded_least_recently_used_first(fake, monkeypatch):
@@ -120,7 +122,7 @@ def test_plans_are_bounded_least_recently_used_first(fake, monkeypatch):
         _go(t, lse2, delta)
     assert len(flash_gluon_bwd_plan._PLANS) == 2
     _go(*ios[0])  # the oldest was dropped: planned anew
-    assert len(fake.jit) == 12 and not fake.bound
+    assert len(fake.jit) == 8 and not fake.bound
     _go(*ios[2])
     assert len(fake.bound) == 1
 
@@ -131,7 +133,7 @@ def test_disabled_plans_launch_through_the_jit_every_call(fake, monkeypatch):
     t, lse2, delta = _io()
     for _ in range(2):
         _go(t, lse2, delta)
-    assert len(fake.jit) == 6 and not fake.bound
+    assert len(fake.jit) == 4 and not fake.bound
     assert "disabled" in flash_gluon_bwd_plan.last_reason
     monkeypatch.setattr(flash_gluon_bwd_plan, "ENABLED", True)
     monkeypatch.setenv("FA_BENCH_GLUON_BWD_PLAN", "0")
@@ -170,8 +172,9 @@ def _same_launch(a, b):
     """Two calls() equal but for the bases: descriptors field by field, pointers by
     address, the rest by value."""
     for (fa, ga, aa, ka), (fb, gb, ab, kb) in zip(a, b, strict=True):
-        assert (fa, ga, ka) == (fb, gb, kb) and len(aa) == len(ab)
-        for x, y in zip(aa, ab, strict=True):
+        assert (fa, ga, sorted(ka)) == (fb, gb, sorted(kb)) and len(aa) == len(ab)
+        pairs = [*zip(aa, ab, strict=True), *((ka[n], kb[n]) for n in ka)]
+        for x, y in pairs:
             if hasattr(x, "block_shape"):
                 assert (x.shape, x.strides, x.block_shape, x.layout) == (
                     y.shape, y.strides, y.block_shape, y.layout)  # fmt: skip
@@ -199,24 +202,83 @@ def test_each_launch_is_built_after_the_one_before_is_queued(monkeypatch):
         def make(i):
             return lambda: events.append(f"build {i}") or (Kernel(i), (1,), (), {})
 
-        return [make(i) for i in range(3)]
+        return [make(i) for i in (1, 2)]
 
     monkeypatch.setattr(flash_gluon_bwd_plan, "steps", steps)
+
+    def pre_call(*args):
+        return events.append("build 0") or (Kernel(0), (1,), (), {})
+
+    monkeypatch.setattr(flash_gluon_bwd_plan, "pre_call", pre_call)
     t, lse2, delta = _io(shape=(1, 2, 61, 128))
+    flash_gluon_bwd_plan.launch_pre(t[3], t[4], delta, t[8])
     _go(t, lse2, delta)
     assert events == ["build 0", "launch 0", "build 1", "launch 1", "build 2", "launch 2"]
     assert flash_gluon_bwd_plan.last_reason  # launched through the JIT, not planned
+    assert flash_gluon_bwd_plan.last_pre_reason
 
 
-def test_the_kernel_s_descriptors_are_made_when_its_step_is_built(monkeypatch):
-    made = []
-    monkeypatch.setattr(flash_gluon_bwd_plan, "main_call",
-                        lambda *a, **kw: made.append("main") or ("main",))  # fmt: skip
-    t, lse2, delta = _io(shape=(1, 2, 61, 128))
-    pre, main, post = flash_gluon_bwd_plan.steps(CFG, tuple(t), lse2, delta, False, 0.1)
-    pre(), post()
-    assert made == []
-    assert main() == ("main",) and made == ["main"]
+def test_the_preprocessing_launch_has_its_own_plan(monkeypatch):
+    """launch_pre replays its bound launch for the same (o, do, delta, dq_ws) and plans
+    anew when any of them changes; nothing of the other plan is touched."""
+    jit, bound = [], []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: jit.append(1) or "compiled"
+
+    monkeypatch.setattr(flash_gluon_bwd_plan, "pre_call", lambda *a: (Kernel(), (1,), (), {}))
+    monkeypatch.setattr(flash_gluon_bwd_plan, "_bind_pre",
+                        lambda *a: ((lambda: bound.append(1)), ""))  # fmt: skip
+    monkeypatch.setattr(flash_gluon_bwd_plan, "plannable", lambda tensors, lse2: "")
+    monkeypatch.setattr(flash_gluon_bwd_plan, "_PRE_PLANS", type(flash_gluon_bwd_plan._PLANS)())
+    t, _, delta = _io()
+    o, do, ws = t[3], t[4], t[8]
+    for _ in range(3):
+        flash_gluon_bwd_plan.launch_pre(o, do, delta, ws)
+    assert (len(jit), len(bound)) == (1, 2)
+    for args in ((o.clone(), do, delta, ws), (o, do[..., :64], delta, ws),
+                 (o, do, delta.clone(), ws), (o, do, delta, ws.clone())):  # fmt: skip
+        flash_gluon_bwd_plan.launch_pre(*args)
+    assert (len(jit), len(bound)) == (5, 2)
+
+
+def test_the_preprocessing_kernel_zeroes_the_workspace():
+    """delta = rowsum(dO ∘ O) as without the workspace, and every row of the (NaN-filled)
+    fp32 workspace zeroed, the last block's tail rows included (the interpreter)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs the tl kernel in the interpreter")
+    import importlib
+
+    # the module (fa_bench.kernels exports the function under the same name)
+    fa = importlib.import_module("fa_bench.kernels.flash_attention")
+    for seq in (64, 100):
+        t, _, delta = _io(shape=(2, 3, seq, 64), heads_kv=3, dtype=torch.float32)
+        o, do, ws = t[3], t[4], t[8].fill_(float("nan"))
+        fn, grid, args, kw = flash_gluon_bwd_plan.pre_call(o, do, delta, ws)
+        fn[grid](*args, **kw)
+        assert not bool(ws.ne(0).any())
+        want = fa._preprocess(do, o, delta)
+        torch.testing.assert_close(delta, want, rtol=0, atol=0)
+        torch.testing.assert_close(delta, (o * do).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_bound_preprocessing_replay_must_write_delta_and_zero_the_workspace():
+    t, _, delta = _io(shape=(1, 1, 8, 64), heads_kv=1)
+    ws = t[8]
+    delta.copy_(torch.randn(delta.shape))
+    want = delta.clone()
+
+    def check(bound):
+        delta.copy_(want)
+        ws.zero_()
+        return flash_gluon_bwd_plan.pre_reproduces(bound, delta, ws)
+
+    assert check(lambda: (delta.copy_(want), ws.zero_()))
+    assert not check(lambda: delta.copy_(want))  # the workspace left as NaN
+    assert torch.equal(delta, want) and not ws.any()  # left holding the JIT's results
+    assert not check(lambda: (delta.copy_(want + 1e-6), ws.zero_()))
+    assert not check(lambda: None)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -320,16 +382,20 @@ def test_the_replay_check_allows_dq_one_rounding_of_its_dtype():
 
 
 def test_gluon_backward_launches_the_plan_with_its_tensors(monkeypatch):
-    """checked=True skips gluon_bwd_reason (the dispatch has asked it); the plan gets
-    q, k, v, o, do, the gradients, a zeroed fp32 workspace, lse2 and delta."""
+    """checked=True skips gluon_bwd_reason (the dispatch has asked it); the preprocessing
+    launch comes first, with o, do, delta and the fp32 workspace, before the gradients
+    exist; the plan then gets q, k, v, o, do, the gradients, that workspace, lse2 and
+    delta."""
     seen = []
     monkeypatch.setattr(flash_gluon_bwd_plan, "launch", lambda *a: seen.append(a))
+    monkeypatch.setattr(flash_gluon_bwd_plan, "launch_pre", lambda *a: seen.append(a))
     q, k, v, o, do = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(5))
     lse2 = torch.randn(1, 2, 64)
     dq, dk, dv = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, 0.1, checked=True)
-    cfg, tensors, lse, delta, causal, scale = seen[0]
+    (po, pdo, pdelta, pws), (cfg, tensors, lse, delta, causal, scale) = seen
+    assert po is o and pdo is do and pdelta is delta and pws is tensors[8]
     assert tensors[:5] == (q, k, v, o, do) and tensors[5:8] == (dk, dv, dq)
-    assert tensors[8].dtype == torch.float32 and not tensors[8].any()
+    assert tensors[8].dtype == torch.float32 and tensors[8].shape == q.shape
     assert lse is lse2 and delta.shape == lse2.shape and (causal, scale) == (False, 0.1)
     # delta in the workspace's allocation, after it (one large block: a stable address)
     ws = tensors[8]
