@@ -148,8 +148,7 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     on session 6's launch, and with every dQ chunk queued early ("-early2" at head_dim
     128, "-early" at 64); session 12's FA3 shared dQ on those operands: "ws-dss-sdq",
     "ws-pss-sdq" (the deepest ring), "ws-dss-sdq-s2" (two stages), "-norot" without the
-    rotated order; session 13's "ws-dss-sdqf" and "ws-dss-sdqf-s2", the shared dQ in
-    FlashAttention-4's order. All but "ws" are built on session 6's launch ("ws-s6")."""
+    rotated order. All but "ws" are built on session 6's launch ("ws-s6")."""
     base = _session6(head_dim, False)
     # the heuristic's tiles and order with none of the dQ schedules (each role sets one)
     bare = dataclasses.replace(base, early_dq=False, early_dq_all=False, dq_first=0)
@@ -184,10 +183,6 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     out["ws-dss-sdq-s2"] = dataclasses.replace(sdq, stages=2)  # more of the SM's L1 left
     out["ws-dss-sdq-norot"] = dataclasses.replace(sdq, rotate=False)
     out["ws-dss-sdq-s2-norot"] = dataclasses.replace(sdq, stages=2, rotate=False)
-    # session 13: the shared dQ in FlashAttention-4's order (issued before dK, staged
-    # while dK runs), on the two-stage ring and on the deepest
-    out["ws-dss-sdqf-s2"] = dataclasses.replace(sdq, stages=2, sdq_first=True)
-    out["ws-dss-sdqf"] = dataclasses.replace(sdq, sdq_first=True)
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

@@ -49,9 +49,7 @@ class GluonBwdConfig:
       stored before dK is issued), 2 also Pᵀ for dV (a tile of its own), 3 as 2 and the
       two consumers' dQ shares summed before one reduce-add (consumer 1 hands its share
       to consumer 0 through its staging tile: half the adds); not with dq_first; 1 and 2
-      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory);
-    sdq_first: the shared dQ in FlashAttention-4's sm90 order (session 13): its matmul
-      issued before dK's, then staged and reduce-added while dK's runs.
+      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory).
     """
 
     block_m: int = 64
@@ -67,7 +65,6 @@ class GluonBwdConfig:
     kb_major: bool = False
     pingpong: bool = False
     ops_smem: int = 0
-    sdq_first: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
@@ -75,15 +72,7 @@ class GluonBwdConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        flags = (
-            "shared_dq",
-            "rotate",
-            "early_dq",
-            "early_dq_all",
-            "kb_major",
-            "pingpong",
-            "sdq_first",
-        )
+        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong")
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
@@ -98,26 +87,17 @@ class GluonBwdConfig:
                 f"dq_first={self.dq_first}): ops_smem takes no dq_first, and 3 (the shares "
                 "summed) no shared_dq"
             )
-        if self.sdq_first and not (self.shared_dq and self.ops_smem in (1, 2)):
-            raise ValueError(
-                f"GluonBwdConfig(sdq_first=True, shared_dq={self.shared_dq}, "
-                f"ops_smem={self.ops_smem}): FlashAttention-4's order is the shared dQ's, "
-                "on dSᵀ through shared memory (shared_dq=True, ops_smem 1 or 2)"
-            )
         flash_gluon.check_regs(self)
 
     @property
     def dq_mode(self) -> int:
-        """The kernel's DQ_MODE: 1 shared dQ, 7 it in FlashAttention-4's order, 3 the
-        early first chunk, 4 both chunks early, 5 all of dQ before dK, 6 its first chunk
-        before dK, 0 none of them."""
+        """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
+        early, 5 all of dQ before dK, 6 its first chunk before dK, 0 none of them."""
         if self.dq_first:
             return 5 if self.dq_first == 2 else 6
         if self.early_dq_all:
             return 4
-        if self.shared_dq:
-            return 7 if self.sdq_first else 1
-        return 3 if self.early_dq else 0
+        return 1 if self.shared_dq else 3 if self.early_dq else 0
 
     def dq_cols(self, head_dim: int) -> int:
         """Columns per dQ reduce-add: half of head_dim under shared_dq (one half per
@@ -142,7 +122,6 @@ class GluonBwdConfig:
     def label(self) -> str:
         text = f"gluon-bwd-m{self.block_m}-n{self.block_n}-s{self.stages}"
         text = f"{text}-sdq" if self.shared_dq else text
-        text = f"{text}-first" if self.sdq_first else text
         text = f"{text}-rot" if self.rotate else text
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text

@@ -105,7 +105,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
                            CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
-    if DQ_MODE == 1 or DQ_MODE == 7:  # the other's last dQ (both K tiles) is done reading
+    if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
         mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
@@ -174,21 +174,18 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
     chunks issued between dV and dK, staged and added while dK runs, 6 the same with
-    only the first chunk before dK (`_tail_dq_first`), 7 the shared dQ in
-    FlashAttention-4's order (issued before dK, staged while dK runs: `_tail_sdq_first`);
+    only the first chunk before dK (`_tail_dq_first`);
     2 a timing probe (0 without the reduce-adds: dQ left out). OPS_SMEM: which wgmma A
     operands come from shared memory (kernels/flash_gluon_bwd_step.py).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "query blocks of 64 or 128 rows")
-    gl.static_assert((DQ_MODE != 1 and DQ_MODE != 7) or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
-                     "DQ_MODE 1, 7: each consumer adds half of dQ's columns")  # fmt: skip
-    gl.static_assert(DQ_MODE != 7 or (OPS_SMEM == 1 or OPS_SMEM == 2),
-                     "DQ_MODE 7: dSᵀ through shared memory (OPS_SMEM 1-2)")  # fmt: skip
+    gl.static_assert(DQ_MODE != 1 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
+                     "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     gl.static_assert(DQ_MODE != 4 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
-    gl.static_assert(OPS_SMEM == 0 or DQ_MODE <= 4 or DQ_MODE == 7, "OPS_SMEM: DQ_MODE 0-4, 7")
+    gl.static_assert(OPS_SMEM == 0 or DQ_MODE <= 4, "OPS_SMEM: DQ_MODE 0-4")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 1, "OPS_SMEM 3 sums the consumers' own shares")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
@@ -228,7 +225,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     # per consumer, one fp32 staging tile per 64 head_dim columns of its dQ share
     dq_tile: gl.constexpr = dq_desc.block_type.shape
     # DQ_MODE 1: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
-    chunks: gl.constexpr = 1 if DQ_MODE == 1 or DQ_MODE == 7 else HEAD_DIM // dq_tile[3]
+    chunks: gl.constexpr = 1 if DQ_MODE == 1 else HEAD_DIM // dq_tile[3]
     dq_bufs = gl.allocate_shared_memory(gl.float32, [2 * chunks] + dq_tile, dq_desc.layout)  # noqa: RUF005
     bars = _bwd_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in

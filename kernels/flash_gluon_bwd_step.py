@@ -21,7 +21,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -33,7 +32,6 @@ from fa_bench.kernels.flash_gluon_bwd_dq import (
     _dq_shared,
     _dq_sum,
     _tail_dq_first,
-    _tma_reduce_add,
 )
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout
 
@@ -230,23 +228,19 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_buf
     dK += dSᵀ Q reads it from shared memory (the tile dQ = dS K reads transposed), so no
     register copy of dSᵀ (nor, OPS_SMEM 2 and 3, of Pᵀ) stays live while dV and dK run;
     dQ's chunks as DQ_MODE 0, 2, 3, 4 (`_bwd_step`), or DQ_MODE 1 FA3's shared dQ over
-    both consumers' dSᵀ tiles (`_dq_shared`, OPS_SMEM 1-2), DQ_MODE 7 the same in
-    FlashAttention-4's order (`_tail_sdq_first`); OPS_SMEM 3 sums the two consumers'
-    shares before one reduce-add (`_dq_sum`)."""
+    both consumers' dSᵀ tiles (`_dq_shared`, OPS_SMEM 1-2); OPS_SMEM 3 sums the two
+    consumers' shares before one reduce-add (`_dq_sum`)."""
     k_tiles, k_me, _v_me = kv
     b, hq, m0, slot = where
     q_empty, do_empty = bars[2], bars[4]
     CHUNK: gl.constexpr = dq_bufs.shape[4]
     ds_me = ds_bufs.index(ME)
-    if DQ_MODE == 1 or DQ_MODE == 7:  # the other consumer has read this tile's previous dSᵀ
+    if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
         mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
     ds_me.store(ds_t)
     fence_async_shared()
-    if DQ_MODE == 1 or DQ_MODE == 7:
+    if DQ_MODE == 1:
         mbarrier.arrive(bars[5].index(ME), count=1)
-    if DQ_MODE == 7:
-        return _tail_sdq_first(t, ME, p_op, q_t, dk, dv, ds_bufs, k_tiles, dq_bufs, bars,
-                               dq_desc, where, OPS_SMEM)  # fmt: skip
     _turn(bars, ME, 3 * t + 2, PINGPONG)
     dk = warpgroup_mma(ds_me, q_t, dk, is_async=True)
     _pass(bars, ME, PINGPONG)
@@ -281,44 +275,4 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_buf
         _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
     else:
         _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), DQ_MODE != 2)
-    return dk, dv
-
-
-@gluon.jit
-def _tail_sdq_first(t, ME: gl.constexpr, p_op, q_t, dk, dv, ds_bufs, k_tiles, dq_bufs, bars,
-                    dq_desc, where, OPS_SMEM: gl.constexpr):  # fmt: skip
-    """DQ_MODE 7, the rest of a step after this consumer's dSᵀ is stored: the shared dQ
-    (`_dq_shared`'s matmul) issued as soon as the other consumer's dSᵀ is there, then dK;
-    once dV and dQ are done (dK may still run) the dO slot and the other's dSᵀ go back, and
-    dQ is staged and reduce-added while dK's matmul runs (FlashAttention-4's sm90 order:
-    the tensor cores have dK to do meanwhile, where DQ_MODE 1 stages dQ with nothing
-    queued)."""
-    b, hq, m0, slot = where
-    q_empty, do_empty, ds_ready, ds_free = bars[2], bars[4], bars[5], bars[6]
-    KEYS: gl.constexpr = ds_bufs.shape[1]
-    BLOCK_M: gl.constexpr = ds_bufs.shape[2]
-    HEAD_DIM: gl.constexpr = k_tiles.shape[4]
-    HALF: gl.constexpr = dq_bufs.shape[4]
-    layout: gl.constexpr = _acc_layout(HALF, 4, k_tiles.dtype.primitive_bitwidth)
-    mbarrier.wait(ds_ready.index(1 - ME), t & 1)
-    dq = gl.zeros([BLOCK_M, HALF], gl.float32, layout=layout)
-    for c in gl.static_range(2):
-        k_c = k_tiles.index(c).reshape([KEYS, HEAD_DIM]).slice(ME * HALF, HALF, dim=1)
-        dq = warpgroup_mma(ds_bufs.index(c).permute((1, 0)), k_c, dq, use_acc=c > 0,
-                           is_async=True)  # fmt: skip
-    dk = warpgroup_mma(ds_bufs.index(ME), q_t, dk, is_async=True)
-    # in order: dV, dQ's two halves, dK; all but dK done
-    if OPS_SMEM >= 2:
-        dv, dq = warpgroup_mma_wait(1, deps=[dv, dq])
-    else:
-        dv, dq, _p = warpgroup_mma_wait(1, deps=[dv, dq, p_op])
-    mbarrier.arrive(do_empty.index(slot), count=1)
-    mbarrier.arrive(ds_free.index(1 - ME), count=1)  # done reading the other's dSᵀ
-    tma.store_wait(0)  # the previous step's reduce-add has read the staging tile
-    tile = dq_bufs.index(ME)
-    tile.reshape([BLOCK_M, HALF]).store(dq)
-    fence_async_shared()
-    _tma_reduce_add(dq_desc, [b, hq, m0, ME * HALF], tile)
-    dk = warpgroup_mma_wait(0, deps=[dk])
-    mbarrier.arrive(q_empty.index(slot), count=1)
     return dk, dv
