@@ -22,15 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pynvml
 import torch
 
-from fa_bench import registry
-from fa_bench.case import Case
-from fa_bench.run.execute import _timed_call, make_inputs
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bwd_case import standard_bwd
 
 
 def _window(closure, before, seconds: float, per_call_ms: float, handle) -> dict:
@@ -63,7 +63,6 @@ def main() -> None:
     ap.add_argument("--heads", default="", help="head counts (default: 2048 / head_dim)")
     ap.add_argument("--out", default=os.environ.get("OUT", "fa-bench-out/out"))
     args = ap.parse_args()
-    registry.load()
     pynvml.nvmlInit()
     handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
     out = Path(args.out)
@@ -71,7 +70,6 @@ def main() -> None:
     windows = [float(x) for x in args.windows.split(",")]
     lines = ["| D | H | N | causal | window s | round | impl | ms/call | µs/head | W | SM MHz | "
              "throttle |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    dev = torch.device("cuda")
     heads_of = {d: [int(x) for x in args.heads.split(",")] if args.heads else [2048 // d]
                 for d in (int(x) for x in args.dims.split(","))}  # fmt: skip
     shapes = [(d, h, n, c) for d, hs in heads_of.items() for h in hs
@@ -81,21 +79,12 @@ def main() -> None:
         for d, heads, n, c in shapes:
             runs = {}
             for impl_name in ("triton-onepass", "sdpa-cudnn"):
-                case = Case(impl_name, "bwd", args.dtype, 16384 // n, heads, heads, n, n, d, c)
-                impl = registry.get(impl_name)
-                q, k, v, do = make_inputs(case, dev)
-                prep = impl.prepare(case, q, k, v, None)
-                closure, before = _timed_call(case, impl, prep.fn, q, k, v, do)
-                for _ in range(3):
-                    before()
-                    closure()
-                torch.cuda.synchronize()
+                closure, before, keep = standard_bwd(impl_name, args.dtype, d, n, c, heads)
                 t0 = time.perf_counter()
                 before()
                 closure()
                 torch.cuda.synchronize()
-                runs[impl_name] = (closure, before, (time.perf_counter() - t0) * 1e3,
-                                   (q, k, v, do, prep))  # fmt: skip
+                runs[impl_name] = (closure, before, (time.perf_counter() - t0) * 1e3, keep)
             for rnd in range(args.rounds):
                 for w in windows:
                     for impl_name, (closure, before, est, _) in runs.items():

@@ -22,16 +22,17 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from fa_bench import registry
-from fa_bench.case import Case
 from fa_bench.run import timing
-from fa_bench.run.execute import _timed_call, make_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bwd_case import standard_bwd
 
 
 def _trace(closure, before, flush, n: int) -> dict:
@@ -96,23 +97,14 @@ def _samples(trace: dict, n: int) -> list[dict]:
 
 
 def one(impl_name: str, head_dim: int, n: int, causal: bool, dtype: str, samples: int) -> dict:
-    heads = 2048 // head_dim
-    case = Case(impl_name, "bwd", dtype, 16384 // n, heads, heads, n, n, head_dim, causal)
-    impl = registry.get(impl_name)
+    closure, before, keep = standard_bwd(impl_name, dtype, head_dim, n, causal, warm=5)
     dev = torch.device("cuda")
-    q, k, v, do = make_inputs(case, dev)
-    prep = impl.prepare(case, q, k, v, None)
-    closure, before = _timed_call(case, impl, prep.fn, q, k, v, do)
     buf = torch.zeros(timing.l2_flush_bytes(dev), dtype=torch.int8, device=dev)
     flush = timing.l2_flush(buf, timing.TimingConfig().l2_flush_op)
-    for _ in range(5):  # compiled, planned, clocks up
-        before()
-        closure()
-    torch.cuda.synchronize()
     rows = _samples(_trace(closure, before, flush, samples + 1), samples + 1)[1:]
     keys = ("idle_us", "to_main_us", "span_us", "busy_us", "call_host_us")
     med = {key: statistics.median(r[key] for r in rows) for key in keys} if rows else {}
-    del closure, before, prep, q, k, v, do, buf
+    del closure, before, keep, buf
     torch.cuda.empty_cache()
     return dict(impl=impl_name, head_dim=head_dim, n=n, causal=causal, dtype=dtype,
                 samples=len(rows), **med,
@@ -129,7 +121,6 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=6)
     ap.add_argument("--out", default=os.environ.get("OUT", "fa-bench-out/out"))
     args = ap.parse_args()
-    registry.load()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     head = "| impl | D | N | causal | idle | to main | busy | span | call host | kernels |"
