@@ -55,7 +55,7 @@ _PLANS: OrderedDict[tuple, tuple] = OrderedDict()
 _PRE_PLANS: OrderedDict[tuple, Any] = OrderedDict()
 # the compiled (main, post) kernels, or the preprocessing kernel -> whether their bound
 # launches reproduced the JIT's
-_VERIFIED: dict[tuple, bool] = {}
+_VERIFIED: dict[Any, bool] = {}
 # why the last miss made no plan ("" when it made one), and the replays so far
 last_reason = ""
 last_pre_reason = ""
