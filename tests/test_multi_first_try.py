@@ -275,10 +275,20 @@ def test_a_stop_signal_stops_every_part(
     monkeypatch.setattr(multi, "run_plan", fake_run_plan)
     events = Events()
     timer = threading.Thread(target=lambda: (running.wait(10), os.kill(os.getpid(), sig)))
-    with InterruptGuard() as guard:
-        timer.start()
-        outcomes = run_parts(fake_parts(tmp_path), events)
-    timer.join()
+    # the guard leaves an inherited SIG_IGN alone (`nohup` ignores SIGHUP, and a run under
+    # it must not stop on a hang-up); the test runs under whatever started pytest, so the
+    # signal gets its default disposition here for the guard to take over
+    inherited = (
+        signal.signal(sig, signal.SIG_DFL) if signal.getsignal(sig) is signal.SIG_IGN else None
+    )
+    try:
+        with InterruptGuard() as guard:
+            timer.start()
+            outcomes = run_parts(fake_parts(tmp_path), events)
+        timer.join()
+    finally:
+        if inherited is not None:
+            signal.signal(sig, inherited)
     assert outcomes == [(None, True), (None, True)]
     assert events.how == {0: "stopped", 1: "stopped"}
     assert guard.exit_code == code
