@@ -27,6 +27,7 @@ import json
 import math
 import os
 import pstats
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +38,9 @@ from fa_bench.case import Case
 from fa_bench.kernels import flash_gluon_bwd_plan
 from fa_bench.run import timing
 from fa_bench.run.execute import _timed_call, make_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bwd_case import standard_bwd
 
 ROLE_ENV = "FA_BENCH_GLUON_BWD_ROLE"
 
@@ -102,22 +106,15 @@ def autograd_rows(out: Path, dev, dtype: str, shapes: list[tuple[int, int, bool]
     (head_dim, N, causal), written to out/host_autograd.txt."""
     text = []
     for head_dim, n, causal in shapes:
-        heads = 2048 // head_dim
         for impl_name in ("triton-onepass", "sdpa-cudnn"):
-            case = Case(impl_name, "bwd", dtype, 16384 // n, heads, heads, n, n, head_dim, causal)
-            impl = registry.get(impl_name)
-            q, k, v, do = make_inputs(case, dev)
-            prep = impl.prepare(case, q, k, v, None)
-            closure, before = _timed_call(case, impl, prep.fn, q, k, v, do)
-            for _ in range(3):  # compiled, planned
-                before()
-                closure()
-            torch.cuda.synchronize()
+            # compiled and planned by three calls
+            closure, before, keep = standard_bwd(impl_name, dtype, head_dim, n, causal,
+                                                 device=dev)  # fmt: skip
             threaded, inline, prof = autograd_profile(closure, before)
-            line = f"{case.id}: host µs threaded {threaded:.0f}, in this thread {inline:.0f}"
+            line = f"{keep[0].id}: host µs threaded {threaded:.0f}, in this thread {inline:.0f}"
             print(line, flush=True)
             text.append(f"## {line}\n\n```\n{prof}\n```\n")
-            del closure, before, prep, q, k, v, do
+            del closure, before, keep
             torch.cuda.empty_cache()
     (out / "host_autograd.txt").write_text("\n".join(text))
 
