@@ -183,10 +183,6 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     out["ws-dss-sdq-s2"] = dataclasses.replace(sdq, stages=2)  # more of the SM's L1 left
     out["ws-dss-sdq-norot"] = dataclasses.replace(sdq, rotate=False)
     out["ws-dss-sdq-s2-norot"] = dataclasses.replace(sdq, stages=2, rotate=False)
-    # session 14: the dQ staging tile without bank conflicts (32-byte swizzle)
-    for role in ("ws-dss-sdq-s2", "ws-pss-early", "ws-dss-sdq"):
-        if role in out:
-            out[f"{role}-z32"] = dataclasses.replace(out[role], dq_swizzle=32)
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

@@ -49,13 +49,7 @@ class GluonBwdConfig:
       stored before dK is issued), 2 also Pᵀ for dV (a tile of its own), 3 as 2 and the
       two consumers' dQ shares summed before one reduce-add (consumer 1 hands its share
       to consumer 0 through its staging tile: half the adds); not with dq_first; 1 and 2
-      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory);
-    dq_swizzle: the byte width of the fp32 dQ staging tile's swizzle (and of its TMA
-      reduce-add boxes: 128 B boxes of 32 columns, 32 B boxes of 8). With 128 or 64 B,
-      the rows r and r ^ 1 of a warp's 64-bit stores from the wgmma accumulator share
-      banks (Nsight Compute, session 14: two excess wavefronts per store); 32 B puts a
-      half-warp's four rows in four different 32-byte bank groups, at four times the
-      reduce-add boxes.
+      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory).
     """
 
     block_m: int = 64
@@ -71,12 +65,10 @@ class GluonBwdConfig:
     kb_major: bool = False
     pingpong: bool = False
     ops_smem: int = 0
-    dq_swizzle: int = 128
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
-                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3)),
-                            ("dq_swizzle", (32, 64, 128))):  # fmt: skip
+                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3))):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
@@ -134,7 +126,6 @@ class GluonBwdConfig:
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
         text = f"{text}-{('', 'dss', 'pss', 'sum')[self.ops_smem]}" if self.ops_smem else text
-        text = f"{text}-z{self.dq_swizzle}" if self.dq_swizzle != 128 else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

@@ -13,30 +13,24 @@ if TYPE_CHECKING:
     import torch
 
 
-def _descriptor(t: Any, rows: int, cols: int = 0, swizzle: int = 0) -> Any:
+def _descriptor(t: Any, rows: int, cols: int = 0) -> Any:
     """A 4-D TMA descriptor over (B, H, S, D) (a tensor or a planned launch's stand-in)
-    with a [1, 1, rows, cols or D] box: bounds per head. `swizzle`: the shared layout's
-    swizzle in bytes (0: the default for the box, 128 B for rows of 128 B or more)."""
+    with a [1, 1, rows, cols or D] box: bounds per head."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     block = [1, 1, rows, cols or t.shape[3]]
-    layout = _box_layout(tuple(block), t.dtype, swizzle)
+    layout = _box_layout(tuple(block), t.dtype)
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
 @functools.cache
-def _box_layout(block: tuple, dtype: Any, swizzle: int = 0) -> Any:
+def _box_layout(block: tuple, dtype: Any) -> Any:
     """The box's shared layout, cached: building it was a third of a descriptor's host
-    time for the forward (kernels/flash_gluon_plan.py), and a backward builds twelve.
-    `swizzle` as `_descriptor`'s."""
+    time for the forward (kernels/flash_gluon_plan.py), and a backward builds twelve."""
     import torch
     from triton.experimental.gluon import language as gl
 
     dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
-    if swizzle:
-        bits = dtypes[dtype].primitive_bitwidth
-        return gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=bits,
-                                    rank=len(block))  # fmt: skip
     return gl.NVMMASharedLayout.get_default_for(list(block), dtypes[dtype])
 
 

@@ -208,7 +208,7 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     descs += [_descriptor(t, cfg.keys) for t in (k, v)]
     descs += [_descriptor(do, cfg.block_m)]
     descs += [_descriptor(t, cfg.keys) for t in (dk, dv)]
-    descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim), cfg.dq_swizzle))
+    descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
     grid = (heads, blocks) if cfg.kb_major else (blocks, heads)

@@ -66,13 +66,8 @@ SMEM_LIMIT = 227 * 1024
 _GL_DTYPES = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}
 
 
-def _desc(dtype: str, block: list[int], swizzle: int = 0) -> str:
-    if swizzle:  # as flash_gluon_bwd_desc._box_layout's
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle,
-                                      element_bitwidth=_GL_DTYPES[dtype].primitive_bitwidth,
-                                      rank=len(block))  # fmt: skip
-    else:
-        layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
+def _desc(dtype: str, block: list[int]) -> str:
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
     return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{layout!r}>"
 
 
@@ -94,7 +89,7 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         do_desc=_desc(dtype, tile),
         dk_desc=_desc(dtype, kv_tile),
         dv_desc=_desc(dtype, kv_tile),
-        dq_desc=_desc("fp32", [1, 1, cfg.block_m, cfg.dq_cols(head_dim)], cfg.dq_swizzle),
+        dq_desc=_desc("fp32", [1, 1, cfg.block_m, cfg.dq_cols(head_dim)]),
         lse_desc=_row_desc(cfg.block_m),
         delta_desc=_row_desc(cfg.block_m),
         heads_q="i32",
