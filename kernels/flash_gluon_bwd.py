@@ -183,6 +183,18 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     out["ws-dss-sdq-s2"] = dataclasses.replace(sdq, stages=2)  # more of the SM's L1 left
     out["ws-dss-sdq-norot"] = dataclasses.replace(sdq, rotate=False)
     out["ws-dss-sdq-s2-norot"] = dataclasses.replace(sdq, stages=2, rotate=False)
+    # session 14: the dQ staging stores without bank conflicts (columns permuted)
+    for role in ("ws-dss-sdq-s2", "ws-pss-early", "ws-dss-sdq"):
+        if role in out:
+            out[f"{role}-perm"] = dataclasses.replace(out[role], dq_perm=True)
+            if out[role].ops_smem == 1:  # the consumers' turns at all of dQ, where it fits
+                alt = dataclasses.replace(out[role], shared_dq=False, alt_dq=True, dq_perm=True)
+                if alt.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES:
+                    out[f"{role}-alt-perm"] = alt
+            for rows in (1, 2):
+                out[f"{role}-perm-rows{rows}"] = dataclasses.replace(
+                    out[role], dq_perm=True, rows_early=rows
+                )
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

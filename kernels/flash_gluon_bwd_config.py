@@ -49,7 +49,16 @@ class GluonBwdConfig:
       stored before dK is issued), 2 also Pᵀ for dV (a tile of its own), 3 as 2 and the
       two consumers' dQ shares summed before one reduce-add (consumer 1 hands its share
       to consumer 0 through its staging tile: half the adds); not with dq_first; 1 and 2
-      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory).
+      also with shared_dq (session 12: FA3's dQ with Pᵀ and dSᵀ through shared memory);
+    dq_perm: dQ's columns permuted within each 32 in the staging tile and the fp32
+      workspace, so that the staging stores have no bank conflicts under the 128-byte
+      swizzle (flash_gluon_bwd_dq._staged; dQ's cast puts them back). Nsight Compute
+      (session 14) counted two excess wavefronts on every staging store without it;
+    alt_dq: the consumers take turns at all of a step's dQ (cuDNN's sm_90 kernel in Nsight
+      Compute, session 14, and FlashAttention-3): over both dSᵀ tiles at N = head_dim,
+      one staging tile of all columns per consumer (DQ_MODE 8; ops_smem 1 only);
+    rows_early: 1 each step reads its lse2 row from shared memory before it waits for Sᵀ,
+      not after, 2 its delta row too before it waits for dPᵀ (flash_gluon_bwd_step).
     """
 
     block_m: int = 64
@@ -65,21 +74,34 @@ class GluonBwdConfig:
     kb_major: bool = False
     pingpong: bool = False
     ops_smem: int = 0
+    dq_perm: bool = False
+    alt_dq: bool = False
+    rows_early: int = 0
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
-                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3))):  # fmt: skip
+                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3)),
+                            ("rows_early", (0, 1, 2))):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
-        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong")
+        flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong",
+                 "dq_perm", "alt_dq")  # fmt: skip
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
-        if sum((self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first > 0)) > 1:
+        if self.alt_dq and self.ops_smem != 1:
+            raise ValueError(
+                f"GluonBwdConfig(alt_dq=True, ops_smem={self.ops_smem}): the alternating dQ "
+                "reads dSᵀ from shared memory (ops_smem 1)"
+            )
+        schedules = (self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first > 0,
+                     self.alt_dq)  # fmt: skip
+        if sum(schedules) > 1:
             raise ValueError(
                 f"GluonBwdConfig(shared_dq={self.shared_dq}, early_dq={self.early_dq}, "
-                f"early_dq_all={self.early_dq_all}, dq_first={self.dq_first}): one dQ schedule"
+                f"early_dq_all={self.early_dq_all}, alt_dq={self.alt_dq}, "
+                f"dq_first={self.dq_first}): one dQ schedule"
             )
         if self.ops_smem and (self.dq_first or (self.shared_dq and self.ops_smem == 3)):
             raise ValueError(
@@ -92,16 +114,21 @@ class GluonBwdConfig:
     @property
     def dq_mode(self) -> int:
         """The kernel's DQ_MODE: 1 shared dQ, 3 the early first chunk, 4 both chunks
-        early, 5 all of dQ before dK, 6 its first chunk before dK, 0 none of them."""
+        early, 5 all of dQ before dK, 6 its first chunk before dK, 8 the consumers'
+        turns at all of dQ, 0 none of them."""
         if self.dq_first:
             return 5 if self.dq_first == 2 else 6
         if self.early_dq_all:
             return 4
+        if self.alt_dq:
+            return 8
         return 1 if self.shared_dq else 3 if self.early_dq else 0
 
     def dq_cols(self, head_dim: int) -> int:
         """Columns per dQ reduce-add: half of head_dim under shared_dq (one half per
-        consumer), else DQ_CHUNK."""
+        consumer), all of them under alt_dq, else DQ_CHUNK."""
+        if self.alt_dq:
+            return head_dim
         return head_dim // 2 if self.shared_dq else DQ_CHUNK
 
     @property
@@ -126,6 +153,9 @@ class GluonBwdConfig:
         text = f"{text}-kbmajor" if self.kb_major else text
         text = f"{text}-pp" if self.pingpong else text
         text = f"{text}-{('', 'dss', 'pss', 'sum')[self.ops_smem]}" if self.ops_smem else text
+        text = f"{text}-alt" if self.alt_dq else text
+        text = f"{text}-perm" if self.dq_perm else text
+        text = f"{text}-rows{self.rows_early}" if self.rows_early else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

@@ -84,7 +84,8 @@ def _bwd_producer(descs, smem, bars, coords):
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                  OPS_SMEM: gl.constexpr):  # fmt: skip
+                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
+                  ROWS_EARLY: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -104,9 +105,14 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM,
+                           ROWS_EARLY)  # fmt: skip
     if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
         mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
+    last = group * n_m - 1
+    if DQ_MODE == 8 and last >= 0:  # the last step's dQ was the other's: it read our K tile
+        if last % 2 != ME:
+            mbarrier.wait(bars[6].index(ME), (last // 2) & 1)
     # dK = scale · Σ dSᵀ Q; both go out through this consumer's own K and V tiles (no
     # matmul reads them any more), clipped at seq_k by the descriptors
     k_tiles.index(ME).reshape([KEYS, HEAD_DIM]).store((dk * scale).to(dtype))
@@ -120,15 +126,43 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr):  # fmt: skip
-    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
+                   ROWS_EARLY: gl.constexpr):  # fmt: skip
+    _bwd_consumer(
+        0,
+        outs,
+        smem,
+        bars,
+        coords,
+        scalars,
+        CAUSAL,
+        DQ_MODE,
+        PINGPONG,
+        OPS_SMEM,
+        DQ_PERM,
+        ROWS_EARLY,
+    )
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr):  # fmt: skip
-    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM)
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
+                   ROWS_EARLY: gl.constexpr):  # fmt: skip
+    _bwd_consumer(
+        1,
+        outs,
+        smem,
+        bars,
+        coords,
+        scalars,
+        CAUSAL,
+        DQ_MODE,
+        PINGPONG,
+        OPS_SMEM,
+        DQ_PERM,
+        ROWS_EARLY,
+    )
 
 
 @gluon.jit
@@ -165,7 +199,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
             ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr,
-            OPS_SMEM: gl.constexpr = 0):  # fmt: skip
+            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False,
+            ROWS_EARLY: gl.constexpr = 0):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
@@ -174,9 +209,12 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
     chunks issued between dV and dK, staged and added while dK runs, 6 the same with
-    only the first chunk before dK (`_tail_dq_first`);
+    only the first chunk before dK (`_tail_dq_first`); 8 the consumers take turns at all
+    of dQ (`_dq_alternate`);
     2 a timing probe (0 without the reduce-adds: dQ left out). OPS_SMEM: which wgmma A
-    operands come from shared memory (kernels/flash_gluon_bwd_step.py).
+    operands come from shared memory (kernels/flash_gluon_bwd_step.py). DQ_PERM: dQ's
+    columns in the staging order (flash_gluon_bwd_dq._staged; the workspace keeps it).
+    ROWS_EARLY: 1 lse2, 2 lse2 and delta read before Sᵀ (dPᵀ) are waited for (`_bwd_step`).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
@@ -185,7 +223,11 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                      "DQ_MODE 1: each consumer adds half of dQ's columns")  # fmt: skip
     gl.static_assert(DQ_MODE != 4 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
                      "DQ_MODE 4: two dQ chunks queued at once")  # fmt: skip
-    gl.static_assert(OPS_SMEM == 0 or DQ_MODE <= 4, "OPS_SMEM: DQ_MODE 0-4")
+    gl.static_assert(OPS_SMEM == 0 or DQ_MODE <= 4 or DQ_MODE == 8, "OPS_SMEM: DQ_MODE 0-4, 8")
+    gl.static_assert(
+        DQ_MODE != 8 or (OPS_SMEM == 1 and dq_desc.block_type.shape[3] == HEAD_DIM),
+        "DQ_MODE 8: dSᵀ through shared memory, one add of all dQ's columns",
+    )
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 1, "OPS_SMEM 3 sums the consumers' own shares")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
@@ -237,13 +279,13 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM)),
+                              OPS_SMEM, DQ_PERM, ROWS_EARLY)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM)),
+                              OPS_SMEM, DQ_PERM, ROWS_EARLY)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, rot, group, heads_q))),

@@ -180,7 +180,8 @@ def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bo
     rows = -(-seq_q // _ROWS)
     post = (kernels.dq_post, (rows, batch * heads_q),
             (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
-            dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS))  # fmt: skip
+            dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS,
+                 DQ_PERM=cfg.dq_perm))  # fmt: skip
     return [
         lambda: main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe),
         lambda: post,
@@ -217,7 +218,8 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
                   ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major, PINGPONG=cfg.pingpong,
-                  OPS_SMEM=cfg.ops_smem, num_warps=4)  # fmt: skip
+                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, ROWS_EARLY=cfg.rows_early,
+                  num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 
 

@@ -26,6 +26,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from fa_bench.kernels.flash_gluon_bwd_dq import (
+    _dq_alt_handoff,
+    _dq_alternate,
     _dq_finish,
     _dq_issue,
     _dq_out,
@@ -94,10 +96,14 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 @gluon.jit
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
               coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
-              PINGPONG: gl.constexpr, OPS_SMEM: gl.constexpr = 0):  # fmt: skip
+              PINGPONG: gl.constexpr, OPS_SMEM: gl.constexpr = 0,
+              DQ_PERM: gl.constexpr = False, ROWS_EARLY: gl.constexpr = 0):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
     the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
-    so one's exponentials and dS overlap the other's matmuls."""
+    so one's exponentials and dS overlap the other's matmuls. DQ_PERM: dQ's staging
+    order (flash_gluon_bwd_dq._staged). ROWS_EARLY: 1 lse2 read from shared memory
+    before Sᵀ is waited for, not after (Nsight Compute, session 14: its first use stalled
+    on the loads' latency every step), 2 delta too before dPᵀ is waited for."""
     k_tiles, k_me, v_me = kv
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
     q_ready, do_ready = bars[1], bars[3]
@@ -124,10 +130,13 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v_me, do_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     _pass(bars, ME, PINGPONG)
-    s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
     # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
     # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
-    lse2 = _row_vector(lse_bufs, slot, col_layout)
+    if ROWS_EARLY:
+        lse2 = _row_vector(lse_bufs, slot, col_layout)
+    s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
+    if not ROWS_EARLY:
+        lse2 = _row_vector(lse_bufs, slot, col_layout)
     p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
     p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
     if OPS_SMEM >= 2:  # Pᵀ through its own tile: no register operand live under dV
@@ -139,21 +148,27 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     _turn(bars, ME, 3 * t + 1, PINGPONG)
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
     _pass(bars, ME, PINGPONG)
+    if ROWS_EARLY == 2:
+        delta = _row_vector(delta_bufs, slot, col_layout)
     dp_t = warpgroup_mma_wait(1, deps=[dp_t])  # dPᵀ done (in order), dV may still run
-    delta = _row_vector(delta_bufs, slot, col_layout)
+    if ROWS_EARLY != 2:
+        delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     if OPS_SMEM > 0:
         dk, dv = _tail_smem(t, ME, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,
-                            dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG, OPS_SMEM)  # fmt: skip
+                            dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG, OPS_SMEM,
+                            DQ_PERM)  # fmt: skip
     else:
         dk, dv = _tail_regs(t, ME, ds_t, p_op, q_t, dk, dv, (k_tiles, ds_bufs, k_me, dq_bufs),
-                            bars, dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG)  # fmt: skip
+                            bars, dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG,
+                            DQ_PERM)  # fmt: skip
     return dk, dv
 
 
 @gluon.jit
 def _tail_regs(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, smem, bars, dq_desc, where,
-               DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+               DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
+               PERM: gl.constexpr = False):  # fmt: skip
     """The end of a step after dV was issued, Pᵀ and dSᵀ register operands (the session-6
     kernel): dK, then dQ by DQ_MODE (`_bwd_ws`)."""
     k_tiles, ds_bufs, k_me, dq_bufs = smem
@@ -165,7 +180,7 @@ def _tail_regs(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, smem, bars, dq_desc
     if DQ_MODE == 5 or DQ_MODE == 6:  # FA3's order: dQ before dK, its stores under dK
         dk, dv = _tail_dq_first(ds_t, ds_op, p_op, q_t, dk, dv, ds_me, k_me, dq_bufs, ME,
                                 dq_desc, (b, hq, m0), (q_empty, do_empty, slot),
-                                DQ_MODE == 5)  # fmt: skip
+                                DQ_MODE == 5, PERM)  # fmt: skip
     else:
         _turn(bars, ME, 3 * t + 2, PINGPONG)
         dk = warpgroup_mma(ds_op, q_t, dk, is_async=True)
@@ -192,38 +207,38 @@ def _tail_regs(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, smem, bars, dq_desc
         mbarrier.arrive(q_empty.index(slot), count=1)
         mbarrier.arrive(do_empty.index(slot), count=1)
         if DQ_MODE == 1:
-            _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+            _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0, PERM)
         elif DQ_MODE == 4:
-            _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
+            _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True, PERM)
         elif DQ_MODE == 3:
-            _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
+            _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True, PERM)
         else:
             _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0),
-                     DQ_MODE != 2)  # fmt: skip
+                     DQ_MODE != 2, PERM)  # fmt: skip
     return dk, dv
 
 
 @gluon.jit
 def _dq_rest(dq0, dq1, PENDING: gl.constexpr, ds_me, k_me, dq_bufs, ME: gl.constexpr,
-             dq_desc, where, ADD: gl.constexpr):  # fmt: skip
+             dq_desc, where, ADD: gl.constexpr, PERM: gl.constexpr = False):  # fmt: skip
     """dQ's share after dV and dK: the PENDING chunks already queued (dq0, dq1) staged
     and added, the others issued, staged and added (`_dq_out`); ADD False: the timing
     probe without reduce-adds. Both tails (register and shared-memory operands) end so."""
     b, hq, m0 = where
     if PENDING == 2:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
-        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0)
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 1, PERM)
+        _dq_finish(dq1, 1, dq_bufs, ME, dq_desc, b, hq, m0, True, 0, PERM)
     elif PENDING == 1:
-        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True)
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1)
+        _dq_finish(dq0, 0, dq_bufs, ME, dq_desc, b, hq, m0, True, 0, PERM)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, True, 1, PERM)
     else:
-        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, ADD, 0)
+        _dq_out(ds_me, k_me, dq_bufs, ME, dq_desc, b, hq, m0, ADD, 0, PERM)
 
 
 @gluon.jit
 def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,
                dq_desc, where, DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-               OPS_SMEM: gl.constexpr):  # fmt: skip
+               OPS_SMEM: gl.constexpr, PERM: gl.constexpr = False):  # fmt: skip
     """The end of a step after dV was issued, OPS_SMEM 1-3: dSᵀ stored first, then
     dK += dSᵀ Q reads it from shared memory (the tile dQ = dS K reads transposed), so no
     register copy of dSᵀ (nor, OPS_SMEM 2 and 3, of Pᵀ) stays live while dV and dK run;
@@ -237,10 +252,14 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_buf
     ds_me = ds_bufs.index(ME)
     if DQ_MODE == 1:  # the other consumer has read this tile's previous dSᵀ
         mbarrier.wait(bars[6].index(ME), (t & 1) ^ 1)
+    if DQ_MODE == 8:
+        _dq_alt_handoff(t, ME, bars, True)
     ds_me.store(ds_t)
     fence_async_shared()
     if DQ_MODE == 1:
         mbarrier.arrive(bars[5].index(ME), count=1)
+    if DQ_MODE == 8:
+        _dq_alt_handoff(t, ME, bars, False)
     _turn(bars, ME, 3 * t + 2, PINGPONG)
     dk = warpgroup_mma(ds_me, q_t, dk, is_async=True)
     _pass(bars, ME, PINGPONG)
@@ -257,22 +276,25 @@ def _tail_smem(t, ME: gl.constexpr, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_buf
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.arrive(do_empty.index(slot), count=1)
     if DQ_MODE == 1:
-        _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0)
+        _dq_shared(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0, PERM)
+    elif DQ_MODE == 8:
+        _dq_alternate(t, ME, ds_bufs, k_tiles, dq_bufs, bars, dq_desc, b, hq, m0, PERM)
     elif OPS_SMEM == 3:  # one reduce-add of both consumers' shares (consumer 0 adds)
         sync = (bars[5], bars[6], t)
         if PENDING == 2:
-            _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 1)
-            _dq_sum(dq1, 1, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+            _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 1, PERM)
+            _dq_sum(dq1, 1, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0, PERM)
         else:
             if PENDING == 1:
-                _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+                _dq_sum(dq0, 0, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0, PERM)
             for c in gl.static_range(PENDING, dq_bufs.shape[0] // 2):
                 dq = _dq_issue(ds_me, k_me, c, CHUNK)
-                _dq_sum(dq, c, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0)
+                _dq_sum(dq, c, dq_bufs, ME, sync, dq_desc, (b, hq, m0), 0, PERM)
     elif PENDING == 2:
-        _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
+        _dq_rest(dq0, dq1, 2, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True, PERM)
     elif PENDING == 1:
-        _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True)
+        _dq_rest(dq0, None, 1, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), True, PERM)
     else:
-        _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), DQ_MODE != 2)
+        _dq_rest(None, None, 0, ds_me, k_me, dq_bufs, ME, dq_desc, (b, hq, m0), DQ_MODE != 2,
+                 PERM)  # fmt: skip
     return dk, dv

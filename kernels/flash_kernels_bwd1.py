@@ -182,8 +182,12 @@ def _bwd1_dq_postprocess_kernel(
     heads_q, seq_q, sm_scale,
     # constexpr: register tile shapes
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+    DQ_PERM: tl.constexpr = False,
 ):  # fmt: skip
-    """dQ[row] = scale · workspace[row] in dQ's dtype, for BLOCK_M rows per program."""
+    """dQ[row] = scale · workspace[row] in dQ's dtype, for BLOCK_M rows per program.
+    DQ_PERM: the workspace holds each row's columns permuted within every 32 (the Gluon
+    backward's staging order, flash_gluon_bwd_dq._staged): column c = [g|j1 j0|a|b e]
+    (bits) is read from [g|a|j1 j0|b e]."""
     check_shapes(HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_M)
     MASK_D: tl.constexpr = HEAD_DIM != HEAD_DIM_PAD
     pid_m = tl.program_id(0)
@@ -193,7 +197,11 @@ def _bwd1_dq_postprocess_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     ws_base = DQ_WS + off_bh.to(tl.int64) * seq_q * HEAD_DIM
-    dq = load_rows(ws_base, offs_m, HEAD_DIM, offs_d, seq_q, HEAD_DIM, True, MASK_D)
+    src_d = offs_d
+    if DQ_PERM:
+        high, low = (offs_d & ~31) | (((offs_d >> 2) & 1) << 4), offs_d & 3
+        src_d = high | (((offs_d >> 3) & 3) << 2) | low
+    dq = load_rows(ws_base, offs_m, HEAD_DIM, src_d, seq_q, HEAD_DIM, True, MASK_D)
     dq_base = DQ + off_b * stride_dqb + off_h * stride_dqh
     store_rows(
         dq_base, offs_m, stride_dqs, offs_d, seq_q, (dq * sm_scale).to(DQ.dtype.element_ty),

@@ -112,6 +112,8 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         KB_MAJOR=cfg.kb_major,
         PINGPONG=cfg.pingpong,
         OPS_SMEM=cfg.ops_smem,
+        DQ_PERM=cfg.dq_perm,
+        ROWS_EARLY=cfg.rows_early,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
