@@ -191,10 +191,6 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
                 alt = dataclasses.replace(out[role], shared_dq=False, alt_dq=True, dq_perm=True)
                 if alt.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES:
                     out[f"{role}-alt-perm"] = alt
-            for rows in (1, 2):
-                out[f"{role}-perm-rows{rows}"] = dataclasses.replace(
-                    out[role], dq_perm=True, rows_early=rows
-                )
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

@@ -57,8 +57,6 @@ class GluonBwdConfig:
     alt_dq: the consumers take turns at all of a step's dQ (cuDNN's sm_90 kernel in Nsight
       Compute, session 14, and FlashAttention-3): over both dSᵀ tiles at N = head_dim,
       one staging tile of all columns per consumer (DQ_MODE 8; ops_smem 1 only);
-    rows_early: 1 each step reads its lse2 row from shared memory before it waits for Sᵀ,
-      not after, 2 its delta row too before it waits for dPᵀ (flash_gluon_bwd_step).
     """
 
     block_m: int = 64
@@ -76,12 +74,10 @@ class GluonBwdConfig:
     ops_smem: int = 0
     dq_perm: bool = False
     alt_dq: bool = False
-    rows_early: int = 0
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
-                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3)),
-                            ("rows_early", (0, 1, 2))):  # fmt: skip
+                            ("dq_first", (0, 1, 2)), ("ops_smem", (0, 1, 2, 3))):  # fmt: skip
             value = getattr(self, name)
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
@@ -155,7 +151,6 @@ class GluonBwdConfig:
         text = f"{text}-{('', 'dss', 'pss', 'sum')[self.ops_smem]}" if self.ops_smem else text
         text = f"{text}-alt" if self.alt_dq else text
         text = f"{text}-perm" if self.dq_perm else text
-        text = f"{text}-rows{self.rows_early}" if self.rows_early else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

@@ -84,8 +84,7 @@ def _bwd_producer(descs, smem, bars, coords):
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                  ROWS_EARLY: gl.constexpr):  # fmt: skip
+                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -105,8 +104,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM,
-                           ROWS_EARLY)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM)  # fmt: skip
     if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
         mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
     last = group * n_m - 1
@@ -126,43 +124,17 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                   ROWS_EARLY: gl.constexpr):  # fmt: skip
-    _bwd_consumer(
-        0,
-        outs,
-        smem,
-        bars,
-        coords,
-        scalars,
-        CAUSAL,
-        DQ_MODE,
-        PINGPONG,
-        OPS_SMEM,
-        DQ_PERM,
-        ROWS_EARLY,
-    )
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
+    _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
+                  DQ_PERM)  # fmt: skip
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                   ROWS_EARLY: gl.constexpr):  # fmt: skip
-    _bwd_consumer(
-        1,
-        outs,
-        smem,
-        bars,
-        coords,
-        scalars,
-        CAUSAL,
-        DQ_MODE,
-        PINGPONG,
-        OPS_SMEM,
-        DQ_PERM,
-        ROWS_EARLY,
-    )
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
+    _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
+                  DQ_PERM)  # fmt: skip
 
 
 @gluon.jit
@@ -199,8 +171,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
             ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr,
-            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False,
-            ROWS_EARLY: gl.constexpr = 0):  # fmt: skip
+            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
@@ -214,7 +185,6 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     2 a timing probe (0 without the reduce-adds: dQ left out). OPS_SMEM: which wgmma A
     operands come from shared memory (kernels/flash_gluon_bwd_step.py). DQ_PERM: dQ's
     columns in the staging order (flash_gluon_bwd_dq._staged; the workspace keeps it).
-    ROWS_EARLY: 1 lse2, 2 lse2 and delta read before Sᵀ (dPᵀ) are waited for (`_bwd_step`).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
@@ -279,13 +249,13 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM, ROWS_EARLY)),
+                              OPS_SMEM, DQ_PERM)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM, ROWS_EARLY)),
+                              OPS_SMEM, DQ_PERM)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, rot, group, heads_q))),

@@ -97,13 +97,11 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
               coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
               PINGPONG: gl.constexpr, OPS_SMEM: gl.constexpr = 0,
-              DQ_PERM: gl.constexpr = False, ROWS_EARLY: gl.constexpr = 0):  # fmt: skip
+              DQ_PERM: gl.constexpr = False):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
     the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
     so one's exponentials and dS overlap the other's matmuls. DQ_PERM: dQ's staging
-    order (flash_gluon_bwd_dq._staged). ROWS_EARLY: 1 lse2 read from shared memory
-    before Sᵀ is waited for, not after (Nsight Compute, session 14: its first use stalled
-    on the loads' latency every step), 2 delta too before dPᵀ is waited for."""
+    order (flash_gluon_bwd_dq._staged)."""
     k_tiles, k_me, v_me = kv
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
     q_ready, do_ready = bars[1], bars[3]
@@ -132,11 +130,8 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     _pass(bars, ME, PINGPONG)
     # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
     # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
-    if ROWS_EARLY:
-        lse2 = _row_vector(lse_bufs, slot, col_layout)
     s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
-    if not ROWS_EARLY:
-        lse2 = _row_vector(lse_bufs, slot, col_layout)
+    lse2 = _row_vector(lse_bufs, slot, col_layout)
     p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
     p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
     if OPS_SMEM >= 2:  # Pᵀ through its own tile: no register operand live under dV
@@ -148,11 +143,8 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     _turn(bars, ME, 3 * t + 1, PINGPONG)
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
     _pass(bars, ME, PINGPONG)
-    if ROWS_EARLY == 2:
-        delta = _row_vector(delta_bufs, slot, col_layout)
     dp_t = warpgroup_mma_wait(1, deps=[dp_t])  # dPᵀ done (in order), dV may still run
-    if ROWS_EARLY != 2:
-        delta = _row_vector(delta_bufs, slot, col_layout)
+    delta = _row_vector(delta_bufs, slot, col_layout)
     ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     if OPS_SMEM > 0:
         dk, dv = _tail_smem(t, ME, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,

@@ -1,5 +1,5 @@
 """Issue 18, session 14: dQ's staging order (`GluonBwdConfig.dq_perm`), the consumers'
-turns at all of dQ (`alt_dq`) and the early row reads (`rows_early`). Nsight Compute put
+turns at all of dQ (`alt_dq`). Nsight Compute put
 two excess shared-memory wavefronts on every 64-bit store of the fp32 dQ staging tile
 under the 128-byte swizzle; with the columns permuted within each 32 the stores are
 conflict-free, the workspace keeps the permuted order and dQ's cast reads it back. The
@@ -33,9 +33,8 @@ def test_perm_roles_change_only_the_staging_order(head_dim, role, base):
     assert cands[role].smem_bytes(head_dim) == cands[base].smem_bytes(head_dim)
 
 
-# (head_dim, role): the turns at all of dQ, and lse2 read before Sᵀ is waited for
-NEW_ROLES = [(128, "ws-dss-sdq-s2-alt-perm"), (64, "ws-dss-sdq-s2-alt-perm"),
-             (128, "ws-dss-sdq-s2-perm-rows1")]  # fmt: skip
+# (head_dim, role): the consumers' turns at all of dQ
+NEW_ROLES = [(128, "ws-dss-sdq-s2-alt-perm"), (64, "ws-dss-sdq-s2-alt-perm")]
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -54,8 +53,6 @@ def test_alt_dq_takes_dss_only_and_no_other_schedule():
         GluonBwdConfig(alt_dq=True, ops_smem=2)
     with pytest.raises(ValueError, match="one dQ schedule"):
         GluonBwdConfig(alt_dq=True, ops_smem=1, shared_dq=True)
-    with pytest.raises(ValueError, match=r"rows_early=3: expected one of \(0, 1, 2\)"):
-        GluonBwdConfig(rows_early=3)
 
 
 @pytest.mark.parametrize("bad", [1, 0, None, "yes"])

@@ -113,7 +113,6 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         PINGPONG=cfg.pingpong,
         OPS_SMEM=cfg.ops_smem,
         DQ_PERM=cfg.dq_perm,
-        ROWS_EARLY=cfg.rows_early,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
