@@ -77,10 +77,10 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
     rows at 64 (8-14% faster than 64-row blocks non-causal, -2 to +3% causal: bf16, 4k
     and 16k, H200, session 5 call B), the deepest Q/dO ring that fits (2 stages: 209 KB
     at d128, 195 KB at d64), a head's key blocks together (see GluonBwdConfig.kb_major).
-    The roles `_ROLES` names replace that launch: at head_dim 64 P and dS through shared
-    memory with dQ's chunk early (session 7), at 128 FA3's shared dQ with dSᵀ through
-    shared memory on a 2-deep ring and, non-causal, the rotated query order (session
-    12)."""
+    The roles `_ROLES` names replace that launch: at head_dim 64 and 128 the consumers
+    take turns at all of a step's dQ (cuDNN's and FA3's sm90 dQ), dSᵀ read by dK from
+    shared memory, dQ staged in the bank-conflict-free column order, a 2-deep ring and,
+    non-causal at 128, the rotated query order (session 14)."""
     return _override(head_dim, causal) or _heuristic(head_dim, causal)
 
 
@@ -93,7 +93,12 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 # 128 (session 12): FA3's shared dQ (half the reduce-adds) with dSᵀ read by dK from shared
 # memory and a 2-deep ring, +4.6 / +8.7% at 4k (non-causal / causal) and +5.0 / +7.5% at
 # 16k against session 6's launch in do_bench (bf16, kernel alone, docs/kernel.md).
-_ROLES: dict[int, str] = {64: "ws-pss-early", 128: "ws-dss-sdq-s2"}
+# Both since session 14: the consumers' turns at all of dQ with its staging stores free of
+# bank conflicts ("ws-dss-sdq-s2-alt-perm"); `fa-bench run` (call 5, ÷ cuDNN, 4k / 4k
+# causal / 16k / 16k causal, bf16) d128 1.011 / 0.988 / 1.011 / 1.012 and d64 1.093 /
+# 1.039 / 1.094 / 1.094, against session 12's roles with the permuted staging in the same
+# call, 0.950 / 0.974 / 0.953 / 1.020 and 0.992 / 0.984 / 0.997 / 1.002.
+_ROLES: dict[int, str] = {64: "ws-dss-sdq-s2-alt-perm", 128: "ws-dss-sdq-s2-alt-perm"}
 # _heuristic's launch by (head_dim, causal, role): built once
 _HEURISTIC: dict[tuple[int, bool, str | None], GluonBwdConfig] = {}
 

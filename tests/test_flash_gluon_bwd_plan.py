@@ -143,12 +143,12 @@ def test_disabled_plans_launch_through_the_jit_every_call(fake, monkeypatch):
     assert _real_plannable((_cuda_like(t[0]), *t[1:]), lse2) == ""
 
 
-def test_the_heuristic_takes_pss_early_at_64_and_the_shared_dq_at_128(monkeypatch):
+def test_the_heuristic_takes_the_alternating_dq_at_64_and_128(monkeypatch):
     monkeypatch.delenv("FA_BENCH_GLUON_BWD_ROLE", raising=False)
-    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-pss-early"
-    assert gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-pss-early"
-    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-sdq-rot-dss"
-    assert gluon_bwd_config(128, True).label() == "gluon-bwd-m64-n128-s2-sdq-dss"
+    assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
+    assert gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
+    assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-dss-alt-perm"
+    assert gluon_bwd_config(128, True).label() == "gluon-bwd-m64-n128-s2-dss-alt-perm"
 
 
 def _cuda_like(t):

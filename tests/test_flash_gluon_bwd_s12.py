@@ -7,6 +7,8 @@ deterministic backward's."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from gluon_bwd_helpers import check_fp16_and_det, check_role, needs_cuda
 from test_flash_gluon_bwd_s6 import ROLE_SHAPES
@@ -63,11 +65,14 @@ def test_gpu_shared_dq_fp16_and_against_the_deterministic_backward(head_dim, rol
     check_fp16_and_det(head_dim, role, causal, ROLE_SHAPES[0])  # GQA 4:1 at 4097
 
 
-def test_the_heuristic_takes_the_shared_dq_at_128_without_rotation_when_causal():
+def test_the_heuristic_builds_on_the_shared_dq_role_without_rotation_when_causal():
+    """Session 12's role at 128, with session 14's dQ schedule (the consumers' turns)
+    and staging order in place of the shared dQ."""
     cfg = gluon_bwd_config(128)
-    assert (cfg.shared_dq, cfg.ops_smem, cfg.stages, cfg.rotate) == (True, 1, 2, True)
+    assert (cfg.alt_dq, cfg.ops_smem, cfg.stages, cfg.rotate) == (True, 1, 2, True)
     assert not gluon_bwd_config(128, causal=True).rotate
-    assert gluon_bwd_config(128) == candidate_bwd_configs(128)["ws-dss-sdq-s2"]
+    s12 = candidate_bwd_configs(128)["ws-dss-sdq-s2"]
+    assert cfg == dataclasses.replace(s12, shared_dq=False, alt_dq=True, dq_perm=True)
 
 
 def test_candidates_are_built_once_per_role_and_handed_out_as_copies(monkeypatch):
@@ -82,7 +87,7 @@ def test_candidates_are_built_once_per_role_and_handed_out_as_copies(monkeypatch
     monkeypatch.setattr(fb, "_HEURISTIC", {})
     monkeypatch.delenv(fb.ROLE_ENV, raising=False)
     for _ in range(3):
-        assert fb.gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-pss-early"
+        assert fb.gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
         fb.candidate_bwd_configs(64)
     assert calls == [64]
     fb.candidate_bwd_configs(64).clear()  # a copy: the cache keeps its launches

@@ -101,7 +101,8 @@ def test_shared_dq_at_both_head_dims(head_dim, cols, stages):
     assert cfg.shared_dq and cfg.dq_mode == 1 and cfg.dq_cols(head_dim) == cols
     assert cfg.stages == stages and cfg.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES
     assert _check_args(cfg, False, 0.1, head_dim) is cfg
-    assert gluon_bwd_config(head_dim).dq_cols(head_dim) == 64  # the others: 64-column adds
+    # the heuristic (session 14): one consumer adds all of a step's columns at a time
+    assert gluon_bwd_config(head_dim).dq_cols(head_dim) == head_dim
 
 
 # --- $FA_BENCH_GLUON_BWD_ROLE ---------------------------------------------------------------
