@@ -128,9 +128,9 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     mbarrier.wait(do_ready.index(slot), phase)
     dp_t = warpgroup_mma(v_me, do_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     _pass(bars, ME, PINGPONG)
+    s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
     # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
     # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
-    s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run
     lse2 = _row_vector(lse_bufs, slot, col_layout)
     p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
     p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
