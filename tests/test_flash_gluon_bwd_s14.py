@@ -138,3 +138,85 @@ def test_gpu_perm_roles_within_the_accuracy_rule(head_dim, role, shape, causal):
                          ids=str)  # fmt: skip
 def test_gpu_perm_fp16_and_against_the_deterministic_backward(head_dim, role, causal):
     check_fp16_and_det(head_dim, role, causal, ROLE_SHAPES[0])  # GQA 4:1 at 4097
+
+
+def _wait_parities() -> dict[str, str]:
+    """The phase-parity expressions of DQ_MODE 8's three mbarrier waits, read from the
+    kernel's source (so the emulation below checks what the GPU runs)."""
+    import ast
+    import inspect
+
+    from fa_bench.kernels import flash_gluon_bwd_dq as dq
+    from fa_bench.kernels import flash_gluon_bwd_kernels as kern
+
+    found: dict[str, str] = {}
+    for name, fn in (("before", dq._dq_alt_handoff), ("ready", dq._dq_alternate),
+                     ("end", kern._bwd_consumer)):  # fmt: skip
+        for node in ast.walk(ast.parse(inspect.getsource(fn.fn))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("mbarrier.wait"):
+                parity = ast.unparse(node.args[1])
+                if name != "end" or "last" in parity:
+                    found[name] = parity
+    return found
+
+
+def _emulate_turns(steps: int, seed: int, parity: dict[str, str]) -> None:
+    """Two consumers run DQ_MODE 8's hand-off (`_dq_alt_handoff`, `_dq_alternate`, the
+    end of `_bwd_consumer`) for `steps` steps in a random interleaving, on mbarriers of
+    one arrival per phase whose wait(P) passes once the phase of parity P is complete
+    (a fresh barrier counts phase -1 complete). Fails on a deadlock, on a turn's owner
+    reading the other's dSᵀ of another step, on a dSᵀ tile overwritten before its owner
+    read it, and on a K tile overwritten by dK while the other may still read it."""
+    import random
+
+    rng = random.Random(seed)
+    phases = {(kind, c): 0 for kind in ("ready", "free") for c in (0, 1)}
+    tile = [None, None]  # the step whose dSᵀ each consumer's tile holds
+    unread: set[tuple[int, int]] = set()  # (tile, step) the turn's owner has yet to read
+    dq_done = [0, 0]  # dQ turns each consumer finished (each reads both K tiles)
+
+    def program(me: int):
+        for t in range(steps):
+            if t % 2 == me:  # BEFORE the store: the other read dSᵀ(t - 1) of our tile
+                yield ("wait", ("free", me), eval(parity["before"], {"t": t, "ME": me}))
+            assert (me, t - 1) not in unread, f"tile {me} overwritten before step {t - 1} read"
+            tile[me] = t
+            if t % 2 != me:
+                unread.add((me, t))
+                phases[("ready", me)] += 1
+            else:
+                yield ("wait", ("ready", 1 - me), eval(parity["ready"], {"t": t, "ME": me}))
+                assert tile[1 - me] == t, f"step {t}: read the other's dSᵀ of {tile[1 - me]}"
+                unread.discard((1 - me, t))
+                dq_done[me] += 1
+                phases[("free", 1 - me)] += 1
+            yield ("step", None, None)
+        last = steps - 1
+        if last >= 0 and last % 2 != me:
+            yield ("wait", ("free", me), eval(parity["end"], {"last": last, "ME": me}))
+        turns = (steps - (1 - me) + 1) // 2  # the other's turns: steps ≡ 1 - me (mod 2)
+        assert dq_done[1 - me] == turns, "dK stored over a K tile the other may still read"
+
+    progs = {0: program(0), 1: program(1)}
+    pending: dict[int, tuple] = {}
+    while progs:
+        ready = [me for me in progs if me not in pending
+                 or phases[pending[me][1]] & 1 != pending[me][2]]  # fmt: skip
+        assert ready, f"deadlock at {pending} (phases {phases})"
+        me = rng.choice(ready)
+        pending.pop(me, None)
+        try:
+            op = next(progs[me])
+        except StopIteration:
+            del progs[me]
+            continue
+        if op[0] == "wait":
+            pending[me] = op
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 7, 8, 13])
+def test_the_consumers_turns_hand_the_ds_tiles_over_safely(steps):
+    parity = _wait_parities()
+    assert set(parity) == {"before", "ready", "end"}
+    for seed in range(200):
+        _emulate_turns(steps, seed, parity)
