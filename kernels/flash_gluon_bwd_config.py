@@ -57,6 +57,10 @@ class GluonBwdConfig:
     alt_dq: the consumers take turns at all of a step's dQ (cuDNN's sm_90 kernel in Nsight
       Compute, session 14, and FlashAttention-3): over both dSᵀ tiles at N = head_dim,
       one staging tile of all columns per consumer (DQ_MODE 8; ops_smem 1 only);
+    head_groups: causal, the grid interleaves the key blocks of a few heads (key block 0
+      of each, then key block 1 of each, ...) instead of running a head's key blocks
+      together, so that the grid's last wave holds light CTAs: how many heads, by a model
+      of the CTAs' dispatch (kernels/flash_gluon_bwd_order.py); not with kb_major;
     """
 
     block_m: int = 64
@@ -74,6 +78,7 @@ class GluonBwdConfig:
     ops_smem: int = 0
     dq_perm: bool = False
     alt_dq: bool = False
+    head_groups: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
@@ -82,7 +87,7 @@ class GluonBwdConfig:
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
         flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong",
-                 "dq_perm", "alt_dq")  # fmt: skip
+                 "dq_perm", "alt_dq", "head_groups")  # fmt: skip
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
@@ -91,6 +96,8 @@ class GluonBwdConfig:
                 f"GluonBwdConfig(alt_dq=True, ops_smem={self.ops_smem}): the alternating dQ "
                 "reads dSᵀ from shared memory (ops_smem 1)"
             )
+        if self.head_groups and self.kb_major:
+            raise ValueError("GluonBwdConfig(head_groups=True, kb_major=True): one grid order")
         schedules = (self.shared_dq, self.early_dq, self.early_dq_all, self.dq_first > 0,
                      self.alt_dq)  # fmt: skip
         if sum(schedules) > 1:
@@ -151,6 +158,7 @@ class GluonBwdConfig:
         text = f"{text}-{('', 'dss', 'pss', 'sum')[self.ops_smem]}" if self.ops_smem else text
         text = f"{text}-alt" if self.alt_dq else text
         text = f"{text}-perm" if self.dq_perm else text
+        text = f"{text}-grp" if self.head_groups else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

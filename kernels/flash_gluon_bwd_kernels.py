@@ -166,7 +166,7 @@ def _bwd_bars(STAGES: gl.constexpr):
 
 @gluon.jit
 def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc, delta_desc,
-            heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
+            heads_q, heads_kv, seq_q, seq_k, qk_scale, scale, head_group,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
@@ -175,7 +175,9 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
     first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
-    first: the dQ workspaces of all heads at once, which thrashed L2 on the H200).
+    first: the dQ workspaces of all heads at once, which thrashed L2 on the H200);
+    head_group > 1 (causal) interleaves the key blocks of that many heads instead
+    (kernels/flash_gluon_bwd_order.py, whose grid_position this mapping is).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
@@ -205,8 +207,13 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
         kb = gl.program_id(1)
         bhk = gl.program_id(0)
     else:
-        kb = gl.program_id(0)
-        bhk = gl.program_id(1)
+        blocks = gl.num_programs(0)
+        pid = gl.program_id(1) * blocks + gl.program_id(0)
+        first = (pid // (head_group * blocks)) * head_group
+        size = gl.minimum(head_group, gl.num_programs(1) - first)
+        rest = pid - first * blocks
+        kb = rest // size
+        bhk = first + rest % size
     b = bhk // heads_kv
     hk = bhk % heads_kv
     group = heads_q // heads_kv

@@ -30,6 +30,7 @@ is queued, see flash_gluon_bwd_desc.tma_rows).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels.bound_launch import recall, remember
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
+from fa_bench.kernels.flash_gluon_bwd_order import causal_head_group
 
 if TYPE_CHECKING:
     import torch
@@ -198,7 +200,9 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     """The Gluon kernel's launch (jit function, grid, args, keywords) for (q, k, v, do,
     dk, dv, dq_ws) and the (B, H, S) lse2 and delta (tensors or stand-ins): descriptors,
     grid (a head's key blocks together, heaviest first; `kb_major`: the key block on the
-    slow axis), constexprs. `probe` 2 skips the dQ reduce-adds (timing probes)."""
+    slow axis), constexprs, and the heads whose key blocks the grid interleaves (causal
+    under `head_groups`: flash_gluon_bwd_order; else 1). `probe` 2 skips the dQ
+    reduce-adds (timing probes)."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
     from fa_bench.kernels.flash_gluon_bwd_desc import _descriptor, _row_descriptor
 
@@ -213,13 +217,37 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
     grid = (heads, blocks) if cfg.kb_major else (blocks, heads)
-    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale)
+    group = 1
+    if causal and cfg.head_groups:
+        # a key/value head's query heads: the fp32 dQ workspace, Q and dO (16-bit)
+        head_bytes = heads_q // heads_kv * seq_q * head_dim * 8
+        group = causal_head_group(seq_q, seq_k, cfg.block_m, cfg.block_n, heads, head_bytes,
+                                  *_sms_l2())  # fmt: skip
+    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale, group)
     kwargs = dict(BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
                   ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major, PINGPONG=cfg.pingpong,
                   OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
+
+
+def _sms_l2() -> tuple[int, int]:
+    """The current CUDA device's SM count and L2 bytes ((0, 0) without one: the head-major
+    order)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0, 0
+    return _device_sms_l2(torch.cuda.current_device())
+
+
+@functools.cache
+def _device_sms_l2(index: int) -> tuple[int, int]:
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return props.multi_processor_count, props.L2_cache_size
 
 
 def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta: Any,

@@ -143,12 +143,12 @@ def test_disabled_plans_launch_through_the_jit_every_call(fake, monkeypatch):
     assert _real_plannable((_cuda_like(t[0]), *t[1:]), lse2) == ""
 
 
-def test_the_heuristic_takes_the_alternating_dq_at_64_and_128(monkeypatch):
+def test_the_heuristic_takes_the_alternating_dq_and_causal_head_groups(monkeypatch):
     monkeypatch.delenv("FA_BENCH_GLUON_BWD_ROLE", raising=False)
     assert gluon_bwd_config(64).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
-    assert gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
+    assert gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm-grp"
     assert gluon_bwd_config(128).label() == "gluon-bwd-m64-n128-s2-rot-dss-alt-perm"
-    assert gluon_bwd_config(128, True).label() == "gluon-bwd-m64-n128-s2-dss-alt-perm"
+    assert gluon_bwd_config(128, True).label() == "gluon-bwd-m64-n128-s2-dss-alt-perm-grp"
 
 
 def _cuda_like(t):
@@ -291,7 +291,7 @@ def test_the_calls_of_the_stand_ins_are_the_tensors_but_for_the_bases(head_dim, 
         a = flash_gluon_bwd_plan.calls(cfg, tuple(t), lse2, delta, causal, 0.1)
         b = flash_gluon_bwd_plan.calls(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, 0.1)
         _same_launch(a, b)
-        assert [len(x[2]) for x in a] == [11, 15, 8]  # pre, the kernel, dQ's cast
+        assert [len(x[2]) for x in a] == [11, 16, 8]  # pre, the kernel, dQ's cast
 
 
 def test_the_kernel_call_is_the_one_the_tools_launch():
@@ -301,7 +301,7 @@ def test_the_kernel_call_is_the_one_the_tools_launch():
     q, k, v, _, do, dk, dv, _, dq_ws = t
     _, grid, args, kw = flash_gluon_bwd_plan.main_call(
         CFG, (q, k, v, do, dk, dv, dq_ws), lse2, delta, False, 0.1, probe=2)  # fmt: skip
-    assert kw["DQ_MODE"] == 2 and grid == (1, 2) and args[-2:] == (0.1 * 1.4426950408889634, 0.1)
+    assert kw["DQ_MODE"] == 2 and grid == (1, 2) and args[-3:] == (0.1 * 1.4426950408889634, 0.1, 1)
     seen = []
 
     class Kernel:
