@@ -67,8 +67,7 @@ def _override(head_dim: int, causal: bool) -> GluonBwdConfig | None:
     cands = candidate_bwd_configs(head_dim)
     if role not in cands:
         raise ValueError(f"${ROLE_ENV}={text!r}: {role!r} is not one of {sorted(cands)}")
-    # causal CTAs start at their diagonal: no rotation (the heuristic's causal label)
-    return dataclasses.replace(cands[role], rotate=cands[role].rotate and not causal)
+    return _for_causal(cands[role], causal)
 
 
 def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
@@ -98,7 +97,7 @@ def gluon_bwd_config(head_dim: int, causal: bool = False) -> GluonBwdConfig:
 # causal / 16k / 16k causal, bf16) d128 1.011 / 0.988 / 1.011 / 1.012 and d64 1.093 /
 # 1.039 / 1.094 / 1.094, against session 12's roles with the permuted staging in the same
 # call, 0.950 / 0.974 / 0.953 / 1.020 and 0.992 / 0.984 / 0.997 / 1.002.
-_ROLES: dict[int, str] = {64: "ws-dss-sdq-s2-alt-perm", 128: "ws-dss-sdq-s2-alt-perm"}
+_ROLES: dict[int, str] = {64: "ws-dss-sdq-s2-alt-perm-grp", 128: "ws-dss-sdq-s2-alt-perm-grp"}
 # _heuristic's launch by (head_dim, causal, role): built once
 _HEURISTIC: dict[tuple[int, bool, str | None], GluonBwdConfig] = {}
 
@@ -111,11 +110,16 @@ def _heuristic(head_dim: int, causal: bool) -> GluonBwdConfig:
     if role is None:
         cfg = _session6(head_dim, causal)
     else:
-        cfg = candidate_bwd_configs(head_dim)[role]
-        # causal CTAs start at their diagonal: no rotation
-        cfg = dataclasses.replace(cfg, rotate=cfg.rotate and not causal)
+        cfg = _for_causal(candidate_bwd_configs(head_dim)[role], causal)
     _HEURISTIC[key] = cfg
     return cfg
+
+
+def _for_causal(cfg: GluonBwdConfig, causal: bool) -> GluonBwdConfig:
+    """The launch as it runs (and is labelled): causal CTAs start at their diagonal (no
+    rotation); without the mask every key block has the same work (no head groups)."""
+    return dataclasses.replace(cfg, rotate=cfg.rotate and not causal,
+                               head_groups=cfg.head_groups and causal)  # fmt: skip
 
 
 def _session6(head_dim: int, causal: bool) -> GluonBwdConfig:
@@ -196,6 +200,8 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
                 alt = dataclasses.replace(out[role], shared_dq=False, alt_dq=True, dq_perm=True)
                 if alt.smem_bytes(head_dim) <= flash_gluon.SMEM_BYTES:
                     out[f"{role}-alt-perm"] = alt
+                    # session 15: causal, a few heads' key blocks interleaved
+                    out[f"{role}-alt-perm-grp"] = dataclasses.replace(alt, head_groups=True)
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

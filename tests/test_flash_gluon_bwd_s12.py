@@ -87,7 +87,7 @@ def test_candidates_are_built_once_per_role_and_handed_out_as_copies(monkeypatch
     monkeypatch.setattr(fb, "_HEURISTIC", {})
     monkeypatch.delenv(fb.ROLE_ENV, raising=False)
     for _ in range(3):
-        assert fb.gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm"
+        assert fb.gluon_bwd_config(64, True).label() == "gluon-bwd-m128-n128-s2-dss-alt-perm-grp"
         fb.candidate_bwd_configs(64)
     assert calls == [64]
     fb.candidate_bwd_configs(64).clear()  # a copy: the cache keeps its launches
