@@ -17,16 +17,18 @@ Conventions inside the kernels:
 - causal is bottom-right: query i sees key j iff j <= i + (seqlen_k - seqlen_q);
 - two backwards, both with dK/dV programs that own one KV block and loop over every query
   head of the GQA group (so dK/dV need no atomics):
-  - one-pass (opt-in, `deterministic=False`; flash_kernels_bwd1.py): the same
-    program also computes its share of dQ (dS K) and adds it into a zeroed fp32
-    workspace (B, Hq, Sq, D) with atomic adds (or a TMA reduce-add with
-    `FlashConfig(use_tma=True)` on sm_90+); a small kernel writes dQ = scale ·
-    workspace in the input dtype. Five matmuls per (key block, query block) pair; dQ's
-    last bits depend on the order of the adds. Slower than the two-kernel backward in
-    every shape measured on the H200 (2026-11-30, docs/kernel.md), so not the default;
-  - two-kernel (the default, `deterministic=True`; flash_kernels_bwd.py): dQ is a
-    separate kernel that recomputes S and dP (seven matmuls per pair); no atomics
-    anywhere, so repeated calls give bitwise identical gradients.
+  - one-pass (`deterministic=False`; the Gluon kernel of flash_gluon_bwd.py on sm_90,
+    else flash_kernels_bwd1.py): the same program also computes its share of dQ (dS K)
+    and adds it into a zeroed fp32 workspace (B, Hq, Sq, D) (TMA reduce-adds, or atomic
+    adds in the `tl` kernel); a small kernel writes dQ = scale · workspace in the input
+    dtype. Five matmuls per (key block, query block) pair; dQ's last bits depend on the
+    order of the adds. On the H200 the Gluon kernel measured 1.24-1.36x the two-kernel
+    backward (2026-12-01, docs/results-h200.md); the `tl` one was slower than it;
+  - two-kernel (`deterministic=True`; flash_kernels_bwd.py): dQ is a separate kernel
+    that recomputes S and dP (seven matmuls per pair); no atomics anywhere, so repeated
+    calls give bitwise identical gradients.
+  The default (`deterministic=None`) is the Gluon one-pass backward where it runs (sm_90,
+  fp16/bf16, head_dim 64/128, no variant) and the two-kernel backward elsewhere.
 """
 
 from __future__ import annotations
@@ -286,19 +288,30 @@ def _backward_one_pass(do, q, k, v, o, lse2, causal: bool, scale: float, cfg: Fl
 
 
 def _backward(
-    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig, deterministic: bool,
+    do, q, k, v, o, lse2, causal: bool, scale: float, cfg: FlashConfig,
+    deterministic: bool | None,
     variant: Variant | None = None,
 ):  # fmt: skip
     do = _last_dim_unit(do)
+    from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
+
+    if deterministic is None:  # the default: the fast backward of these tensors
+        gluon = None
+        if variant is None:
+            gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg, default=True)
+        if gluon is None:
+            return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
+        return flash_gluon_bwd.gluon_backward(
+            do, q, k, v, o, lse2, causal, scale, gluon, checked=True
+        )
     if deterministic:
         return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
     if variant is not None:
         raise ValueError(
             "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
-            "packed batches; use deterministic=True (the default) for their gradients"
+            "packed batches; leave deterministic at None (the default) or set True for "
+            "their gradients"
         )
-    from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
-
     gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg)
     if gluon is not None:  # sm_90, fp16/bf16, head_dim 64/128: the warp-specialised kernel
         # checked: backward_choice has just asked gluon_bwd_reason (once per timed call)
@@ -355,7 +368,7 @@ def flash_attention(
     softcap: float = 0.0,
     return_lse: bool = False,
     config: FlashConfig | None = None,
-    deterministic: bool = True,
+    deterministic: bool | None = None,
 ):
     """softmax(q kᵀ · scale [+ bottom-right causal mask]) v, differentiable in q, k, v.
 
@@ -380,12 +393,16 @@ def flash_attention(
     Gluon kernel where it measured faster (fp16/bf16, head_dim 128 from 1k keys, 64 from
     4k); `config.forward` = "tl" or "gluon" forces one (kernels/flash_dispatch.py).
 
-    `deterministic=True` (the default) runs the two-kernel backward (a separate dQ kernel,
-    no atomics): bitwise identical gradients on repeated calls. `deterministic=False` runs
-    the experimental one-pass backward: two fewer matmuls per tile pair, but dQ sums the
-    key blocks' shares with fp32 atomic adds, so it can differ in the last bits from run
-    to run, and on the H200 it measured slower in every shape (docs/kernel.md). It has no
-    variants: their backward raises ValueError there (their forward runs).
+    `deterministic` picks the backward. None (the default): on sm_90 the warp-specialised
+    Gluon one-pass backward where it runs (fp16/bf16, head_dim 64 and 128, no variant;
+    on the H200 1.24-1.36x the two-kernel backward and about cuDNN's speed, docs/
+    results-h200.md), the two-kernel backward elsewhere. Its dQ sums the key blocks'
+    shares with fp32 adds in whatever order they land: the last bits can differ from run
+    to run (dK and dV cannot). `deterministic=True` always runs the two-kernel backward
+    (a separate dQ kernel, no atomics): bitwise identical gradients on repeated calls.
+    `deterministic=False` always runs a one-pass backward (`config.backward` says which
+    kernel, the `tl` one by default); it has no variants: their backward raises
+    ValueError there (their forward runs).
     """
     _validate(q, k, v, scale)
     variant = make_variant(
@@ -402,7 +419,9 @@ def _run(q, k, v, causal, scale, config, deterministic, variant, return_lse: boo
     causal = bool(causal)
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     cfg = _resolve_config(config, q, k.shape[2], causal, variant)
-    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, bool(deterministic), variant)
+    if deterministic is not None:
+        deterministic = bool(deterministic)
+    o, lse2 = _FlashAttention.apply(q, k, v, causal, scale, cfg, deterministic, variant)
     if not return_lse:
         return o
     # internal +inf marks rows without keys; the public lse is log(0) = -inf there

@@ -229,12 +229,14 @@ def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool) -> s
     return None
 
 
-def backward_choice(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool, cfg: Any
-                    ) -> GluonBwdConfig | None:  # fmt: skip
+def backward_choice(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool, cfg: Any,
+                    default: bool = False) -> GluonBwdConfig | None:  # fmt: skip
     """The Gluon launch a one-pass backward (`deterministic=False`) runs with, or None for
     the `tl` kernel, by `cfg.backward` (a FlashConfig): "tl" never, "auto" where the
-    Gluon kernel can run, "gluon" always (ValueError naming why it cannot)."""
-    if cfg.backward == "tl":
+    Gluon kernel can run, "gluon" always (ValueError naming why it cannot). `default`
+    (flash_attention's `deterministic=None`): "tl" counts as "auto" (None: the two-kernel
+    backward runs instead)."""
+    if cfg.backward == "tl" and not default:
         return None
     reason = gluon_bwd_reason(q, k, v, o, do, causal)
     if reason and cfg.backward == "gluon":

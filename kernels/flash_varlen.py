@@ -88,7 +88,7 @@ def flash_attention_varlen(
     softcap: float = 0.0,
     return_lse: bool = False,
     config: FlashConfig | None = None,
-    deterministic: bool = True,
+    deterministic: bool | None = None,
     check_values: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention over a packed batch, each sequence on its own; differentiable in q, k, v.

@@ -1,6 +1,8 @@
 """Registers our Triton FlashAttention (`fa_bench.kernels.flash_attention`) as `triton`
-(the library's default two-kernel backward) and `triton-onepass` (the experimental
-one-pass backward, `deterministic=False`; the same forward, configs and tuning cache).
+(the library's default backward: the Gluon one-pass kernel on sm_90 where it runs, else
+the two-kernel one), `triton-deterministic` (the two-kernel backward always, bitwise
+reproducible) and `triton-onepass` (a one-pass backward always, `deterministic=False`);
+the same forward, configs and tuning cache.
 
 This adapter is where the application meets the kernel library: it picks the config a
 case runs with (a sweep's explicit fields, else the tuning cache of fa_bench.sweep.tuning
@@ -103,15 +105,16 @@ def _prepare(
     v: torch.Tensor,
     options: dict | None,
     *,
-    deterministic: bool,
+    deterministic: bool | None,
     name: str,
 ) -> Prepared:
-    """The builder of both registered names: they differ only in the backward they run."""
+    """The builder of the registered names: they differ only in the backward they run
+    (flash_attention's `deterministic`)."""
     from fa_bench.kernels.flash_attention import flash_attention
     from fa_bench.sweep.vocab import config_label
 
     config, source = case_config(case, q.device, (options or {}).get("config"))
-    if not deterministic and config.backward == "tl":
+    if deterministic is False and config.backward == "tl":
         # triton-onepass: the warp-specialised Gluon one-pass backward where it runs
         # (sm_90, fp16/bf16, head_dim 64/128); it beat the `tl` one-pass kernel in every
         # shape measured on the H200 (docs/kernel.md, "The Gluon backward")
@@ -143,17 +146,20 @@ def _prepare(
     return Prepared(fn=fn, backend=f"{name}:{label} ({source})")
 
 
-def _backward_named(label: str, case: Case, config: FlashConfig, q, k, v, deterministic: bool
-                    ) -> str:  # fmt: skip
-    """`label` with its backward part naming the Gluon backward where `deterministic=False`
-    takes it (FlashConfig.backward, kernels/flash_gluon_bwd.py; o and dO are laid out as q)."""
+def _backward_named(label: str, case: Case, config: FlashConfig, q, k, v,
+                    deterministic: bool | None) -> str:  # fmt: skip
+    """`label` with its backward part naming the Gluon backward where the backward takes it
+    (`deterministic` None or False; FlashConfig.backward, kernels/flash_gluon_bwd.py; o
+    and dO are laid out as q)."""
     if deterministic or case.mode.value == "fwd" or case.is_variant:
         return label
     from fa_bench.kernels import flash_gluon_bwd
     from fa_bench.sweep.vocab import label as tile_label
     from fa_bench.sweep.vocab import mode_fields
 
-    gluon = flash_gluon_bwd.backward_choice(q, k, v, q, q, case.causal, config)
+    gluon = flash_gluon_bwd.backward_choice(
+        q, k, v, q, q, case.causal, config, default=deterministic is None
+    )
     if gluon is None:
         return label
     return label.replace("bwd-" + tile_label(mode_fields(config, "bwd")), gluon.label(), 1)
@@ -194,7 +200,7 @@ def _case_variant(case: Case, q: torch.Tensor, k: torch.Tensor) -> Variant | Non
 
 
 def _variant_fn(
-    case: Case, device: torch.device, config: FlashConfig, deterministic: bool
+    case: Case, device: torch.device, config: FlashConfig, deterministic: bool | None
 ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The timed call of a variant case (issue 19). The ALiBi slopes and a packed
     batch's cumulative lengths are built (and checked) here, outside the timed span; a
@@ -241,9 +247,12 @@ _SUPPORT: dict = dict(
         "our Triton FlashAttention-2 (fa_bench.kernels.flash_attention): online softmax in "
         "exp2, GQA, bottom-right causal; on sm_90 a warp-specialised Gluon forward where it "
         "measured faster (the backend names it); sliding windows (blocks outside skipped), ALiBi, "
-        "softcap, packed varlen batches (flash_attention_varlen); two-kernel backward (a "
-        "separate dQ kernel, seven matmuls per tile pair, no atomics: bitwise identical "
-        "gradients); fp8_e4m3 forward cases: our e4m3 kernel (flash_attention_fp8); "
+        "softcap, packed varlen batches (flash_attention_varlen); backward: on sm_90 "
+        "(fp16/bf16, head_dim 64/128, no variant) the warp-specialised Gluon one-pass "
+        "backward (five matmuls per tile pair, dQ summed by fp32 reduce-adds: not bitwise "
+        "reproducible; H200, session 15: 1.00-1.11x cuDNN but 0.998x at bf16 d128 4k "
+        "causal), elsewhere the two-kernel backward (`triton-deterministic`); "
+        "fp8_e4m3 forward cases: our e4m3 kernel (flash_attention_fp8); "
         "decode cases: our split-KV decode kernel "
         "(fa_bench.kernels.decode_attention), contiguous or paged cache"
     ),
@@ -255,27 +264,48 @@ def triton_flash(
     """`options={"config": {field: value}}` (from `fa-bench sweep`) overrides fields of the
     heuristic's config and bypasses the tuning cache; otherwise the tuning cache is used
     when it has this case's key. The backend label says which config ran and why. A
-    decode case runs our decode kernel (kernels/decode_impl.py)."""
+    decode case runs our decode kernel (kernels/decode_impl.py). A sweep's config times
+    the two-kernel backward: its bwd tile fields are that kernel's (the Gluon backward
+    has its own launches, kernels/flash_gluon_bwd.py)."""
     if case.mode is Mode.DECODE:
         return decode_impl.build(case, q, k, v, options)
-    return _prepare(case, q, k, v, options, deterministic=True, name="triton")
+    swept = bool(options and options.get("config"))
+    return _prepare(case, q, k, v, options, deterministic=True if swept else None, name="triton")
+
+
+@register(
+    "triton-deterministic",
+    description=(
+        "`triton` with deterministic=True: the two-kernel backward always (a separate dQ "
+        "kernel, seven matmuls per tile pair, no atomics: bitwise identical gradients on "
+        "repeated calls; `triton`'s backward before session 15, and `triton`'s wherever "
+        "the Gluon one-pass backward cannot run); same forward"
+    ),
+    **_SUPPORT,
+)
+def triton_flash_deterministic(
+    case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
+) -> Prepared:
+    """As `triton_flash` (the same configs, tuning cache and sweep fields), with the
+    two-kernel backward whatever the device."""
+    return _prepare(case, q, k, v, options, deterministic=True, name="triton-deterministic")
 
 
 @register(
     "triton-onepass",
     description=(
-        "experimental: `triton` with deterministic=False, the one-pass backward (five "
-        "matmuls per tile pair, dQ summed by fp32 adds: not bitwise reproducible); on sm_90 "
-        "(fp16/bf16, head_dim 64/128) the warp-specialised Gluon backward (the backend "
-        "names it; H200, bf16, session 5: 1.0-1.19x triton's two-kernel backward, "
-        "0.82-0.98x cuDNN), elsewhere the `tl` one-pass kernel; same forward; variant "
-        "cases forward only"
+        "`triton` with deterministic=False: a one-pass backward always (five matmuls per "
+        "tile pair, dQ summed by fp32 adds: not bitwise reproducible); on sm_90 "
+        "(fp16/bf16, head_dim 64/128) the warp-specialised Gluon backward (`triton`'s "
+        "there; the backend names it), elsewhere the `tl` one-pass kernel (slower than "
+        "the two-kernel backward on the H200); same forward; variant cases forward only"
     ),
     **dict(_SUPPORT, check=_check_onepass),
 )
 def triton_flash_onepass(
     case: Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: dict | None = None
 ) -> Prepared:
-    """As `triton_flash` (the same configs, tuning cache and sweep fields), with the
-    one-pass backward: kept to measure it (and its TMA reduce-add) against the default."""
+    """As `triton_flash` (the same configs, tuning cache and sweep fields), with a one-pass
+    backward on every device: the `tl` kernel (and its TMA reduce-add) measurable where
+    the default takes the two-kernel backward."""
     return _prepare(case, q, k, v, options, deterministic=False, name="triton-onepass")

@@ -1,7 +1,7 @@
-"""The two backwards of our Triton FlashAttention against a float64 reference: the
-experimental one-pass backward (`deterministic=False`, kernels/flash_kernels_bwd1.py: dQ
-summed by fp32 atomics) and the default two-kernel one (`deterministic=True`,
-kernels/flash_kernels_bwd.py).
+"""The two backwards of our Triton FlashAttention against a float64 reference: the `tl`
+one-pass backward (`deterministic=False`, kernels/flash_kernels_bwd1.py: dQ summed by fp32
+atomics) and the two-kernel one (`deterministic=True`, kernels/flash_kernels_bwd.py); the
+default's choice between the Gluon one-pass backward and the two-kernel one.
 
 CPU tests run the kernels in the Triton interpreter, fp32 only (bf16 dots are wrong there),
 on tiny shapes: a few in the fast tier, the full grid (GQA 4:1 and 4:2, Sq ≠ Sk both ways,
@@ -126,12 +126,34 @@ def test_one_pass_bshd_layout_and_heuristic_config(causal):
     assert ours[0].stride() == q.stride()  # dq keeps q's layout
 
 
-def test_default_backward_is_two_kernel():
-    """The two-kernel backward measured faster on the H200 (2026-11-30), so it is the
-    default; the one-pass backward is opt-in."""
+def test_the_default_backward_is_the_gluon_one_where_it_runs(monkeypatch):
+    """`deterministic=None` (the default) runs the Gluon one-pass backward where
+    backward_choice finds a launch (sm_90, fp16/bf16, head_dim 64/128: faked here), else
+    the two-kernel backward (on a CPU: bitwise the same gradients as deterministic=True);
+    a variant always takes the two-kernel backward."""
     import inspect
 
-    assert inspect.signature(flash_attention).parameters["deterministic"].default is True
+    from fa_bench.kernels import flash_gluon_bwd
+
+    assert inspect.signature(flash_attention).parameters["deterministic"].default is None
+    q, k, v = make(1, 4, 2, 33, 50, 16, torch.float32)
+    _, default = grads(q, k, v, True, deterministic=None)
+    _, two_kernel = grads(q, k, v, True, deterministic=True)
+    assert all(torch.equal(a, b) for a, b in zip(default, two_kernel, strict=True))
+    asked, ran = [], []
+    monkeypatch.setattr(flash_gluon_bwd, "backward_choice",
+                        lambda *a, default=False: asked.append(default) or "launch")  # fmt: skip
+
+    def fake_backward(*a, **kw):
+        ran.append(a[8])
+        return a[1] * 0, a[2] * 0, a[3] * 0
+
+    monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", fake_backward)
+    _, faked = grads(q, k, v, True, deterministic=None)
+    assert (asked, ran) == ([True], ["launch"]) and not any(g.any() for g in faked)
+    o = flash_attention(q, k, v, causal=True, softcap=5.0)  # a variant: never asked
+    torch.autograd.grad(o, (q, k, v), output_grad(o))
+    assert asked == [True]
 
 
 @cpu_only
@@ -141,8 +163,9 @@ def test_triton_onepass_is_registered():
     from fa_bench.registry import get
 
     impl = get("triton-onepass")
-    assert "experimental" in impl.description and "one-pass" in impl.description
-    assert "two-kernel" in get("triton").description
+    assert "deterministic=False" in impl.description and "one-pass" in impl.description
+    assert "Gluon one-pass" in get("triton").description
+    assert "two-kernel backward always" in get("triton-deterministic").description
     cpu = torch.device("cpu")
     case = Case("triton-onepass", "fwd_bwd", "fp32", 1, 4, 2, 33, 50, 40, True)
     assert impl.unsupported_reason(case, cpu) is None

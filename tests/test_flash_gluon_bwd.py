@@ -239,19 +239,26 @@ def test_backend_label_names_the_gluon_backward(runnable):
 
 
 def test_triton_onepass_takes_the_gluon_backward_where_it_runs(monkeypatch):
-    """The registry's triton-onepass asks for FlashConfig(backward="auto"); triton keeps
-    the two-kernel backward (its backward_choice is never asked)."""
-    import fa_bench.kernels.triton_impl  # noqa: F401  (registers both names)
+    """The registry's triton-onepass asks for FlashConfig(backward="auto"), triton for the
+    default's choice (backward_choice's `default`); triton-deterministic keeps the
+    two-kernel backward (never asks), and so does triton under a sweep's config."""
+    import fa_bench.kernels.triton_impl  # noqa: F401  (registers the names)
     from fa_bench.case import Case
     from fa_bench.registry import get
 
     seen = []
-    monkeypatch.setattr(flash_gluon_bwd, "backward_choice", lambda *a: seen.append(a[-1]))
+
+    def choice(*a, default=False):
+        seen.append((a[-1].backward, default))
+
+    monkeypatch.setattr(flash_gluon_bwd, "backward_choice", choice)
     q = _t((1, 2, 32, 64), torch.float32)
-    for impl in ("triton-onepass", "triton"):
+    for impl in ("triton-onepass", "triton", "triton-deterministic"):
         case = Case(impl, "fwd_bwd", "fp32", 1, 2, 2, 32, 32, 64, False)
         get(impl).prepare(case, q, q, q)
-    assert [cfg.backward for cfg in seen] == ["auto"]
+    case = Case("triton", "fwd_bwd", "fp32", 1, 2, 2, 32, 32, 64, False)
+    get("triton").prepare(case, q, q, q, {"config": {"bwd_block_m": 32}})
+    assert seen == [("auto", False), ("tl", True)]
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="the CPU interpreter's dispatch")
@@ -443,3 +450,32 @@ def test_gpu_auto_falls_back_where_gluon_cannot_run(monkeypatch, dtype, head_dim
     tiles = heuristic_config(head_dim, dtype, True, torch.device("cuda"), 333)
     config = dataclasses.replace(tiles, backward="auto")
     _accuracy((1, 4, 2, 333, 333, head_dim), dtype, True, config)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_the_default_backward_is_gluon_where_it_runs(monkeypatch):
+    """flash_attention's default (`deterministic=None`) on the H200: the Gluon kernel at
+    bf16 head_dim 128 (counted), the two-kernel backward at head_dim 256, fp32 and under
+    a variant (softcap); every one within the accuracy rule."""
+    from test_flash_attention import make
+    from test_flash_backward import assert_backward_within_pytorch_error
+
+    calls = []
+    real = flash_gluon_bwd.gluon_backward
+    monkeypatch.setattr(
+        flash_gluon_bwd, "gluon_backward", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    for dtype, head_dim, expect in ((torch.bfloat16, 128, 1), (torch.bfloat16, 256, 0),
+                                    (torch.float32, 128, 0)):  # fmt: skip
+        calls.clear()
+        q, k, v = make(1, 4, 2, 517, 517, head_dim, dtype, device="cuda")
+        assert_backward_within_pytorch_error(q, k, v, True, None)
+        assert len(calls) == expect, (dtype, head_dim)
+    from fa_bench.kernels.flash_attention import flash_attention
+
+    calls.clear()
+    q, k, v = make(1, 4, 2, 517, 517, 128, torch.bfloat16, device="cuda")
+    o = flash_attention(q, k, v, causal=True, softcap=20.0)
+    o.sum().backward()
+    assert not calls and q.grad is not None

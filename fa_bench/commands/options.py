@@ -267,7 +267,7 @@ TuningCache = Annotated[
         "--tuning-cache",
         panel=MEASURE,
         metavar="FILE|off",
-        help="Tuning cache for `triton` and `triton-onepass` (written by "
+        help="Tuning cache for `triton`, `triton-deterministic` and `triton-onepass` (written by "
         "`fa-bench sweep --save-best`), or "
         "'off'. Default: $FA_BENCH_TUNING_CACHE, else ~/.cache/fa-bench/tuning.json.",
     ),

@@ -5,9 +5,10 @@ A sweep point is a case plus the FlashConfig fields its mode decides:
   num_stages of the forward kernel;
 - mode `bwd`: bwd_block_m (rows streamed per step), bwd_block_n (rows each program
   holds: keys in the one-pass kernel and in dK/dV, queries in the deterministic dQ
-  kernel), bwd_num_warps, bwd_num_stages. The sweep times `triton`, whose backward is the
-  two-kernel one (dK/dV, then dQ); `triton-onepass` reads the same fields (and tuning
-  cache).
+  kernel), bwd_num_warps, bwd_num_stages. The sweep times `triton` with the two-kernel
+  backward (dK/dV, then dQ: a swept config always takes it, kernels/triton_impl.py; the
+  default's Gluon backward on sm_90 has launches of its own); `triton-deterministic` and
+  `triton-onepass` read the same fields (and tuning cache).
 The other fields stay at the heuristic's values. The heuristic's own config is always in
 the space (marked `is_default`) so the sweep measures how much the best beats it, and so
 is each rule of thumb's square tile (`rules_of_thumb`, marked in `rules`) with the
