@@ -6,7 +6,9 @@ slowed config, to show that `fa-bench compare` catches a real slowdown.
     FA_BENCH_TUNING_CACHE=OUT.json fa-bench run ... -i triton
 
 The cache (fa_bench.sweep.tuning, schema fa-bench-tuning/1) covers every dtype, head_dim of
-the built-in suites, causal flag, mode and seqlen bucket, so every triton case takes it.
+the built-in suites, causal flag, mode and seqlen bucket, so every triton case takes it
+where its kernels read tiles: on sm_90 `triton`'s Gluon forward (where it is preferred)
+and default backward have launches of their own, so GPU gates slow `triton-deterministic`.
 """
 
 from __future__ import annotations

@@ -110,7 +110,8 @@ def test_gpu_auto_dispatch_runs_gluon_where_preferred_and_agrees_with_tl(
     q, k, v = _qkv(shape=(1, 4, seq, head_dim), device="cuda", dtype=torch.bfloat16)
     calls = []
     real = flash_gluon.gluon_forward
-    monkeypatch.setattr(flash_gluon, "gluon_forward", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(flash_gluon, "gluon_forward",
+                        lambda *a, **kw: calls.append(a) or real(*a, **kw))  # fmt: skip
     o = flash_attention(q, k, v, causal=True)
     assert len(calls) == int(flash_gluon.gluon_preferred(q, k, v, True))
     assert check_accuracy(case, q, k, v, o)["passed"]
