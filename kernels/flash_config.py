@@ -91,7 +91,8 @@ class FlashConfig:
     # `tl` kernel (flash_kernels_bwd1.py), "gluon" the warp-specialised Gluon kernel for
     # sm_90 (kernels/flash_gluon_bwd.py; a ValueError says why it cannot run a call),
     # "auto" the Gluon kernel where it can run, else `tl`. deterministic=True always runs
-    # the two-kernel backward.
+    # the two-kernel backward; the default (None) the Gluon kernel where it can run
+    # ("gluon": a ValueError where it cannot), else the two-kernel backward.
     backward: str = "tl"
 
     def __post_init__(self) -> None:

@@ -12,7 +12,9 @@ below puts the makespan 6.5% above the work divided evenly, and 0.3% above with 
 heads interleaved (each key block of the four heads in turn: the heaviest of four heads
 first, the workspaces of four heads in L2). At 16k (16 heads of 128 key blocks) the
 head-major order is within 0.2% already. Every key block of a head has the same work
-without the causal mask: the order does not matter there.
+without the causal mask: the order does not matter there. Measured on the H200 (session
+15 call 1, bf16 causal, `fa-bench run`) the groups gained less than the model promised:
++1.7% at d128 4k, +2-3% at 1k and 2k, +0.5% at d64 4k (docs/kernel.md, session 15).
 
 `grid_position(pid, blocks, heads, group)` is the kernel's mapping (flash_gluon_bwd_
 kernels._bwd_ws computes the same), written here so that the model dispatches what the
