@@ -293,31 +293,27 @@ def _backward(
     variant: Variant | None = None,
 ):  # fmt: skip
     do = _last_dim_unit(do)
-    from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
-
-    if deterministic is None:  # the default: the fast backward of these tensors
-        gluon = None
-        if variant is None:
-            gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg, default=True)
-        if gluon is None:
-            return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
-        return flash_gluon_bwd.gluon_backward(
-            do, q, k, v, o, lse2, causal, scale, gluon, checked=True
-        )
     if deterministic:
         return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
     if variant is not None:
+        if deterministic is None:  # the default: the one-pass backwards have no variants
+            return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
         raise ValueError(
             "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
             "packed batches; leave deterministic at None (the default) or set True for "
             "their gradients"
         )
-    gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg)
+    from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
+
+    default = deterministic is None
+    gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg, default=default)
     if gluon is not None:  # sm_90, fp16/bf16, head_dim 64/128: the warp-specialised kernel
         # checked: backward_choice has just asked gluon_bwd_reason (once per timed call)
         return flash_gluon_bwd.gluon_backward(
             do, q, k, v, o, lse2, causal, scale, gluon, checked=True
         )
+    if default:  # elsewhere the two-kernel backward (the `tl` one-pass one was slower)
+        return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
     return _backward_one_pass(do, q, k, v, o, lse2, causal, scale, cfg)
 
 

@@ -269,7 +269,7 @@ def triton_flash(
     has its own launches, kernels/flash_gluon_bwd.py)."""
     if case.mode is Mode.DECODE:
         return decode_impl.build(case, q, k, v, options)
-    swept = bool(options and options.get("config"))
+    swept = options is not None and "config" in options  # every sweep point, default too
     return _prepare(case, q, k, v, options, deterministic=True if swept else None, name="triton")
 
 
