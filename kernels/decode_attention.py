@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from fa_bench.kernels import device_props
 from fa_bench.kernels.decode_checks import (  # noqa: F401  (re-exported: the limits)
     MAX_SEQ_Q,
     PAGE_SIZE_MAX,
@@ -91,11 +92,6 @@ def _cdiv(n: int, d: int) -> int:
     return (n + d - 1) // d
 
 
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 # ---------------------------------------------------------------------------------------
 # Launch
 # ---------------------------------------------------------------------------------------
@@ -113,7 +109,7 @@ def plan_launch(
     batch, seq_q, heads_q, _ = q.shape
     heads_kv = k_cache.shape[2]
     block_rows, row_blocks = row_tiles(heads_q // heads_kv, seq_q)
-    sms = _INTERPRETER_SMS if _interpreting() else _sm_count(q.device.index or 0)
+    sms = _INTERPRETER_SMS if _interpreting() else device_props.sm_count(q.device)
     if block_table is None:
         capacity, page_size = k_cache.shape[1], None
     else:

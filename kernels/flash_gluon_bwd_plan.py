@@ -30,12 +30,12 @@ is queued, see flash_gluon_bwd_desc.tma_rows).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels import device_props
 from fa_bench.kernels.bound_launch import recall, remember
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
 from fa_bench.kernels.flash_gluon_bwd_order import causal_head_group
@@ -235,37 +235,21 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
 def _sms_l2() -> tuple[int, int]:
     """The current CUDA device's SM count and L2 bytes ((0, 0) without one: the head-major
     order)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return 0, 0
-    return _device_sms_l2(torch.cuda.current_device())
-
-
-@functools.cache
-def _device_sms_l2(index: int) -> tuple[int, int]:
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    return props.multi_processor_count, props.L2_cache_size
+    return device_props.sm_count(), device_props.l2_bytes()
 
 
 def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta: Any,
           causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
     """The bound launches of the Gluon kernel and dQ's cast for these tensors' key, or
     (None, why not)."""
-    import torch
-
     from fa_bench.kernels.bound_launch import Bound, jit_values
     from fa_bench.kernels.flash_gluon_plan import _Ptr
 
     compiled = tuple(c.result() if hasattr(c, "result") else c for c in compiled)
-    if not all(hasattr(c, "run") and hasattr(c, "function") for c in compiled):
-        return None, "no compiled kernel to bind"
-    if _VERIFIED.get(compiled) is False:  # checked once already: not another try per call
-        return None, "the bound launches did not reproduce the JIT launches"
-    if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
-        return None, "a CUDA graph is being captured: the check waits for a plain call"
+    why = _unbindable(compiled, all(hasattr(c, "run") and hasattr(c, "function")
+                                    for c in compiled))  # fmt: skip
+    if why:
+        return None, why
     ptrs = tuple(_Ptr(t) for t in tensors)
     stand_ins = [make() for make in steps(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale)]
     bound = []
@@ -275,19 +259,35 @@ def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta
             return None, f"an argument of {getattr(fn, '__name__', fn)} not given"
         bound.append(Bound(c, grid, values, tensors[0].device.index or 0))
     if compiled not in _VERIFIED:
-        _VERIFIED[compiled] = reproduces(tuple(bound), tensors, delta)
+        _VERIFIED[compiled] = reproduces(tuple(bound), tensors)
     if not _VERIFIED[compiled]:
-        return None, "the bound launches did not reproduce the JIT launches"
+        return None, _NOT_REPRODUCED
     return tuple(bound), ""
 
 
-def reproduces(bound: tuple, tensors: tuple, delta: Any) -> bool:
+def _unbindable(compiled: Any, runnable: bool) -> str:
+    """Why these compiled kernels get no bound launch now ("" when they may): nothing
+    compiled to bind, a check that failed before (not retried per call), or a CUDA graph
+    being captured (the check's synchronising reads wait for a plain call)."""
+    import torch
+
+    if not runnable:
+        return "no compiled kernel to bind"
+    if _VERIFIED.get(compiled) is False:
+        return _NOT_REPRODUCED
+    if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
+        return "a CUDA graph is being captured: the check waits for a plain call"
+    return ""
+
+
+_NOT_REPRODUCED = "the bound launches did not reproduce the JIT launches"
+
+
+def reproduces(bound: tuple, tensors: tuple) -> bool:
     """Whether the bound launches write what the JIT launches just wrote: dk, dv bit for
     bit, dq_ws and dq within 1e-3 of their largest value (the reduce-adds' order varies).
-    The outputs are left holding the JIT launches' results either way; `delta` is read,
-    not written."""
-    del delta  # launch_pre's, checked there
-
+    The outputs are left holding the JIT launches' results either way (delta is
+    launch_pre's, checked by `pre_reproduces`)."""
     _, _, _, _, _, dk, dv, dq, dq_ws = tensors
     outs = (dk, dv, dq, dq_ws)
     want = [t.clone() for t in outs]
@@ -309,18 +309,13 @@ def reproduces(bound: tuple, tensors: tuple, delta: Any) -> bool:
 
 def _bind_pre(compiled: Any, o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple[Any, str]:
     """launch_pre's bound launch for these tensors' key, or (None, why not)."""
-    import torch
-
     from fa_bench.kernels.bound_launch import Bound, jit_values
     from fa_bench.kernels.flash_gluon_plan import _Ptr
 
     compiled = compiled.result() if hasattr(compiled, "result") else compiled
-    if not (hasattr(compiled, "run") and hasattr(compiled, "function")):
-        return None, "no compiled kernel to bind"
-    if _VERIFIED.get(compiled) is False:
-        return None, "the bound launch did not reproduce the JIT launch"
-    if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
-        return None, "a CUDA graph is being captured: the check waits for a plain call"
+    why = _unbindable(compiled, hasattr(compiled, "run") and hasattr(compiled, "function"))
+    if why:
+        return None, why
     fn, grid, args, kwargs = pre_call(_Ptr(o), _Ptr(do), _Ptr(delta), _Ptr(dq_ws))
     values = jit_values(fn, args, kwargs)
     if values is None:
@@ -329,7 +324,7 @@ def _bind_pre(compiled: Any, o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple[A
     if compiled not in _VERIFIED:
         _VERIFIED[compiled] = pre_reproduces(bound, delta, dq_ws)
     if not _VERIFIED[compiled]:
-        return None, "the bound launch did not reproduce the JIT launch"
+        return None, _NOT_REPRODUCED
     return bound, ""
 
 

@@ -20,7 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fa_bench.kernels import flash_gluon
+from fa_bench.kernels import device_props, flash_gluon
 from fa_bench.kernels.flash_gluon_fp8_table import TABLE_ENV, range_start, table_range, table_role
 
 # padded_v, fp8_gluon_reason and HEAD_DIMS re-exported: their home was this module
@@ -388,7 +388,7 @@ def fp8_gluon_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descale
         from fa_bench.kernels.flash_gluon_fp8_table import persist_bh_group
 
         n_bh = batch * heads_q
-        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        sms = device_props.sm_count(q.device)
         grid: tuple[int, ...] = (min(sms, tiles * n_bh),)
         group = persist_bh_group(n_bh, heads_q, heads_kv, seq_k, head_dim)
         plan = launch_plan(q.device, cfg, (n_bh, heads_q, seq_q, seq_k), grid[0], group, causal)

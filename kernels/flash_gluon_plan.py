@@ -29,6 +29,7 @@ import os
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from fa_bench.kernels import device_props
 from fa_bench.kernels.bound_launch import recall, remember
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def launch(cfg: GluonConfig, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         bound()
         return
     tensors = (q, k, v, o)
-    fn, grid, args, kwargs = call(cfg, tensors, lse2, causal, qk_scale, _sms(q.device))
+    sms = device_props.sm_count(q.device)
+    fn, grid, args, kwargs = call(cfg, tensors, lse2, causal, qk_scale, sms)
     compiled = fn[grid](*args, **kwargs)
     if key is None:
         return
@@ -105,16 +107,6 @@ def clear() -> None:
     """Forget every plan and verification (tests; a process that frees its kernels)."""
     _PLANS.clear()
     _VERIFIED.clear()
-
-
-@functools.cache
-def _sms(device: torch.device) -> int:
-    """The persistent grid's CTA count (one per SM); 0 off CUDA, where none launches."""
-    import torch
-
-    if device.type != "cuda":
-        return 0
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def call(cfg: GluonConfig, tensors: tuple, lse2: Any, causal: bool, qk_scale: float,
@@ -165,7 +157,8 @@ def _bind(cfg: GluonConfig, fn: Any, compiled: Any, tensors: tuple, lse2: torch.
     if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
         return None, "a CUDA graph is being captured: the check waits for a plain call"
     ptrs = tuple(_Ptr(t) for t in tensors)
-    _, grid, args, kwargs = call(cfg, ptrs, _Ptr(lse2), causal, qk_scale, _sms(q.device))
+    sms = device_props.sm_count(q.device)
+    _, grid, args, kwargs = call(cfg, ptrs, _Ptr(lse2), causal, qk_scale, sms)
     values = jit_values(fn, args, kwargs)
     if values is None:
         return None, f"an argument of {getattr(fn, '__name__', fn)} not given"

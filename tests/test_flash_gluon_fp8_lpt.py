@@ -15,7 +15,12 @@ import re
 import pytest
 import torch
 
-from fa_bench.kernels import flash_gluon_fp8, flash_gluon_fp8_persist, flash_gluon_fp8_sched
+from fa_bench.kernels import (
+    device_props,
+    flash_gluon_fp8,
+    flash_gluon_fp8_persist,
+    flash_gluon_fp8_sched,
+)
 from fa_bench.kernels.flash_gluon_fp8 import Fp8GluonConfig, candidate_configs
 from fa_bench.kernels.flash_gluon_fp8_sched import (
     busiest_share,
@@ -157,10 +162,7 @@ def test_the_persistent_launch_passes_its_plan(monkeypatch, role):
     fake = _FakeKernel()
     monkeypatch.setattr(flash_gluon_fp8_persist, "_fwd_fp8_persistent", fake)
 
-    class _Props:
-        multi_processor_count = 132
-
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: _Props())
+    monkeypatch.setattr(device_props, "sm_count", lambda device=None: 132)
     fp8 = torch.float8_e4m3fn
     q = torch.zeros(4, 16, 4096, 128, dtype=fp8)
     k = torch.zeros(4, 16, 4096, 128, dtype=fp8)

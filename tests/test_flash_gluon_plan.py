@@ -12,7 +12,7 @@ import weakref
 import pytest
 import torch
 
-from fa_bench.kernels import flash_gluon, flash_gluon_plan
+from fa_bench.kernels import device_props, flash_gluon, flash_gluon_plan
 from fa_bench.kernels.flash_gluon import GluonConfig, candidate_configs
 
 CFG = GluonConfig()
@@ -191,7 +191,7 @@ def _unplanned(cfg, q, k, v, causal, scale):
     lse2 = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     fn, grid, args, kw = flash_gluon_plan.call(cfg, (q, k, v, o), lse2, causal,
                                                scale * flash_gluon._LOG2E,
-                                               flash_gluon_plan._sms(q.device))  # fmt: skip
+                                               device_props.sm_count(q.device))  # fmt: skip
     fn[grid](*args, **kw)
     return o, lse2
 
