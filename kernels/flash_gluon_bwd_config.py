@@ -41,7 +41,8 @@ class GluonBwdConfig:
     kb_major: the grid runs every head's first key blocks first (the first causal order)
       instead of one head's key blocks together: on the H200 (session 5, call B) it left
       the causal backward bound by its dQ reduce-adds at 4k (the workspaces of all heads
-      at once do not fit L2: 331 TFLOP/s, 498 without the adds, bf16 d128);
+      at once do not fit L2: 331 TFLOP/s, 498 without the adds, bf16 d128); the kernel
+      runs it as one group of all heads (`head_groups`' mapping);
     pingpong: the two consumers take turns to issue their matmul groups (mbarriers), so
       one's exponentials overlap the other's matmuls (the Gluon forward's ping-pong);
     ops_smem: wgmma A operands from shared memory instead of registers (fewer registers

@@ -170,14 +170,14 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
-            ROTATE: gl.constexpr, KB_MAJOR: gl.constexpr, PINGPONG: gl.constexpr,
+            ROTATE: gl.constexpr, PINGPONG: gl.constexpr,
             OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False):  # fmt: skip
     """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
     so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
-    first, key blocks first); KB_MAJOR swaps the axes (every head's first key blocks
-    first: the dQ workspaces of all heads at once, which thrashed L2 on the H200);
-    head_group > 1 (causal) interleaves the key blocks of that many heads instead
-    (kernels/flash_gluon_bwd_order.py, whose grid_position this mapping is).
+    first, key blocks first); head_group > 1 interleaves the key blocks of that many
+    heads instead (kernels/flash_gluon_bwd_order.py, whose grid_position this mapping
+    is; all of them is session 5's key-block-major order, every head's first key blocks
+    first, whose dQ workspaces thrashed L2 on the H200).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
@@ -203,17 +203,13 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 1, "OPS_SMEM 3 sums the consumers' own shares")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
-    if KB_MAJOR:
-        kb = gl.program_id(1)
-        bhk = gl.program_id(0)
-    else:
-        blocks = gl.num_programs(0)
-        pid = gl.program_id(1) * blocks + gl.program_id(0)
-        first = (pid // (head_group * blocks)) * head_group
-        size = gl.minimum(head_group, gl.num_programs(1) - first)
-        rest = pid - first * blocks
-        kb = rest // size
-        bhk = first + rest % size
+    blocks = gl.num_programs(0)
+    pid = gl.program_id(1) * blocks + gl.program_id(0)
+    first = (pid // (head_group * blocks)) * head_group
+    size = gl.minimum(head_group, gl.num_programs(1) - first)
+    rest = pid - first * blocks
+    kb = rest // size
+    bhk = first + rest % size
     b = bhk // heads_kv
     hk = bhk % heads_kv
     group = heads_q // heads_kv

@@ -199,9 +199,9 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
               scale: float, probe: int = 0) -> tuple:  # fmt: skip
     """The Gluon kernel's launch (jit function, grid, args, keywords) for (q, k, v, do,
     dk, dv, dq_ws) and the (B, H, S) lse2 and delta (tensors or stand-ins): descriptors,
-    grid (a head's key blocks together, heaviest first; `kb_major`: the key block on the
-    slow axis), constexprs, and the heads whose key blocks the grid interleaves (causal
-    under `head_groups`: flash_gluon_bwd_order; else 1). `probe` 2 skips the dQ
+    grid (a head's key blocks together, heaviest first), constexprs, and the heads whose
+    key blocks the grid interleaves (causal under `head_groups`: flash_gluon_bwd_order;
+    `kb_major`: all of them; else 1). `probe` 2 skips the dQ
     reduce-adds (timing probes)."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
     from fa_bench.kernels.flash_gluon_bwd_desc import _descriptor, _row_descriptor
@@ -216,8 +216,8 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
-    grid = (heads, blocks) if cfg.kb_major else (blocks, heads)
-    group = 1
+    grid = (blocks, heads)
+    group = heads if cfg.kb_major else 1
     if causal and cfg.head_groups:
         # a key/value head's query heads: the fp32 dQ workspace, Q and dO (16-bit)
         head_bytes = heads_q // heads_kv * seq_q * head_dim * 8
@@ -227,7 +227,7 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     kwargs = dict(BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
-                  ROTATE=cfg.rotate, KB_MAJOR=cfg.kb_major, PINGPONG=cfg.pingpong,
+                  ROTATE=cfg.rotate, PINGPONG=cfg.pingpong,
                   OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 

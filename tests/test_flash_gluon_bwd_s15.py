@@ -103,6 +103,23 @@ def test_the_launch_passes_the_models_group_when_causal(monkeypatch, causal, gro
     assert asked == ([(64, 64, 64, 128, 4, 2 * 64 * 128 * 8, *H200)] if expect == 3 else [])
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_kb_major_is_one_group_of_every_head(causal):
+    """Session 5's key-block-major order through the group mapping (no constexpr of its
+    own since session 16): the (key blocks, heads) grid with head_group = all heads,
+    which grid_position maps key block slowest."""
+    pytest.importorskip("triton.experimental.gluon")
+    from test_flash_gluon_bwd_plan import _io
+
+    cfg = candidate_bwd_configs(128)["ws-kbmajor"]
+    (q, k, v, _, do, dk, dv, _, dq_ws), lse2, delta = _io((2, 4, 300, 128), heads_kv=2)
+    _, grid, args, kwargs = flash_gluon_bwd_plan.main_call(
+        cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, 0.1)  # fmt: skip
+    assert grid == (3, 4) and args[-1] == 4 and "KB_MAJOR" not in kwargs
+    order = [grid_position(pid, 3, 4, 4) for pid in range(12)]
+    assert order == [(kb, h) for kb in range(3) for h in range(4)]
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("group", [2, 4, 5, 6])

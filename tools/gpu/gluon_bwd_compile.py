@@ -110,7 +110,6 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         CONSUMER_REGS=cfg.consumer_regs,
         DQ_MODE=probe or cfg.dq_mode,
         ROTATE=cfg.rotate,
-        KB_MAJOR=cfg.kb_major,
         PINGPONG=cfg.pingpong,
         OPS_SMEM=cfg.ops_smem,
         DQ_PERM=cfg.dq_perm,
