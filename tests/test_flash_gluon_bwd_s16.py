@@ -76,3 +76,19 @@ def test_gpu_the_split_gives_the_same_gradients(shape, causal, head_dim, dtype):
     assert torch.equal(out[BASE][1], out[ROLE][1]) and torch.equal(out[BASE][2], out[ROLE][2])
     res = check.check_slices(shape, dtype, head_dim, causal, (q, k, v, o, do, out[ROLE]))
     assert res["passed"], res
+
+
+def test_the_sass_comparison_names_how_far_two_kernels_agree():
+    """tools/gpu/gluon_bwd_sass.py's verdicts, which session 16 relied on (no GPU) to say
+    that the kb_major fold and kv_split left the default launch's code alone."""
+    pytest.importorskip("triton.experimental.gluon._runtime")
+    compare = tool("gluon_bwd_sass").compare
+    a = "--:-:-:-:1\tIMAD R2, R3, R4;\n--:-:-:-:2\t@P0 BRA L1;\n--:-:-:-:1\tFADD R5, R2, R2;"
+    assert compare(a, a) == ("same", [])
+    renamed = a.replace("R2", "R9").replace("P0", "P3")
+    assert compare(a, renamed) == ("registers", [])
+    lines = a.splitlines()
+    moved = "\n".join([lines[0], lines[2], lines[1]])
+    verdict, where = compare(a, moved)
+    assert verdict == "schedule" and where
+    assert compare(a, a.replace("FADD", "FMUL"))[0] == "differs"
