@@ -190,19 +190,20 @@ def _bwd_bars(STAGES: gl.constexpr, KV_SPLIT: gl.constexpr = False):
 
 @gluon.jit
 def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc, delta_desc,
-            heads_q, heads_kv, seq_q, seq_k, qk_scale, scale, head_group,
+            heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
             ROTATE: gl.constexpr, PINGPONG: gl.constexpr,
             OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False,
             KV_SPLIT: gl.constexpr = False):  # fmt: skip
-    """Grid: (key blocks of 2·KEYS, batch · heads_kv): a head's key blocks run together,
-    so the CTAs adding into one head's dQ workspace share it in L2 (causal: its heaviest,
-    first, key blocks first); head_group > 1 interleaves the key blocks of that many
-    heads instead (kernels/flash_gluon_bwd_order.py, whose grid_position this mapping
-    is; all of them is session 5's key-block-major order, every head's first key blocks
-    first, whose dQ workspaces thrashed L2 on the H200).
+    """Grid: (group, key blocks of 2·KEYS, batch · heads_kv / group), dispatched x
+    fastest: with a group of 1 a head's key blocks run together, so the CTAs adding into
+    one head's dQ workspace share it in L2 (causal: its heaviest, first, key blocks
+    first); a larger group interleaves the key blocks of that many heads
+    (kernels/flash_gluon_bwd_order.py, whose grid_position is this order; all of them is
+    session 5's key-block-major order, every head's first key blocks first, whose dQ
+    workspaces thrashed L2 on the H200).
     DQ_MODE: 0 each consumer adds its keys' dQ share (`_dq_out`), 1 FA3's shared dQ
     (`_dq_shared`), 3 as 0 with dQ's first chunk queued before dV/dK are waited for,
     4 as 0 with both chunks (head_dim 128) queued before dV/dK are waited for, 5 dQ's
@@ -229,13 +230,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 1, "OPS_SMEM 3 sums the consumers' own shares")
     gl.static_assert(OPS_SMEM != 3 or DQ_MODE != 2, "OPS_SMEM 3 always reduce-adds")
     dtype: gl.constexpr = q_desc.dtype
-    blocks = gl.num_programs(0)
-    pid = gl.program_id(1) * blocks + gl.program_id(0)
-    first = (pid // (head_group * blocks)) * head_group
-    size = gl.minimum(head_group, gl.num_programs(1) - first)
-    rest = pid - first * blocks
-    kb = rest // size
-    bhk = first + rest % size
+    kb = gl.program_id(1)
+    bhk = gl.program_id(2) * gl.num_programs(0) + gl.program_id(0)
     b = bhk // heads_kv
     hk = bhk % heads_kv
     group = heads_q // heads_kv

@@ -16,9 +16,12 @@ without the causal mask: the order does not matter there. Measured on the H200 (
 15 call 1, bf16 causal, `fa-bench run`) the groups gained less than the model promised:
 +1.7% at d128 4k, +2-3% at 1k and 2k, +0.5% at d64 4k (docs/kernel.md, session 15).
 
-`grid_position(pid, blocks, heads, group)` is the kernel's mapping (flash_gluon_bwd_
-kernels._bwd_ws computes the same), written here so that the model dispatches what the
-kernel runs.
+`grid_position(pid, blocks, heads, group)` is the order the kernel runs: its grid is
+(group, key blocks, heads / group), dispatched x fastest, so the CTA at linear position
+pid holds key block pid // group % blocks of head (pid // (group · blocks)) · group +
+pid % group (flash_gluon_bwd_kernels._bwd_ws reads both from its program ids). The
+model also takes groups that do not divide the heads (a ragged last group); the launch
+takes only divisors.
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ def makespan(work: list[int], heads: int, group: int, sms: int) -> int:
 def causal_head_group(seq_q: int, seq_k: int, block_m: int, block_n: int, heads: int,
                       head_bytes: int, sms: int, l2_bytes: int) -> int:  # fmt: skip
     """How many heads' key blocks the causal grid interleaves (1: a head's key blocks
-    together): the power of two with the shortest modelled makespan (`makespan`), the
-    fewest heads on a tie, whose heads' `head_bytes` (the fp32 dQ workspace and Q, dO of
-    one key/value head) fit `L2_SHARE` of L2."""
+    together): the power of two dividing `heads` with the shortest modelled makespan
+    (`makespan`), the fewest heads on a tie, whose heads' `head_bytes` (the fp32 dQ
+    workspace and Q, dO of one key/value head) fit `L2_SHARE` of L2."""
     if heads < 2 or sms < 1:
         return 1
     q_blocks = -(-seq_q // block_m)
@@ -76,7 +79,7 @@ def causal_head_group(seq_q: int, seq_k: int, block_m: int, block_n: int, heads:
     work = [q_blocks - max(kb * block_n - (seq_k - seq_q), 0) // block_m
             for kb in range(-(-seq_k // block_n))]  # fmt: skip
     groups = [
-        g for g in (2, 4, 8, 16, 32, 64) if g <= heads and g * head_bytes <= L2_SHARE * l2_bytes
+        g for g in (2, 4, 8, 16, 32, 64) if heads % g == 0 and g * head_bytes <= L2_SHARE * l2_bytes
     ]
     if not groups or len(work) * heads <= sms:  # no group fits L2; or one wave, all at once
         return 1

@@ -199,10 +199,10 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
               scale: float, probe: int = 0) -> tuple:  # fmt: skip
     """The Gluon kernel's launch (jit function, grid, args, keywords) for (q, k, v, do,
     dk, dv, dq_ws) and the (B, H, S) lse2 and delta (tensors or stand-ins): descriptors,
-    grid (a head's key blocks together, heaviest first), constexprs, and the heads whose
-    key blocks the grid interleaves (causal under `head_groups`: flash_gluon_bwd_order;
-    `kb_major`: all of them; else 1). `probe` 2 skips the dQ
-    reduce-adds (timing probes)."""
+    grid (group, key blocks, heads / group): the heads whose key blocks the grid
+    interleaves (causal under `head_groups`: flash_gluon_bwd_order; `kb_major`: all of
+    them; else 1, a head's key blocks together, heaviest first), and constexprs. `probe`
+    2 skips the dQ reduce-adds (timing probes)."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
     from fa_bench.kernels.flash_gluon_bwd_desc import _descriptor, _row_descriptor
 
@@ -216,14 +216,19 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     descs.append(_descriptor(dq_ws, cfg.block_m, cfg.dq_cols(head_dim)))
     descs += [_row_descriptor(lse2, cfg.block_m), _row_descriptor(delta, cfg.block_m)]
     blocks, heads = -(-seq_k // cfg.block_n), batch * heads_kv
-    grid = (blocks, heads)
     group = heads if cfg.kb_major else 1
     if causal and cfg.head_groups:
         # a key/value head's query heads: the fp32 dQ workspace, Q and dO (16-bit)
         head_bytes = heads_q // heads_kv * seq_q * head_dim * 8
         group = causal_head_group(seq_q, seq_k, cfg.block_m, cfg.block_n, heads, head_bytes,
                                   *_sms_l2())  # fmt: skip
-    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale, group)
+    if heads % group:
+        raise ValueError(f"a group of {group} heads does not divide the {heads} heads")
+    # the hardware dispatches x fastest: the group's heads, then its key blocks, then the
+    # next group (the kernel's mapping is program ids alone, which ptxas rematerialises:
+    # session 15's runtime division kept them in registers, 40-48 more bytes spilled)
+    grid = (group, blocks, heads // group)
+    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale)
     kwargs = dict(BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,

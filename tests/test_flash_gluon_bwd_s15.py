@@ -90,17 +90,41 @@ def test_the_launch_passes_the_models_group_when_causal(monkeypatch, causal, gro
 
     def model(*args):
         asked.append(args)
-        return 3
+        return 2
 
     monkeypatch.setattr(flash_gluon_bwd_plan, "causal_head_group", model)
     cfg = dataclasses.replace(candidate_bwd_configs(128)[ROLE], head_groups=groups)
     (q, k, v, _, do, dk, dv, _, dq_ws), lse2, delta = _io((2, 4, 64, 128), heads_kv=2)
     _, grid, args, _ = flash_gluon_bwd_plan.main_call(
         cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, 0.1)  # fmt: skip
-    expect = 3 if causal and groups else 1
-    assert args[-1] == expect and grid == (1, 4)
+    expect = 2 if causal and groups else 1
+    # (group, key blocks, heads / group): no runtime argument, the kernel reads program ids
+    assert grid == (expect, 1, 4 // expect) and args[-1] == 0.1
     # (seq_q, seq_k, block_m, block_n, batch · kv heads, a kv head's bytes, SMs, L2)
-    assert asked == ([(64, 64, 64, 128, 4, 2 * 64 * 128 * 8, *H200)] if expect == 3 else [])
+    assert asked == ([(64, 64, 64, 128, 4, 2 * 64 * 128 * 8, *H200)] if expect == 2 else [])
+
+
+def test_a_group_that_does_not_divide_the_heads_is_refused(monkeypatch):
+    """The grid has heads / group groups: the model offers only divisors; anything else
+    would drop heads, so the launch refuses it."""
+    pytest.importorskip("triton.experimental.gluon")
+    from test_flash_gluon_bwd_plan import _io
+
+    monkeypatch.setattr(flash_gluon_bwd_plan, "causal_head_group", lambda *a: 3)
+    cfg = candidate_bwd_configs(128)[ROLE]
+    (q, k, v, _, do, dk, dv, _, dq_ws), lse2, delta = _io((2, 4, 64, 128), heads_kv=2)
+    with pytest.raises(ValueError, match="a group of 3 heads does not divide the 4 heads"):
+        flash_gluon_bwd_plan.main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, True, 0.1)
+
+
+@pytest.mark.parametrize(("seq", "heads"), [(4096, 7), (2048, 11), (1536, 13), (4096, 12)])
+def test_the_model_takes_only_groups_dividing_the_heads(seq, heads):
+    """d128 causal on 132 SMs: before session 16 the model chose 4 of 7 heads at 4k, 4 of
+    11 at 2k and 8 of 13 at 1.5k (a ragged last group, which the launch's grid cannot
+    hold); now only divisors, and 12 heads still get a group."""
+    group = causal_head_group(seq, seq, 64, 128, heads, seq * 128 * 8, *H200)
+    assert heads % group == 0
+    assert group > 1 or heads in (7, 11, 13)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -113,20 +137,20 @@ def test_kb_major_is_one_group_of_every_head(causal):
 
     cfg = candidate_bwd_configs(128)["ws-kbmajor"]
     (q, k, v, _, do, dk, dv, _, dq_ws), lse2, delta = _io((2, 4, 300, 128), heads_kv=2)
-    _, grid, args, kwargs = flash_gluon_bwd_plan.main_call(
+    _, grid, _, kwargs = flash_gluon_bwd_plan.main_call(
         cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, 0.1)  # fmt: skip
-    assert grid == (3, 4) and args[-1] == 4 and "KB_MAJOR" not in kwargs
+    assert grid == (4, 3, 1) and "KB_MAJOR" not in kwargs
     order = [grid_position(pid, 3, 4, 4) for pid in range(12)]
     assert order == [(kb, h) for kb in range(3) for h in range(4)]
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("group", [2, 4, 5, 6])
+@pytest.mark.parametrize("group", [2, 3, 6])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gpu_forced_groups_give_the_head_major_gradients(monkeypatch, head_dim, group):
-    """6 (batch · kv heads) heads of 8 key blocks, GQA 2:1: groups of 4 and 5 leave a
-    ragged last group, 6 interleaves every head. dK and dV are each one CTA's: bit for bit
+    """6 (batch · kv heads) heads of 8 key blocks, GQA 2:1: groups of 2 and 3 heads, and
+    6, every head (the key-block-major order). dK and dV are each one CTA's: bit for bit
     the head-major order's; dQ's fp32 adds land in another order: the accuracy rule."""
     from fa_bench.kernels.flash_config import heuristic_config
     from fa_bench.kernels.flash_gluon_bwd import gluon_backward

@@ -98,7 +98,6 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         seq_k="i32",
         qk_scale="fp32",
         scale="fp32",
-        head_group="i32",
     )
     consts: dict[str, object] = dict(
         BLOCK_M=cfg.block_m,
