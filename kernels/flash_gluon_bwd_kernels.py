@@ -50,18 +50,14 @@ def _bwd_producer(descs, smem, bars, coords, KV_SPLIT: gl.constexpr = False):
     KEYS: gl.constexpr = k_tiles.shape[3]
     BLOCK_M: gl.constexpr = q_bufs.shape[3]
     STAGES: gl.constexpr = q_bufs.shape[0]
-    if KV_SPLIT:
-        mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes)
-        for c in gl.static_range(2):
-            tma.async_copy_global_to_shared(
-                k_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, k_tiles.index(c)
-            )
-    else:
-        mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
-        for c in gl.static_range(2):
-            tma.async_copy_global_to_shared(
-                k_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, k_tiles.index(c)
-            )
+    v_tiles_now: gl.constexpr = 0 if KV_SPLIT else 2  # KV_SPLIT: V after the first Q
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes
+                    + v_tiles_now * v_desc.block_type.nbytes)  # fmt: skip
+    for c in gl.static_range(2):
+        tma.async_copy_global_to_shared(
+            k_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, k_tiles.index(c)
+        )
+        if not KV_SPLIT:
             tma.async_copy_global_to_shared(
                 v_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, v_tiles.index(c)
             )
