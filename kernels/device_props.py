@@ -28,12 +28,12 @@ def l2_bytes(device: Any = None) -> int:
 def _index(device: Any) -> int | None:
     import torch
 
-    if isinstance(device, int):
-        return device
-    if device is not None and torch.device(device).type != "cuda":
+    if not isinstance(device, int) and device is not None and torch.device(device).type != "cuda":
         return None
     if not torch.cuda.is_available():
         return None
+    if isinstance(device, int):
+        return device
     if device is None or torch.device(device).index is None:
         return torch.cuda.current_device()
     return torch.device(device).index

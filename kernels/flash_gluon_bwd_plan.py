@@ -61,6 +61,7 @@ _VERIFIED: dict[Any, bool] = {}
 # why the last miss made no plan ("" when it made one), and the replays so far
 last_reason = ""
 last_pre_reason = ""
+_NOT_REPRODUCED = "the bound launches did not reproduce the JIT launches"
 hits = 0
 
 # (q, k, v, o, do, dk, dv, dq, dq_ws): the tensors of one backward, in this order
@@ -284,9 +285,6 @@ def _unbindable(compiled: Any, runnable: bool) -> str:
     if compiled not in _VERIFIED and torch.cuda.is_current_stream_capturing():
         return "a CUDA graph is being captured: the check waits for a plain call"
     return ""
-
-
-_NOT_REPRODUCED = "the bound launches did not reproduce the JIT launches"
 
 
 def reproduces(bound: tuple, tensors: tuple) -> bool:

@@ -10,9 +10,11 @@ class _Props:
     L2_cache_size = 60 * 2**20
 
 
-def test_off_cuda_both_are_zero():
+def test_off_cuda_both_are_zero(monkeypatch):
     assert device_props.sm_count(torch.device("cpu")) == 0
     assert device_props.l2_bytes("cpu") == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_props.sm_count(0) == 0 and device_props.l2_bytes() == 0
 
 
 def test_a_device_is_read_once(monkeypatch):
