@@ -204,10 +204,6 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
                     out[f"{role}-alt-perm"] = alt
                     # session 15: causal, a few heads' key blocks interleaved
                     out[f"{role}-alt-perm-grp"] = dataclasses.replace(alt, head_groups=True)
-                    # session 16: K ahead of V at a CTA's start
-                    out[f"{role}-alt-perm-grp-kvs"] = dataclasses.replace(
-                        alt, head_groups=True, kv_split=True
-                    )
     if head_dim in _ROLES:  # "ws" is the heuristic's launch
         out["ws"] = out[_ROLES[head_dim]]
     return out

@@ -62,9 +62,6 @@ class GluonBwdConfig:
       of each, then key block 1 of each, ...) instead of running a head's key blocks
       together, so that the grid's last wave holds light CTAs: how many heads, by a model
       of the CTAs' dispatch (kernels/flash_gluon_bwd_order.py); not with kb_major;
-    kv_split: K on a barrier of its own, loaded with the first Q block ahead of V, so the
-      consumers' first Sᵀ = K Qᵀ runs while V and the first dO block still arrive (a CTA's
-      start pays for K and Q only, not all of K, V, Q and dO);
     """
 
     block_m: int = 64
@@ -83,7 +80,6 @@ class GluonBwdConfig:
     dq_perm: bool = False
     alt_dq: bool = False
     head_groups: bool = False
-    kv_split: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("block_m", (64, 128)), ("keys", (64,)), ("stages", (1, 2, 3, 4)),
@@ -92,7 +88,7 @@ class GluonBwdConfig:
             if isinstance(value, bool) or value not in valid:
                 raise ValueError(f"GluonBwdConfig.{name}={value!r}: expected one of {valid}")
         flags = ("shared_dq", "rotate", "early_dq", "early_dq_all", "kb_major", "pingpong",
-                 "dq_perm", "alt_dq", "head_groups", "kv_split")  # fmt: skip
+                 "dq_perm", "alt_dq", "head_groups")  # fmt: skip
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GluonBwdConfig.{name}={getattr(self, name)!r}: expected a bool")
@@ -164,7 +160,6 @@ class GluonBwdConfig:
         text = f"{text}-alt" if self.alt_dq else text
         text = f"{text}-perm" if self.dq_perm else text
         text = f"{text}-grp" if self.head_groups else text
-        text = f"{text}-kvs" if self.kv_split else text
         text = f"{text}-early2" if self.early_dq_all else text
         text = f"{text}-dqfirst{'' if self.dq_first == 2 else 1}" if self.dq_first else text
         return f"{text}-early" if self.early_dq else text

@@ -40,9 +40,9 @@ from fa_bench.kernels.flash_gluon_kernels import _acc_layout
 
 
 @gluon.jit
-def _bwd_producer(descs, smem, bars, coords, KV_SPLIT: gl.constexpr = False):
+def _bwd_producer(descs, smem, bars, coords):
     """One warp: the CTA's K and V once, then the Q/dO ring (with each block's lse2 and
-    delta rows). KV_SPLIT: K alone first, V after the first Q block (its own barrier)."""
+    delta rows)."""
     q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc = descs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs = smem
     kv_bar, q_ready, q_empty, do_ready, do_empty = bars[0], bars[1], bars[2], bars[3], bars[4]
@@ -50,17 +50,14 @@ def _bwd_producer(descs, smem, bars, coords, KV_SPLIT: gl.constexpr = False):
     KEYS: gl.constexpr = k_tiles.shape[3]
     BLOCK_M: gl.constexpr = q_bufs.shape[3]
     STAGES: gl.constexpr = q_bufs.shape[0]
-    v_tiles_now: gl.constexpr = 0 if KV_SPLIT else 2  # KV_SPLIT: V after the first Q
-    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes
-                    + v_tiles_now * v_desc.block_type.nbytes)  # fmt: skip
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
     for c in gl.static_range(2):
         tma.async_copy_global_to_shared(
             k_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, k_tiles.index(c)
         )
-        if not KV_SPLIT:
-            tma.async_copy_global_to_shared(
-                v_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, v_tiles.index(c)
-            )
+        tma.async_copy_global_to_shared(
+            v_desc, [b, hk, key0 + c * KEYS, 0], kv_bar, v_tiles.index(c)
+        )
     for t in range(group * n_m):
         hq, m0 = _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M)
         slot = t % STAGES
@@ -75,14 +72,6 @@ def _bwd_producer(descs, smem, bars, coords, KV_SPLIT: gl.constexpr = False):
                                         q_bufs.index(slot))  # fmt: skip
         tma.async_copy_global_to_shared(lse_desc, [row, m0], q_ready.index(slot),
                                         lse_bufs.index(slot))  # fmt: skip
-        if KV_SPLIT:
-            if t == 0:  # V behind K and the first Q block: dPᵀ is the step's second matmul
-                v_bar = bars[8]
-                mbarrier.expect(v_bar, 2 * v_desc.block_type.nbytes)
-                for c in gl.static_range(2):
-                    tma.async_copy_global_to_shared(
-                        v_desc, [b, hk, key0 + c * KEYS, 0], v_bar, v_tiles.index(c)
-                    )
         mbarrier.wait(do_empty.index(slot), phase)
         mbarrier.expect(do_ready.index(slot),
                         do_desc.block_type.nbytes + delta_desc.block_type.nbytes)  # fmt: skip
@@ -95,8 +84,7 @@ def _bwd_producer(descs, smem, bars, coords, KV_SPLIT: gl.constexpr = False):
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                  KV_SPLIT: gl.constexpr):  # fmt: skip
+                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -116,7 +104,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM, KV_SPLIT)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM)  # fmt: skip
     if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
         mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
     last = group * n_m - 1
@@ -136,34 +124,26 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                   KV_SPLIT: gl.constexpr):  # fmt: skip
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
     _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
-                  DQ_PERM, KV_SPLIT)  # fmt: skip
+                  DQ_PERM)  # fmt: skip
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr,
-                   KV_SPLIT: gl.constexpr):  # fmt: skip
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
     _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
-                  DQ_PERM, KV_SPLIT)  # fmt: skip
+                  DQ_PERM)  # fmt: skip
 
 
 @gluon.jit
-def _bwd_bars(STAGES: gl.constexpr, KV_SPLIT: gl.constexpr = False):
+def _bwd_bars(STAGES: gl.constexpr):
     """K/V (one transaction barrier), Q and dO ready (the producer's expect) and empty
     (one arrival per consumer) per ring slot; per consumer, its dSᵀ tile ready for and
-    freed by the other consumer (DQ_MODE 1); the ping-pong's turn per consumer; last,
-    KV_SPLIT, V's own barrier (K's is then the first; else the first again)."""
+    freed by the other consumer (DQ_MODE 1); the ping-pong's turn per consumer."""
     layout: gl.constexpr = mbarrier.MBarrierLayout()
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
-    if KV_SPLIT:
-        v_bar = gl.allocate_shared_memory(gl.int64, [1], layout)
-        mbarrier.init(v_bar, count=1)
-    else:
-        v_bar = kv_bar
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], layout)
@@ -181,7 +161,7 @@ def _bwd_bars(STAGES: gl.constexpr, KV_SPLIT: gl.constexpr = False):
         mbarrier.init(do_ready.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=2)
         mbarrier.init(do_empty.index(i), count=2)
-    return kv_bar, q_ready, q_empty, do_ready, do_empty, ds_ready, ds_free, turn, v_bar
+    return kv_bar, q_ready, q_empty, do_ready, do_empty, ds_ready, ds_free, turn
 
 
 @gluon.jit
@@ -191,8 +171,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
             ROTATE: gl.constexpr, PINGPONG: gl.constexpr,
-            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False,
-            KV_SPLIT: gl.constexpr = False):  # fmt: skip
+            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False):  # fmt: skip
     """Grid: (group, key blocks of 2·KEYS, batch · heads_kv / group), dispatched x
     fastest: with a group of 1 a head's key blocks run together, so the CTAs adding into
     one head's dQ workspace share it in L2 (causal: its heaviest, first, key blocks
@@ -209,7 +188,6 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     2 a timing probe (0 without the reduce-adds: dQ left out). OPS_SMEM: which wgmma A
     operands come from shared memory (kernels/flash_gluon_bwd_step.py). DQ_PERM: dQ's
     columns in the staging order (flash_gluon_bwd_dq._staged; the workspace keeps it).
-    KV_SPLIT: K loaded with the first Q block ahead of V (GluonBwdConfig.kv_split).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
     [1, BLOCK_M] box."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
@@ -260,7 +238,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     # DQ_MODE 1: one tile of half the columns per consumer (FA3's dQ, `_dq_shared`)
     chunks: gl.constexpr = 1 if DQ_MODE == 1 else HEAD_DIM // dq_tile[3]
     dq_bufs = gl.allocate_shared_memory(gl.float32, [2 * chunks] + dq_tile, dq_desc.layout)  # noqa: RUF005
-    bars = _bwd_bars(STAGES, KV_SPLIT)
+    bars = _bwd_bars(STAGES)
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
     gl.warp_specialize(
@@ -270,16 +248,16 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM, KV_SPLIT)),
+                              OPS_SMEM, DQ_PERM)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM, KV_SPLIT)),
+                              OPS_SMEM, DQ_PERM)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
-                             (b, hk, key0, m_start, n_m, rot, group, heads_q), KV_SPLIT)),
+                             (b, hk, key0, m_start, n_m, rot, group, heads_q))),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],

@@ -234,8 +234,7 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
                   ROTATE=cfg.rotate, PINGPONG=cfg.pingpong,
-                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, KV_SPLIT=cfg.kv_split,
-                  num_warps=4)  # fmt: skip
+                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 
 

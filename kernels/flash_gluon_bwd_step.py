@@ -97,12 +97,11 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
               coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
               PINGPONG: gl.constexpr, OPS_SMEM: gl.constexpr = 0,
-              DQ_PERM: gl.constexpr = False, KV_SPLIT: gl.constexpr = False):  # fmt: skip
+              DQ_PERM: gl.constexpr = False):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
     the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
     so one's exponentials and dS overlap the other's matmuls. DQ_PERM: dQ's staging
-    order (flash_gluon_bwd_dq._staged). KV_SPLIT: V arrives after K and the first Q
-    block, on its own barrier (bars[8]), waited for before the first dPᵀ."""
+    order (flash_gluon_bwd_dq._staged)."""
     k_tiles, k_me, v_me = kv
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
     q_ready, do_ready = bars[1], bars[3]
@@ -127,8 +126,6 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     _turn(bars, ME, 3 * t, PINGPONG)
     s_t = warpgroup_mma(k_me, q_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     mbarrier.wait(do_ready.index(slot), phase)
-    if KV_SPLIT:
-        mbarrier.wait(bars[8], 0, pred=t == 0)
     dp_t = warpgroup_mma(v_me, do_t.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     _pass(bars, ME, PINGPONG)
     s_t = warpgroup_mma_wait(1, deps=[s_t])  # Sᵀ done, dPᵀ may still run

@@ -112,7 +112,6 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         PINGPONG=cfg.pingpong,
         OPS_SMEM=cfg.ops_smem,
         DQ_PERM=cfg.dq_perm,
-        KV_SPLIT=cfg.kv_split,
     )
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)

@@ -14,7 +14,7 @@ file with the same-named one there and says how far they agree:
     git stash pop; PYTHONPATH=/tmp/tri36 python tools/gpu/gluon_bwd_sass.py --out /tmp/b \\
         --against /tmp/a
 
-Session 16 checked the kb_major fold and kv_split's default path so, without a GPU.
+Session 16 checked the kb_major fold and the head groups' grid shape so, without a GPU.
 Not installed.
 """
 
