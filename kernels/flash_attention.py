@@ -293,11 +293,10 @@ def _backward(
     variant: Variant | None = None,
 ):  # fmt: skip
     do = _last_dim_unit(do)
-    if deterministic:
+    # the default (None) takes the two-kernel backward for variants: no one-pass has them
+    if deterministic or (deterministic is None and variant is not None):
         return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
     if variant is not None:
-        if deterministic is None:  # the default: the one-pass backwards have no variants
-            return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
         raise ValueError(
             "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
             "packed batches; leave deterministic at None (the default) or set True for "
