@@ -293,26 +293,29 @@ def _backward(
     variant: Variant | None = None,
 ):  # fmt: skip
     do = _last_dim_unit(do)
-    # the default (None) takes the two-kernel backward for variants: no one-pass has them
-    if deterministic or (deterministic is None and variant is not None):
+    if deterministic:
         return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
-    if variant is not None:
-        raise ValueError(
-            "deterministic=False (the one-pass backward) has no window, ALiBi, softcap or "
-            "packed batches; leave deterministic at None (the default) or set True for "
-            "their gradients"
-        )
     from fa_bench.kernels import flash_gluon_bwd  # FlashConfig.backward: tl or Gluon
 
     default = deterministic is None
-    gluon = flash_gluon_bwd.backward_choice(q, k, v, o, do, causal, cfg, default=default)
+    gluon = flash_gluon_bwd.backward_choice(
+        q, k, v, o, do, causal, cfg, default=default, variant=variant
+    )
     if gluon is not None:  # sm_90, fp16/bf16, head_dim 64/128: the warp-specialised kernel
         # checked: backward_choice has just asked gluon_bwd_reason (once per timed call)
         return flash_gluon_bwd.gluon_backward(
-            do, q, k, v, o, lse2, causal, scale, gluon, checked=True
+            do, q, k, v, o, lse2, causal, scale, gluon, checked=True, variant=variant
         )
     if default:  # elsewhere the two-kernel backward (the `tl` one-pass one was slower)
         return _backward_deterministic(do, q, k, v, o, lse2, causal, scale, cfg, variant)
+    if variant is not None:  # the `tl` one-pass kernel has no variant
+        why = flash_gluon_bwd.gluon_bwd_reason(q, k, v, o, do, causal, variant)
+        raise ValueError(
+            "deterministic=False (a one-pass backward) runs a window, ALiBi or softcap only "
+            f"in the Gluon backward, which cannot run this call ({why or 'FlashConfig'}"
+            f"(backward={cfg.backward!r})); leave deterministic at None (the default) or "
+            "set True for their gradients"
+        )
     return _backward_one_pass(do, q, k, v, o, lse2, causal, scale, cfg)
 
 

@@ -11,9 +11,10 @@ and dQ shares reduce-added into the workspace), then dQ = scale · workspace in 
 replayed (kernels/flash_gluon_bwd_plan.py).
 
 fp16/bf16 and head_dim 64 or 128 only, on sm_90 with triton 3.6 (Gluon's API moves
-between releases); everything else (fp32, head_dim 256 or others, the CPU interpreter,
-the variants) keeps the `tl` backwards. Importing this module imports neither triton nor
-torch's CUDA.
+between releases); issue 19's window, softcap and ALiBi too (`variant`,
+kernels/flash_gluon_bwd_var.py), not packed batches. Everything else (fp32, head_dim 256
+or others, the CPU interpreter, packed batches) keeps the `tl` backwards. Importing
+this module imports neither triton nor torch's CUDA.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from fa_bench.kernels.flash_gluon_bwd_desc import (  # noqa: F401 (re-exported)
     row_layout,
     tma_rows,
 )
+from fa_bench.kernels.flash_gluon_bwd_varhost import variant_reason
 
 if TYPE_CHECKING:
     import torch
@@ -209,11 +211,13 @@ def _candidates(head_dim: int) -> dict[str, GluonBwdConfig]:
     return out
 
 
-def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool) -> str | None:
+def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool,
+                     variant: Any = None) -> str | None:  # fmt: skip
     """Why the Gluon backward cannot run these tensors, or None if it can: the Gluon
     forward's conditions (sm_90, triton 3.6, fp16/bf16, TMA alignment, no interpreter),
-    head_dim 64 or 128, and o and dO shaped and aligned like q."""
-    reason = flash_gluon.gluon_reason(q, k, v, causal)
+    head_dim 64 or 128, o and dO shaped and aligned like q, and a variant it has
+    (flash_gluon_bwd_varhost.variant_reason: no packed batch)."""
+    reason = variant_reason(variant) or flash_gluon.gluon_reason(q, k, v, causal)
     if reason:
         return reason
     head_dim = q.shape[3]
@@ -232,15 +236,16 @@ def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool) -> s
 
 
 def backward_choice(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool, cfg: Any,
-                    default: bool = False) -> GluonBwdConfig | None:  # fmt: skip
+                    default: bool = False,
+                    variant: Any = None) -> GluonBwdConfig | None:  # fmt: skip
     """The Gluon launch a one-pass backward (`deterministic=False`) runs with, or None for
     the `tl` kernel, by `cfg.backward` (a FlashConfig): "tl" never, "auto" where the
     Gluon kernel can run, "gluon" always (ValueError naming why it cannot). `default`
     (flash_attention's `deterministic=None`): "tl" counts as "auto" (None: the two-kernel
-    backward runs instead)."""
+    backward runs instead). `variant`: issue 19's (flash_validate.Variant, or None)."""
     if cfg.backward == "tl" and not default:
         return None
-    reason = gluon_bwd_reason(q, k, v, o, do, causal)
+    reason = gluon_bwd_reason(q, k, v, o, do, causal, variant)
     if reason and cfg.backward == "gluon":
         raise ValueError(f"FlashConfig(backward='gluon') cannot run this backward: {reason}")
     return None if reason else gluon_bwd_config(q.shape[-1], causal)
@@ -278,16 +283,18 @@ def gluon_backward(
     scale: float,
     config: GluonBwdConfig | None = None,
     checked: bool = False,
+    variant: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of softmax(q kᵀ · scale) v on sm_90 with the Gluon kernel.
     `checked=True`: the caller has just had `gluon_bwd_reason` say None for these
     tensors (flash_attention's dispatch, through `backward_choice`), so it is not asked
-    twice per timed call."""
+    twice per timed call. `variant`: the forward's window, softcap and ALiBi
+    (flash_validate.Variant; o and lse2 must be that forward's)."""
     import torch
 
     from fa_bench.kernels import flash_gluon_bwd_plan
 
-    reason = None if checked else gluon_bwd_reason(q, k, v, o, do, causal)
+    reason = None if checked else gluon_bwd_reason(q, k, v, o, do, causal, variant)
     if reason:
         raise ValueError(f"gluon_backward cannot run these inputs: {reason}")
     batch, heads_q, seq_q, head_dim = q.shape
@@ -311,18 +318,18 @@ def gluon_backward(
     dk, dv, dq = torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
     # the kernel, dQ's cast: replayed from a plan where one matches
     tensors = (q, k, v, o, do, dk, dv, dq, dq_ws)
-    flash_gluon_bwd_plan.launch(cfg, tensors, lse2, delta, causal, float(scale))
+    flash_gluon_bwd_plan.launch(cfg, tensors, lse2, delta, causal, float(scale), variant)
     return dq, dk, dv
 
 
 def _launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-            scale: float, probe: int = 0) -> None:  # fmt: skip
+            scale: float, probe: int = 0, variant: Any = None) -> None:  # fmt: skip
     """One JIT launch of the Gluon kernel alone on (q, k, v, do, dk, dv, dq_ws)
     (flash_gluon_bwd_plan.main_call). `probe` (tools/gpu's accounts of the time, dQ left
     wrong): 2 skips the dQ reduce-adds."""
     from fa_bench.kernels import flash_gluon_bwd_plan
 
     fn, grid, args, kwargs = flash_gluon_bwd_plan.main_call(
-        cfg, tensors, lse2, delta, causal, scale, probe
+        cfg, tensors, lse2, delta, causal, scale, probe, variant
     )
     fn[grid](*args, **kwargs)

@@ -36,6 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from fa_bench.kernels.flash_gluon_bwd_step import _bwd_step, _step_coords
+from fa_bench.kernels.flash_gluon_bwd_var import _query_range
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout
 
 
@@ -84,7 +85,8 @@ def _bwd_producer(descs, smem, bars, coords):
 @gluon.jit
 def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                   DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
+                  OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr, var,
+                  VAR: gl.constexpr):  # fmt: skip
     """Consumer warpgroup ME (0 or 1): keys [key0 + ME·KEYS, +KEYS) of the CTA."""
     dk_desc, dv_desc, dq_desc = outs
     k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_bufs, dq_bufs = smem
@@ -104,7 +106,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
                            (b, hk, my_key0, m_start, n_m, rot, group), (seq_q, seq_k, qk_scale),
-                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM)  # fmt: skip
+                           CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM, DQ_PERM, var, VAR)  # fmt: skip
     if DQ_MODE == 1:  # the other consumer's last dQ (over both K tiles) is done reading
         mbarrier.wait(bars[6].index(ME), ((group * n_m) & 1) ^ 1)
     last = group * n_m - 1
@@ -124,17 +126,19 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 @gluon.jit
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr, var,
+                  VAR: gl.constexpr):  # fmt: skip
     _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
-                  DQ_PERM)  # fmt: skip
+                  DQ_PERM, var, VAR)  # fmt: skip
 
 
 @gluon.jit
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
-                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr):  # fmt: skip
+                   OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr, var,
+                  VAR: gl.constexpr):  # fmt: skip
     _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
-                  DQ_PERM)  # fmt: skip
+                  DQ_PERM, var, VAR)  # fmt: skip
 
 
 @gluon.jit
@@ -167,11 +171,13 @@ def _bwd_bars(STAGES: gl.constexpr):
 @gluon.jit
 def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc, delta_desc,
             heads_q, heads_kv, seq_q, seq_k, qk_scale, scale,
+            win_left, win_right, cap_in, cap_out, slopes, slope_stride_b,
             BLOCK_M: gl.constexpr, KEYS: gl.constexpr, HEAD_DIM: gl.constexpr,
             STAGES: gl.constexpr, CAUSAL: gl.constexpr, PRODUCER_REGS: gl.constexpr,
             CONSUMER_REGS: gl.constexpr, DQ_MODE: gl.constexpr,
             ROTATE: gl.constexpr, PINGPONG: gl.constexpr,
-            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False):  # fmt: skip
+            OPS_SMEM: gl.constexpr = 0, DQ_PERM: gl.constexpr = False,
+            VAR: gl.constexpr = 0):  # fmt: skip
     """Grid: (group, key blocks of 2·KEYS, batch · heads_kv / group), dispatched x
     fastest: with a group of 1 a head's key blocks run together, so the CTAs adding into
     one head's dQ workspace share it in L2 (causal: its heaviest, first, key blocks
@@ -189,7 +195,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     operands come from shared memory (kernels/flash_gluon_bwd_step.py). DQ_PERM: dQ's
     columns in the staging order (flash_gluon_bwd_dq._staged; the workspace keeps it).
     lse_desc/delta_desc: 2-D (batch · heads_q, seq_q padded to 4) fp32 with a
-    [1, BLOCK_M] box."""
+    [1, BLOCK_M] box. VAR, win_left … slope_stride_b: issue 19's window, softcap and
+    ALiBi (kernels/flash_gluon_bwd_var.py; VAR 0: dense, the values unused)."""
     gl.static_assert(KEYS == 64, "a consumer's keys are one wgmma row tile (4 warps × 16)")
     gl.static_assert(BLOCK_M == 64 or BLOCK_M == 128, "query blocks of 64 or 128 rows")
     gl.static_assert(DQ_MODE != 1 or dq_desc.block_type.shape[3] * 2 == HEAD_DIM,
@@ -210,16 +217,19 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     hk = bhk % heads_kv
     group = heads_q // heads_kv
     key0 = kb * (2 * KEYS)
-    m_start = 0
-    if CAUSAL:  # the first query block that sees any of the CTA's keys
-        m_start = gl.maximum(key0 - (seq_k - seq_q), 0) // BLOCK_M
-    n_m = gl.cdiv(seq_q, BLOCK_M) - m_start
+    # the query blocks that see the CTA's keys (causal: from the diagonal; a window: its
+    # edges, and none at all for keys no row sees)
+    m_start, n_m = _query_range(key0, 2 * KEYS, seq_q, seq_k, win_left, win_right, BLOCK_M,
+                                CAUSAL, VAR)  # fmt: skip
     rot = 0
     if ROTATE and not CAUSAL:
         # every key block of a head starts at another query block: their dQ reduce-adds
         # land on different rows of the workspace at any moment, not all on the same ones
         # (causal CTAs start at their diagonal anyway)
-        rot = kb % n_m
+        if VAR & 1:
+            rot = kb % gl.maximum(n_m, 1)
+        else:
+            rot = kb % n_m
     tile: gl.constexpr = q_desc.block_type.shape
     kv_tile: gl.constexpr = k_desc.block_type.shape
     k_tiles = gl.allocate_shared_memory(dtype, [2] + kv_tile, k_desc.layout)  # noqa: RUF005
@@ -248,13 +258,17 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM)),
+                              OPS_SMEM, DQ_PERM,
+                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b),
+                              VAR)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                ds_bufs, dq_bufs), bars,
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
-                              OPS_SMEM, DQ_PERM)),
+                              OPS_SMEM, DQ_PERM,
+                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b),
+                              VAR)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,
                              (b, hk, key0, m_start, n_m, rot, group, heads_q))),

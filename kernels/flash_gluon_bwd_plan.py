@@ -39,6 +39,12 @@ from fa_bench.kernels import device_props
 from fa_bench.kernels.bound_launch import recall, remember
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
 from fa_bench.kernels.flash_gluon_bwd_order import causal_head_group
+from fa_bench.kernels.flash_gluon_bwd_varhost import (
+    stand_in,
+    variant_args,
+    variant_bits,
+    variant_key,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -73,9 +79,10 @@ def _sig(t: Any) -> tuple:
 
 
 def plan_key(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-             scale: float) -> tuple:  # fmt: skip
+             scale: float, variant: Any = None) -> tuple:  # fmt: skip
     """Everything the three launches depend on but the stream."""
-    return (cfg, causal, scale, tensors[0].device, *(_sig(t) for t in (*tensors, lse2, delta)))
+    return (cfg, causal, scale, tensors[0].device, *(_sig(t) for t in (*tensors, lse2, delta)),
+            *variant_key(variant))  # fmt: skip
 
 
 def plannable(tensors: tuple, lse2: Any) -> str:
@@ -112,13 +119,14 @@ def launch_pre(o: Any, do: Any, delta: Any, dq_ws: Any) -> None:
 
 
 def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-           scale: float) -> None:  # fmt: skip
+           scale: float, variant: Any = None) -> None:  # fmt: skip
     """The Gluon kernel and dQ's cast into dk, dv, dq (delta written and dq_ws zeroed by
     `launch_pre` first): the plan's if there is one, else through triton's JIT, then
-    planned for the next call with the same key."""
+    planned for the next call with the same key (`variant`: issue 19's window, softcap
+    and ALiBi, flash_validate.Variant, or None)."""
     global last_reason, hits
     why = plannable(tensors, lse2)
-    key = None if why else plan_key(cfg, tensors, lse2, delta, causal, scale)
+    key = None if why else plan_key(cfg, tensors, lse2, delta, causal, scale, variant)
     bound = None if key is None else recall(_PLANS, key)
     if bound is not None:
         hits += 1
@@ -126,7 +134,7 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
             b()
         return
     compiled = []
-    for make in steps(cfg, tensors, lse2, delta, causal, scale):
+    for make in steps(cfg, tensors, lse2, delta, causal, scale, variant=variant):
         # one launch built at a time (as launch_pre's before them): for a seq_q that is
         # not a multiple of 4 the Gluon kernel's descriptors read padded copies of lse2
         # and delta (tma_rows), which must be made after delta's kernel is queued
@@ -135,7 +143,8 @@ def launch(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: b
     if key is None:
         last_reason = why
         return
-    bound, last_reason = _bind(cfg, tuple(compiled), tensors, lse2, delta, causal, scale)
+    bound, last_reason = _bind(cfg, tuple(compiled), tensors, lse2, delta, causal, scale,
+                               variant)  # fmt: skip
     if bound is not None:
         remember(_PLANS, key, bound, MAX_PLANS)
 
@@ -148,13 +157,14 @@ def clear() -> None:
 
 
 def calls(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-          scale: float, probe: int = 0) -> list[tuple]:  # fmt: skip
+          scale: float, probe: int = 0, variant: Any = None) -> list[tuple]:  # fmt: skip
     """(jit function, grid, args, keywords) of the preprocessing kernel (`pre_call`), the
     Gluon kernel and dQ's cast, for tensors or their `_Ptr` stand-ins, built at once (the
     stand-ins, tools; a backward builds them one at a time, `launch_pre` then `steps`)."""
     _, _, _, o, do, _, _, _, dq_ws = tensors
     pre = pre_call(o, do, delta, dq_ws)
-    return [pre, *(make() for make in steps(cfg, tensors, lse2, delta, causal, scale, probe))]
+    later = steps(cfg, tensors, lse2, delta, causal, scale, probe, variant)
+    return [pre, *(make() for make in later)]
 
 
 def pre_call(o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple:
@@ -172,7 +182,8 @@ def pre_call(o: Any, do: Any, delta: Any, dq_ws: Any) -> tuple:
 
 
 def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-          scale: float, probe: int = 0) -> list[Callable[[], tuple]]:  # fmt: skip
+          scale: float, probe: int = 0,
+          variant: Any = None) -> list[Callable[[], tuple]]:  # fmt: skip
     """The Gluon kernel's and dQ's cast's launches, each built when called."""
     import importlib
 
@@ -185,10 +196,8 @@ def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bo
             (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
             dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS,
                  DQ_PERM=cfg.dq_perm))  # fmt: skip
-    return [
-        lambda: main_call(cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe),
-        lambda: post,
-    ]
+    main = (cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe, variant)
+    return [lambda: main_call(*main), lambda: post]
 
 
 def _strides(t: Any) -> tuple[int, int, int]:
@@ -197,13 +206,14 @@ def _strides(t: Any) -> tuple[int, int, int]:
 
 
 def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,
-              scale: float, probe: int = 0) -> tuple:  # fmt: skip
+              scale: float, probe: int = 0, variant: Any = None) -> tuple:  # fmt: skip
     """The Gluon kernel's launch (jit function, grid, args, keywords) for (q, k, v, do,
     dk, dv, dq_ws) and the (B, H, S) lse2 and delta (tensors or stand-ins): descriptors,
     grid (group, key blocks, heads / group): the heads whose key blocks the grid
     interleaves (causal under `head_groups`: flash_gluon_bwd_order; `kb_major`: all of
     them; else 1, a head's key blocks together, heaviest first), and constexprs. `probe`
-    2 skips the dQ reduce-adds (timing probes)."""
+    2 skips the dQ reduce-adds (timing probes). `variant`: the window, softcap and ALiBi
+    (flash_gluon_bwd_varhost; its slopes a tensor or a stand-in)."""
     from fa_bench.kernels import flash_gluon_bwd_kernels
     from fa_bench.kernels.flash_gluon_bwd_desc import _descriptor, _row_descriptor
 
@@ -229,12 +239,14 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
     # next group (the kernel's mapping is program ids alone, which ptxas rematerialises:
     # session 15's runtime division kept them in registers, 40-48 more bytes spilled)
     grid = (group, blocks, heads // group)
-    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale)
+    args = (*descs, heads_q, heads_kv, seq_q, seq_k, scale * _LOG2E, scale,
+            *variant_args(variant, scale))  # fmt: skip
     kwargs = dict(BLOCK_M=cfg.block_m, KEYS=cfg.keys, HEAD_DIM=head_dim, STAGES=cfg.stages,
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
                   ROTATE=cfg.rotate, PINGPONG=cfg.pingpong,
-                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, num_warps=4)  # fmt: skip
+                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, VAR=variant_bits(variant),
+                  num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 
 
@@ -245,7 +257,7 @@ def _sms_l2() -> tuple[int, int]:
 
 
 def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta: Any,
-          causal: bool, scale: float) -> tuple[tuple | None, str]:  # fmt: skip
+          causal: bool, scale: float, variant: Any = None) -> tuple[tuple | None, str]:  # fmt: skip
     """The bound launches of the Gluon kernel and dQ's cast for these tensors' key, or
     (None, why not)."""
     from fa_bench.kernels.bound_launch import Bound, jit_values
@@ -257,7 +269,9 @@ def _bind(cfg: GluonBwdConfig, compiled: tuple, tensors: tuple, lse2: Any, delta
     if why:
         return None, why
     ptrs = tuple(_Ptr(t) for t in tensors)
-    stand_ins = [make() for make in steps(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale)]
+    later = steps(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, scale,
+                  variant=stand_in(variant, _Ptr))  # fmt: skip
+    stand_ins = [make() for make in later]
     bound = []
     for (fn, grid, args, kwargs), c in zip(stand_ins, compiled, strict=True):
         values = jit_values(fn, args, kwargs)

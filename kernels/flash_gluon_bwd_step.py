@@ -35,6 +35,7 @@ from fa_bench.kernels.flash_gluon_bwd_dq import (
     _dq_sum,
     _tail_dq_first,
 )
+from fa_bench.kernels.flash_gluon_bwd_var import _slope2, _var_p
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout, _p_layout
 
 
@@ -97,11 +98,12 @@ def _pass(bars, ME: gl.constexpr, PINGPONG: gl.constexpr):
 def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq_desc,
               coords, scalars, CAUSAL: gl.constexpr, DQ_MODE: gl.constexpr,
               PINGPONG: gl.constexpr, OPS_SMEM: gl.constexpr = 0,
-              DQ_PERM: gl.constexpr = False):  # fmt: skip
+              DQ_PERM: gl.constexpr = False, var=None, VAR: gl.constexpr = 0):  # fmt: skip
     """One query block against this consumer's keys: returns the new (dk, dv). PINGPONG:
     the consumers take turns to issue their three matmul groups (Sᵀ and dPᵀ, dV, dK),
     so one's exponentials and dS overlap the other's matmuls. DQ_PERM: dQ's staging
-    order (flash_gluon_bwd_dq._staged)."""
+    order (flash_gluon_bwd_dq._staged). VAR, var: issue 19's variants
+    (kernels/flash_gluon_bwd_var.py)."""
     k_tiles, k_me, v_me = kv
     q_bufs, do_bufs, lse_bufs, delta_bufs = rings
     q_ready, do_ready = bars[1], bars[3]
@@ -119,6 +121,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     hq, m0 = _step_coords(t, hk, group, m_start, n_m, rot, BLOCK_M)
     slot = t % STAGES
     phase = (t // STAGES) & 1
+    slope2 = _slope2(var, b, hq, VAR)  # ALiBi: read before the waits, which hide it
     q_t = q_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
     do_t = do_bufs.index(slot).reshape([BLOCK_M, HEAD_DIM])
     s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, layout=s_layout)
@@ -132,8 +135,13 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     # rows past seq_q read lse2 = 0 (TMA's zero fill, or the launcher's padding): their
     # Q and dO rows are zeros too, so P = 1 there meets dO = 0 and dS = 1 · (0 − 0)
     lse2 = _row_vector(lse_bufs, slot, col_layout)
-    p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
-    p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
+    if VAR == 0:
+        p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
+        p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
+        pg_t = p_t
+    else:  # pg_t: Pᵀ, or with a softcap Pᵀ ∘ (1 - tanh²)
+        p_t, pg_t = _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
+                           CAUSAL, VAR)  # fmt: skip
     if OPS_SMEM >= 2:  # Pᵀ through its own tile: no register operand live under dV
         p_op = ds_bufs.index(2 + ME)
         p_op.store(p_t.to(dtype))
@@ -145,7 +153,7 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
     _pass(bars, ME, PINGPONG)
     dp_t = warpgroup_mma_wait(1, deps=[dp_t])  # dPᵀ done (in order), dV may still run
     delta = _row_vector(delta_bufs, slot, col_layout)
-    ds_t = (p_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
+    ds_t = (pg_t * (dp_t - gl.expand_dims(delta, 0))).to(dtype)
     if OPS_SMEM > 0:
         dk, dv = _tail_smem(t, ME, ds_t, p_op, q_t, dk, dv, ds_bufs, kv, dq_bufs, bars,
                             dq_desc, (b, hq, m0, slot), DQ_MODE, PINGPONG, OPS_SMEM,

@@ -29,7 +29,7 @@ class _Fake:
     def __init__(self) -> None:
         self.jit, self.bound = [], []
 
-    def steps(self, cfg, tensors, lse2, delta, causal, scale, probe=0):
+    def steps(self, cfg, tensors, lse2, delta, causal, scale, probe=0, variant=None):
         fake = self
 
         class Kernel:
@@ -38,7 +38,7 @@ class _Fake:
 
         return [lambda: (Kernel(), (1,), (), {})] * 2  # the Gluon kernel, dQ's cast
 
-    def bind(self, cfg, compiled, tensors, lse2, delta, causal, scale):
+    def bind(self, cfg, compiled, tensors, lse2, delta, causal, scale, variant=None):
         return (lambda: self.bound.append(tensors[0].data_ptr()),), ""
 
 
@@ -291,7 +291,8 @@ def test_the_calls_of_the_stand_ins_are_the_tensors_but_for_the_bases(head_dim, 
         a = flash_gluon_bwd_plan.calls(cfg, tuple(t), lse2, delta, causal, 0.1)
         b = flash_gluon_bwd_plan.calls(cfg, ptrs, _Ptr(lse2), _Ptr(delta), causal, 0.1)
         _same_launch(a, b)
-        assert [len(x[2]) for x in a] == [11, 15, 8]  # pre, the kernel, dQ's cast
+        # pre, the kernel (its dense arguments, then the variant's six), dQ's cast
+        assert [len(x[2]) for x in a] == [11, 21, 8]
 
 
 def test_the_kernel_call_is_the_one_the_tools_launch():
@@ -301,7 +302,8 @@ def test_the_kernel_call_is_the_one_the_tools_launch():
     q, k, v, _, do, dk, dv, _, dq_ws = t
     _, grid, args, kw = flash_gluon_bwd_plan.main_call(
         CFG, (q, k, v, do, dk, dv, dq_ws), lse2, delta, False, 0.1, probe=2)  # fmt: skip
-    assert kw["DQ_MODE"] == 2 and grid == (1, 1, 2) and args[-2:] == (0.1 * 1.4426950408889634, 0.1)
+    assert kw["DQ_MODE"] == 2 and grid == (1, 1, 2) and kw["VAR"] == 0
+    assert args[-8:-6] == (0.1 * 1.4426950408889634, 0.1)
     seen = []
 
     class Kernel:
@@ -392,7 +394,8 @@ def test_gluon_backward_launches_the_plan_with_its_tensors(monkeypatch):
     q, k, v, o, do = (torch.randn(1, 2, 64, 128, dtype=torch.float16) for _ in range(5))
     lse2 = torch.randn(1, 2, 64)
     dq, dk, dv = flash_gluon_bwd.gluon_backward(do, q, k, v, o, lse2, False, 0.1, checked=True)
-    (po, pdo, pdelta, pws), (cfg, tensors, lse, delta, causal, scale) = seen
+    (po, pdo, pdelta, pws), (cfg, tensors, lse, delta, causal, scale, variant) = seen
+    assert variant is None
     assert po is o and pdo is do and pdelta is delta and pws is tensors[8]
     assert tensors[:5] == (q, k, v, o, do) and tensors[5:8] == (dk, dv, dq)
     assert tensors[8].dtype == torch.float32 and tensors[8].shape == q.shape

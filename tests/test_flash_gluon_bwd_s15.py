@@ -99,7 +99,8 @@ def test_the_launch_passes_the_models_group_when_causal(monkeypatch, causal, gro
         cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, 0.1)  # fmt: skip
     expect = 2 if causal and groups else 1
     # (group, key blocks, heads / group): no runtime argument, the kernel reads program ids
-    assert grid == (expect, 1, 4 // expect) and args[-1] == 0.1
+    # the scale ends the dense arguments (the variant's six unused values follow)
+    assert grid == (expect, 1, 4 // expect) and args[-7] == 0.1
     # (seq_q, seq_k, block_m, block_n, batch · kv heads, a kv head's bytes, SMs, L2)
     assert asked == ([(64, 64, 64, 128, 4, 2 * 64 * 128 * 8, *H200)] if expect == 2 else [])
 

@@ -6,6 +6,10 @@ to PTX and the cubin on the CPU, and ptxas reports registers and spills. Against
 H200's triton 3.6.0, installed aside:
 
     PYTHONPATH=/tmp/tri36 python tools/gpu/gluon_bwd_compile.py [--json OUT] [--quick]
+        [--var 0,1,2,4,7]
+
+`--var`: the variant bits to compile each combination with (issue 19:
+kernels/flash_gluon_bwd_varhost.py's window 1, softcap 2, ALiBi 4; 0 dense, the default).
 
 One line per combination (shared memory, registers, spills, or the error); exits 1 if
 any failed to compile or asked for more shared memory than sm_90 has. Not installed.
@@ -76,10 +80,10 @@ def _row_desc(rows: int) -> str:
     return f"tensordesc<fp32[1, {rows}],{layout!r}>"
 
 
-def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, probe: int = 0
-                ) -> object:  # fmt: skip
+def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, probe: int = 0,
+                var: int = 0) -> object:  # fmt: skip
     """The compiled kernel (triton's CompiledKernel) for one combination (`probe`: the
-    check's timing probes, flash_gluon_bwd._launch)."""
+    check's timing probes, flash_gluon_bwd._launch; `var`: the variant bits)."""
     tile = [1, 1, cfg.block_m, head_dim]
     kv_tile = [1, 1, cfg.keys, head_dim]
     sig: dict[str, str] = dict(
@@ -98,6 +102,12 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         seq_k="i32",
         qk_scale="fp32",
         scale="fp32",
+        win_left="i32",
+        win_right="i32",
+        cap_in="fp32",
+        cap_out="fp32",
+        slopes="*fp32" if var & 4 else "constexpr",
+        slope_stride_b="i32",
     )
     consts: dict[str, object] = dict(
         BLOCK_M=cfg.block_m,
@@ -112,7 +122,10 @@ def compile_one(cfg: GluonBwdConfig, dtype: str, head_dim: int, causal: bool, pr
         PINGPONG=cfg.pingpong,
         OPS_SMEM=cfg.ops_smem,
         DQ_PERM=cfg.dq_perm,
+        VAR=var,
     )
+    if not var & 4:
+        consts["slopes"] = None
     sig.update({name: "constexpr" for name in consts})
     source = GluonASTSource(fn=flash_gluon_bwd_kernels._bwd_ws, signature=sig, constexprs=consts)
     return triton.compile(source, target=TARGET, options={"num_warps": 4})
@@ -141,6 +154,7 @@ def main() -> int:
     ap.add_argument("--asm", help="write each kernel's ttgir/ptx into this folder")
     ap.add_argument("--roles", default="", help="only these roles (comma list)")
     ap.add_argument("--dims", default="", help="only these head dims (comma list)")
+    ap.add_argument("--var", default="0", help="variant bits to compile with (comma list)")
     args = ap.parse_args()
     print(f"triton {triton.__version__}", flush=True)
     reason = version_reason(triton.__version__)
@@ -149,14 +163,17 @@ def main() -> int:
         return 2
     rows, failed = [], 0
     dims = {int(d) for d in args.dims.split(",") if d}
-    for cfg, dtype, head_dim, causal, probe in grid(args.quick, args.roles):
-        if dims and head_dim not in dims:
+    bits = [int(b) for b in args.var.split(",") if b]
+    for (cfg, dtype, head_dim, causal, probe), var in itertools.product(
+        grid(args.quick, args.roles), bits
+    ):
+        if (dims and head_dim not in dims) or (var and probe):
             continue
         row: dict[str, object] = dict(config=cfg.label(), dtype=dtype, head_dim=head_dim,
-                                      causal=causal, probe=probe)  # fmt: skip
+                                      causal=causal, probe=probe, var=var)  # fmt: skip
         start = time.time()
         try:
-            kernel = compile_one(cfg, dtype, head_dim, causal, probe)
+            kernel = compile_one(cfg, dtype, head_dim, causal, probe, var)
             row.update(shared=kernel.metadata.shared, **ptxas_info(kernel.asm["ptx"]))
             row["serialized"] = wgmma_serialized(kernel.asm["ptx"])
             row["ok"] = kernel.metadata.shared <= SMEM_LIMIT
@@ -165,7 +182,9 @@ def main() -> int:
             if args.asm:
                 os.makedirs(args.asm, exist_ok=True)
                 probe_tag = f"-probe{probe}" if probe else ""  # not over the kernel's own
-                stem = f"{args.asm}/{cfg.label()}{probe_tag}-{dtype}-d{head_dim}-c{int(causal)}"
+                var_tag = f"-var{var}" if var else ""
+                stem = (f"{args.asm}/{cfg.label()}{probe_tag}{var_tag}-{dtype}-d{head_dim}"
+                        f"-c{int(causal)}")  # fmt: skip
                 for ext in ("ttgir", "ptx"):
                     Path(f"{stem}.{ext}").write_text(kernel.asm[ext])
         except Exception as e:  # report every failure, then go on
@@ -181,7 +200,7 @@ def main() -> int:
             if row["ok"]
             else row["error"]
         )
-        name = cfg.label() + (f" probe {probe}" if probe else "")
+        name = cfg.label() + (f" probe {probe}" if probe else "") + (f" var {var}" if var else "")
         print(f"{'ok  ' if row['ok'] else 'FAIL'} {name:32s} {dtype} d{head_dim} "
               f"causal={int(causal)}: {detail}", flush=True)  # fmt: skip
     if args.json:

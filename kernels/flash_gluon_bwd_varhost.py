@@ -1,0 +1,80 @@
+"""Host side of issue 19's variants in the Gluon backward (kernels/flash_gluon_bwd_var.py):
+which variants it runs, the kernel's `VAR` bits and runtime values, and the part of a
+plan's key they add. Imports neither triton nor torch's CUDA.
+
+The Gluon backward takes a sliding window, ALiBi and the softcap, in any combination;
+packed (varlen) batches keep the two-kernel `tl` backward, as does a softcap whose tanh
+is not the hardware's fast one (flash_validate.FAST_TANH off: the forward then used
+libdevice's, whose derivative the fast tanh would not match to the last bits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WINDOW = 1
+SOFTCAP = 2
+ALIBI = 4
+_LOG2E = 1.4426950408889634
+# the kernel's var values of a dense call (none of them read)
+_DENSE = (0, 0, 0.0, 0.0, None, 0)
+
+
+def variant_reason(variant: Any) -> str | None:
+    """Why the Gluon backward cannot run this variant (None when it can, or for None)."""
+    if variant is None:
+        return None
+    if variant.varlen is not None:
+        return "packed (varlen) batches: the Gluon backward has none"
+    if variant.softcap > 0 and variant.tanh != 1:
+        return (
+            f"softcap with tanh={variant.tanh} (flash_validate.FAST_TANH / PACKED_TANH): "
+            "the Gluon backward takes tanh.approx.f32 only"
+        )
+    return None
+
+
+def variant_bits(variant: Any) -> int:
+    """The kernel's VAR constexpr (0 for None: the dense kernel)."""
+    if variant is None:
+        return 0
+    return (
+        (WINDOW if variant.window is not None else 0)
+        | (SOFTCAP if variant.softcap > 0 else 0)
+        | (ALIBI if variant.slopes is not None else 0)
+    )
+
+
+def variant_args(variant: Any, scale: float) -> tuple:
+    """The kernel's (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b): the
+    window's kernel bounds, scale / c and c · log2(e), the (batch, heads_q) slopes (a
+    tensor, or a plan's stand-in for one) and their batch stride; unused values 0."""
+    if variant is None:
+        return _DENSE
+    left, right = variant.window if variant.window is not None else (0, 0)
+    cap = float(variant.softcap)
+    cap_in, cap_out = (scale / cap, cap * _LOG2E) if cap > 0 else (0.0, 0.0)
+    slopes = variant.slopes
+    stride_b = slopes.stride()[0] if slopes is not None else 0
+    return (int(left), int(right), float(cap_in), float(cap_out), slopes, int(stride_b))
+
+
+def variant_key(variant: Any) -> tuple:
+    """What a plan's key needs of the variant: its bounds, softcap and the slopes'
+    address and layout (their values are read by the kernel on every launch)."""
+    if variant is None:
+        return ()
+    slopes = variant.slopes
+    sig = None
+    if slopes is not None:
+        sig = (slopes.data_ptr(), tuple(slopes.shape), tuple(slopes.stride()), slopes.dtype)
+    return (variant.window, float(variant.softcap), sig)
+
+
+def stand_in(variant: Any, ptr: Any) -> Any:
+    """The variant with its slopes replaced by `ptr(slopes)` (a plan's stand-in)."""
+    import dataclasses
+
+    if variant is None or variant.slopes is None:
+        return variant
+    return dataclasses.replace(variant, slopes=ptr(variant.slopes))
