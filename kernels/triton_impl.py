@@ -150,15 +150,17 @@ def _backward_named(label: str, case: Case, config: FlashConfig, q, k, v,
                     deterministic: bool | None) -> str:  # fmt: skip
     """`label` with its backward part naming the Gluon backward where the backward takes it
     (`deterministic` None or False; FlashConfig.backward, kernels/flash_gluon_bwd.py; o
-    and dO are laid out as q)."""
-    if deterministic or case.mode.value == "fwd" or case.is_variant:
+    and dO are laid out as q; a variant case by its kernels' Variant: a window, softcap
+    and ALiBi run there, a packed batch does not)."""
+    if deterministic or case.mode.value == "fwd" or case.varlen:
         return label
     from fa_bench.kernels import flash_gluon_bwd
     from fa_bench.sweep.vocab import label as tile_label
     from fa_bench.sweep.vocab import mode_fields
 
+    variant = _case_variant(case, q, k) if case.is_variant else None
     gluon = flash_gluon_bwd.backward_choice(
-        q, k, v, q, q, case.causal, config, default=deterministic is None
+        q, k, v, q, q, case.causal, config, default=deterministic is None, variant=variant
     )
     if gluon is None:
         return label

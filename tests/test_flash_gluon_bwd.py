@@ -248,7 +248,7 @@ def test_triton_onepass_takes_the_gluon_backward_where_it_runs(monkeypatch):
 
     seen = []
 
-    def choice(*a, default=False):
+    def choice(*a, default=False, variant=None):
         seen.append((a[-1].backward, default))
 
     monkeypatch.setattr(flash_gluon_bwd, "backward_choice", choice)

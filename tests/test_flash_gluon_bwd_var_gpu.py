@@ -59,11 +59,17 @@ def _case(dtype, *, b=1, hq=4, hk=2, sq=1000, sk=1000, d=128, causal=True, windo
     do = torch.randn_like(o)
     grads = torch.autograd.grad(o, (q, k, v), do)
     assert runs and runs[0] is not None, "the Gluon backward did not run this variant"
-    ref = variant_attention(*(t.detach().double() for t in (q, k, v)), alibi_slopes=slopes,
-                            do=do.double(), **kw)  # fmt: skip
-    base = variant_attention(*(t.detach() for t in (q, k, v)), alibi_slopes=slopes, do=do, **kw)
-    for name, x, r, bl in zip(("dq", "dk", "dv"), grads, (ref.dq, ref.dk, ref.dv),
-                              (base.dq, base.dk, base.dv), strict=True):  # fmt: skip
+    # the reference takes (H,) slopes: (B, H) ones batch by batch
+    per = [None] * b if slopes is None else list(slopes.expand(b, hq))
+
+    def grads_of(dtype):
+        outs = [variant_attention(*(t.detach()[i : i + 1].to(dtype) for t in (q, k, v)),
+                                  alibi_slopes=per[i], do=do[i : i + 1].to(dtype), **kw)
+                for i in range(b)]  # fmt: skip
+        return [torch.cat([getattr(r, n) for r in outs]) for n in ("dq", "dk", "dv")]
+
+    ref, base = grads_of(torch.float64), grads_of(dtype)
+    for name, x, r, bl in zip(("dq", "dk", "dv"), grads, ref, base, strict=True):
         assert x.isfinite().all(), name
         report = _tensor_report(x, x, r, bl, sk)
         assert report["passed"], (name, report)
