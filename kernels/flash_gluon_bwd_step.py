@@ -139,15 +139,16 @@ def _bwd_step(t, ME: gl.constexpr, kv, ds_bufs, dq_bufs, dk, dv, rings, bars, dq
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
         p_t = _p_masked(p_t, m0, my_key0, seq_q, seq_k, CAUSAL)
         pg_t = p_t
-    else:  # pg_t: Pᵀ, or with a softcap Pᵀ ∘ (1 - tanh²)
-        p_t, pg_t = _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
-                           CAUSAL, VAR)  # fmt: skip
+        p_lo = p_t.to(dtype)
+    else:  # Pᵀ in dtype, and pg_t: Pᵀ, or with a softcap Pᵀ ∘ (1 - tanh²), in fp32
+        p_lo, pg_t = _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
+                            dtype, CAUSAL, VAR)  # fmt: skip
     if OPS_SMEM >= 2:  # Pᵀ through its own tile: no register operand live under dV
         p_op = ds_bufs.index(2 + ME)
-        p_op.store(p_t.to(dtype))
+        p_op.store(p_lo)
         fence_async_shared()
     else:
-        p_op = gl.convert_layout(p_t.to(dtype), a_layout)
+        p_op = gl.convert_layout(p_lo, a_layout)
     _turn(bars, ME, 3 * t + 1, PINGPONG)
     dv = warpgroup_mma(p_op, do_t, dv, is_async=True)
     _pass(bars, ME, PINGPONG)

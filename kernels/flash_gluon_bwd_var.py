@@ -71,13 +71,15 @@ def _tanh(x):
 
 
 @gluon.jit
-def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
+def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2, dtype: gl.constexpr,
            CAUSAL: gl.constexpr, VAR: gl.constexpr):  # fmt: skip
-    """(Pᵀ, the tile that multiplies dPᵀ - delta) of a consumer's Sᵀ = K Qᵀ (raw dots)
-    for query rows [m0, m0 + BLOCK_M) and keys [my_key0, my_key0 + KEYS), with the
-    variant: masked where a key is past seq_k, outside the window, past the diagonal
-    (causal) or, with a softcap, where a row is past seq_q (its zero-filled lse2 would let
-    P reach 2^cap_out, inf in fp16, and inf · 0 in dV)."""
+    """(Pᵀ in `dtype`, the fp32 tile that multiplies dPᵀ - delta) of a consumer's Sᵀ = K Qᵀ
+    (raw dots) for query rows [m0, m0 + BLOCK_M) and keys [my_key0, my_key0 + KEYS),
+    with the variant: masked where a key is past seq_k, outside the window, past the
+    diagonal (causal) or, with a softcap, where a row is past seq_q (its zero-filled lse2
+    would let P reach 2^cap_out, inf in fp16, and inf · 0 in dV). Both tiles are made
+    score by score before the mask, so each score's tanh and fp32 P die at once: the
+    registers live here are the dense kernel's (P in fp32 and in `dtype`)."""
     win_left, win_right, cap_in, cap_out = var[0], var[1], var[2], var[3]
     KEYS: gl.constexpr = s_t.shape[0]
     BLOCK_M: gl.constexpr = s_t.shape[1]
@@ -93,8 +95,7 @@ def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
     if VAR & 4:
         # distances from this consumer's first key, exact small integers in fp32 (the
         # visible ones; far ones only need P to underflow)
-        rel = (m0 + diag - my_key0).to(gl.float32)
-        colf = gl.arange(0, BLOCK_M, layout=col_l).to(gl.float32) + rel
+        colf = (gl.arange(0, BLOCK_M, layout=col_l) + (m0 + diag - my_key0)).to(gl.float32)
         rowf = gl.arange(0, KEYS, layout=row_l).to(gl.float32)
         if CAUSAL:
             # every visible key has j <= i + o: -m·(i + o - j) = m·(j - key0) - m·(i + o - key0),
@@ -107,7 +108,12 @@ def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
             x = x - slope2 * gl.abs(dist) - gl.expand_dims(lse2, 0)
     else:
         x = x - gl.expand_dims(lse2, 0)
-    p_t = gl.exp2(x)
+    p = gl.exp2(x)
+    if VAR & 2:
+        pg_t = p * (1.0 - th * th)
+        p_t = p.to(dtype)
+    else:  # as the dense kernel: P in dtype after the mask
+        p_t = p
     need = my_key0 + KEYS > seq_k
     if VAR & 1:
         # masked unless the whole block is visible: its last row's left edge at or before
@@ -122,17 +128,17 @@ def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2,
         keys = my_key0 + gl.arange(0, KEYS, layout=row_l)
         rows = m0 + gl.arange(0, BLOCK_M, layout=col_l)
         keep = gl.expand_dims(keys < seq_k, 1)
-        if VAR & 1:
-            edge = gl.expand_dims(rows + diag, 0)
-            kcol = gl.expand_dims(keys, 1)
-            keep = keep & (kcol >= edge - win_left) & (kcol <= edge + win_right)
+        if VAR & 1:  # visible when -right <= (i + o) - j <= left
+            d = gl.expand_dims(rows + diag, 0) - gl.expand_dims(keys, 1)
+            keep = keep & (d <= win_left) & (d >= -win_right)
         elif CAUSAL:
             keep = keep & (gl.expand_dims(keys, 1) <= gl.expand_dims(rows + diag, 0))
         if VAR & 2:
             keep = keep & gl.expand_dims(rows < seq_q, 0)
-        p_t = gl.where(keep, p_t, 0.0)
+        p_t = gl.where(keep, p_t, gl.zeros_like(p_t))
+        if VAR & 2:
+            pg_t = gl.where(keep, pg_t, 0.0)
     if VAR & 2:
-        pg_t = p_t * (1.0 - th * th)
+        return p_t, pg_t
     else:
-        pg_t = p_t
-    return p_t, pg_t
+        return p_t.to(dtype), p_t
