@@ -456,8 +456,9 @@ def test_gpu_auto_falls_back_where_gluon_cannot_run(monkeypatch, dtype, head_dim
 @needs_cuda
 def test_gpu_the_default_backward_is_gluon_where_it_runs(monkeypatch):
     """flash_attention's default (`deterministic=None`) on the H200: the Gluon kernel at
-    bf16 head_dim 128 (counted), the two-kernel backward at head_dim 256, fp32 and under
-    a variant (softcap); every one within the accuracy rule."""
+    bf16 head_dim 128 (counted) and under a softcap (issue 19's window, softcap and ALiBi
+    run there since session 17), the two-kernel backward at head_dim 256, fp32 and for a
+    packed batch; every one within the accuracy rule."""
     from test_flash_attention import make
     from test_flash_backward import assert_backward_within_pytorch_error
 
@@ -472,10 +473,17 @@ def test_gpu_the_default_backward_is_gluon_where_it_runs(monkeypatch):
         q, k, v = make(1, 4, 2, 517, 517, head_dim, dtype, device="cuda")
         assert_backward_within_pytorch_error(q, k, v, True, None)
         assert len(calls) == expect, (dtype, head_dim)
+    from fa_bench.kernels import flash_attention_varlen
     from fa_bench.kernels.flash_attention import flash_attention
 
     calls.clear()
     q, k, v = make(1, 4, 2, 517, 517, 128, torch.bfloat16, device="cuda")
     o = flash_attention(q, k, v, causal=True, softcap=20.0)
     o.sum().backward()
-    assert not calls and q.grad is not None
+    assert calls == [1] and q.grad is not None
+    calls.clear()
+    qp, kp, vp = (t.detach()[0].transpose(0, 1).contiguous().requires_grad_() for t in (q, k, v))
+    cu = torch.tensor([0, 200, 517], dtype=torch.int32, device="cuda")
+    o = flash_attention_varlen(qp, kp, vp, cu, cu, 317, 317, causal=True)
+    o.sum().backward()
+    assert not calls and qp.grad is not None
