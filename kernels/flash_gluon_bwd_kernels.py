@@ -36,7 +36,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from fa_bench.kernels.flash_gluon_bwd_step import _bwd_step, _step_coords
-from fa_bench.kernels.flash_gluon_bwd_var import _query_range
+from fa_bench.kernels.flash_gluon_bwd_var import _query_range, _scale_k
 from fa_bench.kernels.flash_gluon_kernels import _acc_layout
 
 
@@ -102,6 +102,8 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
     dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=d_layout)
     dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, layout=d_layout)
     mbarrier.wait(bars[0], 0)
+    if VAR & 8:  # a softcap's K scaled by cap_in in shared memory, both tiles awaited
+        _scale_k(k_me, var[2], var[6])
     for t in range(group * n_m):
         dk, dv = _bwd_step(t, ME, (k_tiles, k_me, v_me), ds_bufs, dq_bufs, dk, dv,
                            (q_bufs, do_bufs, lse_bufs, delta_bufs), bars, dq_desc,
@@ -249,6 +251,11 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
     chunks: gl.constexpr = 1 if DQ_MODE == 1 else HEAD_DIM // dq_tile[3]
     dq_bufs = gl.allocate_shared_memory(gl.float32, [2 * chunks] + dq_tile, dq_desc.layout)  # noqa: RUF005
     bars = _bwd_bars(STAGES)
+    if VAR & 8:  # both consumers have scaled their K tile (flash_gluon_bwd_var._scale_k)
+        kbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(kbar, count=2)
+    else:
+        kbar: gl.constexpr = None
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
     gl.warp_specialize(
@@ -259,7 +266,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
                               OPS_SMEM, DQ_PERM,
-                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b),
+                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b,
+                               kbar),
                               VAR)),
             (_bwd_consumer1, ((dk_desc, dv_desc, dq_desc),
                               (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs,
@@ -267,7 +275,8 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
                               (b, hk, key0, m_start, n_m, rot, group),
                               (seq_q, seq_k, qk_scale, scale), CAUSAL, DQ_MODE, PINGPONG,
                               OPS_SMEM, DQ_PERM,
-                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b),
+                              (win_left, win_right, cap_in, cap_out, slopes, slope_stride_b,
+                               kbar),
                               VAR)),
             (_bwd_producer, ((q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc),
                              (k_tiles, v_tiles, q_bufs, do_bufs, lse_bufs, delta_bufs), bars,

@@ -40,6 +40,7 @@ from fa_bench.kernels.bound_launch import recall, remember
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
 from fa_bench.kernels.flash_gluon_bwd_order import causal_head_group
 from fa_bench.kernels.flash_gluon_bwd_varhost import (
+    dq_scale,
     stand_in,
     variant_args,
     variant_bits,
@@ -193,11 +194,18 @@ def steps(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bo
     batch, heads_q, seq_q, head_dim = q.shape
     rows = -(-seq_q // _ROWS)
     post = (kernels.dq_post, (rows, batch * heads_q),
-            (dq_ws, dq, *_strides(dq), heads_q, seq_q, float(scale)),
+            (dq_ws, dq, *_strides(dq), heads_q, seq_q, dq_scale(variant, scale, _fp16(q))),
             dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=_ROWS,
                  DQ_PERM=cfg.dq_perm))  # fmt: skip
     main = (cfg, (q, k, v, do, dk, dv, dq_ws), lse2, delta, causal, scale, probe, variant)
     return [lambda: main_call(*main), lambda: post]
+
+
+def _fp16(t: Any) -> bool:
+    """Whether a tensor (or a plan's stand-in for one) holds float16."""
+    import torch
+
+    return t.dtype == torch.float16
 
 
 def _strides(t: Any) -> tuple[int, int, int]:
@@ -245,8 +253,8 @@ def main_call(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal
                   CAUSAL=causal, PRODUCER_REGS=cfg.producer_regs,
                   CONSUMER_REGS=cfg.consumer_regs, DQ_MODE=probe or cfg.dq_mode,
                   ROTATE=cfg.rotate, PINGPONG=cfg.pingpong,
-                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm, VAR=variant_bits(variant),
-                  num_warps=4)  # fmt: skip
+                  OPS_SMEM=cfg.ops_smem, DQ_PERM=cfg.dq_perm,
+                  VAR=variant_bits(variant, scale, _fp16(q)), num_warps=4)  # fmt: skip
     return flash_gluon_bwd_kernels._bwd_ws, grid, args, kwargs
 
 

@@ -3,7 +3,7 @@ windows, ALiBi and the logit softcap, in any combination, for the consumers' S�
 (keys on the first axis, query rows on the second).
 
 `VAR` (a constexpr) holds the variant bits, 0 for dense attention (whose code is then
-untouched): window 1, softcap 2, ALiBi 4 (the host's names and values:
+untouched): window 1, softcap 2, ALiBi 4, K_SCALED 8 (the host's names and values:
 kernels/flash_gluon_bwd_varhost.py). The runtime values come as one tuple `var`:
 
 - win_left, win_right: the window's kernel bounds (flash_validate.kernel_window: both
@@ -12,7 +12,12 @@ kernels/flash_gluon_bwd_varhost.py). The runtime values come as one tuple `var`:
 - cap_in = scale / c and cap_out = c · log2(e): the forward's softcapped score in the
   log2 domain is tanh(q·k · cap_in) · cap_out;
 - slopes, slope_stride_b: the (batch, heads_q) fp32 ALiBi slopes (stride 0 over the
-  batch when the call gave (heads_q,)).
+  batch when the call gave (heads_q,));
+- kbar: with bit 8 (K_SCALED, a softcap), an mbarrier both consumers arrive at once
+  they have scaled their K tile by cap_in in shared memory (`_scale_k`), so a score's
+  tanh takes its dot as it is (one multiply per score less) and dQ = dS K' comes out
+  scaled by cap_in (dQ's cast multiplies by c = scale / cap_in instead of scale); None
+  without.
 
 Semantics are the `tl` kernels' (flash_kernels_variants.py): softcap, then ALiBi
 (s - m_h · |i + o - j|), then the mask; lse2 is the forward's (+inf for a row that sees no
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 
 @gluon.jit
@@ -71,6 +77,21 @@ def _tanh(x):
 
 
 @gluon.jit
+def _scale_k(k_tile, cap_in, kbar):
+    """This consumer's K tile times cap_in, rounded to its dtype in place, then the other
+    consumer's (dQ reads both tiles) awaited: before any matmul reads them."""
+    KEYS: gl.constexpr = k_tile.shape[0]
+    HEAD_DIM: gl.constexpr = k_tile.shape[1]
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    gl.static_assert(KEYS * HEAD_DIM >= 128 * 8, "one 8-element row piece per thread at least")
+    k = k_tile.load(layout)
+    k_tile.store((k.to(gl.float32) * cap_in).to(k_tile.dtype))
+    fence_async_shared()
+    mbarrier.arrive(kbar, count=1)
+    mbarrier.wait(kbar, 0)
+
+
+@gluon.jit
 def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2, dtype: gl.constexpr,
            CAUSAL: gl.constexpr, VAR: gl.constexpr):  # fmt: skip
     """(Pᵀ in `dtype`, the fp32 tile that multiplies dPᵀ - delta) of a consumer's Sᵀ = K Qᵀ
@@ -87,7 +108,10 @@ def _var_p(s_t, lse2, m0, my_key0, seq_q, seq_k, qk_scale, var, slope2, dtype: g
     row_l: gl.constexpr = gl.SliceLayout(1, layout)
     col_l: gl.constexpr = gl.SliceLayout(0, layout)
     diag = seq_k - seq_q
-    if VAR & 2:
+    if VAR & 8:  # K already scaled by cap_in (`_scale_k`)
+        th = _tanh(s_t)
+        x = th * cap_out
+    elif VAR & 2:
         th = _tanh(s_t * cap_in)
         x = th * cap_out
     else:

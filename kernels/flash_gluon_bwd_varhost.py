@@ -15,6 +15,11 @@ from typing import Any
 WINDOW = 1
 SOFTCAP = 2
 ALIBI = 4
+# a softcap's K scaled by scale / c in shared memory (flash_gluon_bwd_var._scale_k): one
+# multiply per score less; fp16 only where scale / c >= 2^-10, so K · scale / c stays a
+# normal fp16 number for |k| >= 2^-4 (the forward's SOFTCAP_QSCALE_FP16 rule)
+K_SCALED = 8
+_FP16_MIN_CAP_IN = 2.0**-10
 _LOG2E = 1.4426950408889634
 # the kernel's var values of a dense call (none of them read)
 _DENSE = (0, 0, 0.0, 0.0, None, 0)
@@ -34,15 +39,30 @@ def variant_reason(variant: Any) -> str | None:
     return None
 
 
-def variant_bits(variant: Any) -> int:
-    """The kernel's VAR constexpr (0 for None: the dense kernel)."""
+def k_scaled(variant: Any, scale: float, fp16: bool) -> bool:
+    """Whether the kernel scales K by scale / c (K_SCALED) for this softcap."""
+    if variant is None or variant.softcap <= 0:
+        return False
+    return not fp16 or scale / variant.softcap >= _FP16_MIN_CAP_IN
+
+
+def variant_bits(variant: Any, scale: float = 1.0, fp16: bool = False) -> int:
+    """The kernel's VAR constexpr (0 for None: the dense kernel); `fp16`: q's dtype is
+    float16 (K_SCALED's rule)."""
     if variant is None:
         return 0
     return (
         (WINDOW if variant.window is not None else 0)
         | (SOFTCAP if variant.softcap > 0 else 0)
         | (ALIBI if variant.slopes is not None else 0)
+        | (K_SCALED if k_scaled(variant, scale, fp16) else 0)
     )
+
+
+def dq_scale(variant: Any, scale: float, fp16: bool) -> float:
+    """What dQ's cast multiplies the workspace by: the scale, or c where K was scaled by
+    scale / c (dQ = scale · dS K = c · dS K')."""
+    return float(variant.softcap) if k_scaled(variant, scale, fp16) else float(scale)
 
 
 def variant_args(variant: Any, scale: float) -> tuple:

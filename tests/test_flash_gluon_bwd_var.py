@@ -14,6 +14,8 @@ import torch
 from fa_bench.kernels import flash_gluon, flash_gluon_bwd, flash_gluon_bwd_plan
 from fa_bench.kernels.flash_config import FlashConfig
 from fa_bench.kernels.flash_gluon_bwd_varhost import (
+    dq_scale,
+    k_scaled,
     stand_in,
     variant_args,
     variant_bits,
@@ -54,9 +56,9 @@ def test_the_kernel_bits_and_values():
     slopes = torch.arange(8, dtype=torch.float32).view(2, 4)
     assert variant_bits(None) == 0 and variant_args(None, 0.1) == (0, 0, 0.0, 0.0, None, 0)
     v = _variant(window=(100, 0), softcap=50.0, slopes=slopes)
-    assert variant_bits(v) == 7
+    assert variant_bits(v, 0.125) == 15  # a softcap scales K (K_SCALED, 8)
     assert variant_bits(_variant(window=(1, 2))) == 1
-    assert variant_bits(_variant(softcap=3.0)) == 2
+    assert variant_bits(_variant(softcap=3.0)) == 2 | 8
     assert variant_bits(_variant(slopes=slopes)) == 4
     left, right, cap_in, cap_out, s, stride_b = variant_args(v, 0.125)
     assert (left, right, s, stride_b) == (100, 0, slopes, 4)
@@ -66,6 +68,18 @@ def test_the_kernel_bits_and_values():
     one = make_variant(q, causal=True, window=(-1, -1), alibi_slopes=torch.ones(4),
                        softcap=0.0, batch=3, seq_q=16, seq_k=16)  # fmt: skip
     assert variant_args(one, 0.1)[5] == 0 and variant_bits(one) == 4
+
+
+def test_k_is_scaled_for_a_softcap_where_fp16_keeps_it_normal():
+    """K · scale / c in fp16 stays normal for |k| >= 2^-4 while scale / c >= 2^-10; bf16
+    always. dQ's cast then multiplies by c (scale · dS K = c · dS K')."""
+    cap = _variant(softcap=50.0)
+    assert k_scaled(cap, 0.088, fp16=False) and k_scaled(cap, 0.088, fp16=True)
+    assert k_scaled(cap, 0.04, fp16=False) and not k_scaled(cap, 0.04, fp16=True)
+    assert not k_scaled(None, 0.1, False) and not k_scaled(_variant(window=(1, 0)), 0.1, False)
+    assert dq_scale(cap, 0.088, False) == 50.0 and dq_scale(cap, 0.04, True) == 0.04
+    assert dq_scale(None, 0.1, False) == 0.1
+    assert variant_bits(cap, 0.04, fp16=True) == 2
 
 
 def test_the_plan_key_holds_the_variant_and_the_stand_in_its_slopes():
@@ -91,10 +105,14 @@ def test_main_call_passes_the_variant():
     tensors = (q, k, v, do, dk, dv, dq_ws)
     _, _, args, kw = flash_gluon_bwd_plan.main_call(CFG, tensors, lse2, delta, True, 0.1,
                                                     variant=var)  # fmt: skip
-    assert kw["VAR"] == 7 and args[-6:-2] == (30, 0, 0.1 / 20.0, 20.0 * LOG2E)
+    assert kw["VAR"] == 15 and args[-6:-2] == (30, 0, 0.1 / 20.0, 20.0 * LOG2E)
     assert args[-2] is slopes and args[-1] == 4
     _, _, dense, kw = flash_gluon_bwd_plan.main_call(CFG, tensors, lse2, delta, True, 0.1)
     assert kw["VAR"] == 0 and len(dense) == len(args) and dense[9:-6] == args[9:-6]
+    # dQ's cast: c where K was scaled by scale / c, else the scale
+    post = flash_gluon_bwd_plan.steps(CFG, (q, k, v, None, do, dk, dv, q, dq_ws), lse2, delta,
+                                      True, 0.1, variant=var)[1]()  # fmt: skip
+    assert post[2][-1] == 20.0
     key = flash_gluon_bwd_plan.plan_key
     assert key(CFG, tensors, lse2, delta, True, 0.1, var) != key(CFG, tensors, lse2, delta,
                                                                  True, 0.1)  # fmt: skip
