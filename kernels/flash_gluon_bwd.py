@@ -216,8 +216,9 @@ def gluon_bwd_reason(q: Any, k: Any, v: Any, o: Any, do: Any, causal: bool,
     """Why the Gluon backward cannot run these tensors, or None if it can: the Gluon
     forward's conditions (sm_90, triton 3.6, fp16/bf16, TMA alignment, no interpreter),
     head_dim 64 or 128, o and dO shaped and aligned like q, and a variant it has
-    (flash_gluon_bwd_varhost.variant_reason: no packed batch)."""
-    reason = variant_reason(variant) or flash_gluon.gluon_reason(q, k, v, causal)
+    (flash_gluon_bwd_varhost.variant_reason: no packed batch, nor a launch that spills)."""
+    reason = variant_reason(variant, q.shape[-1], causal)
+    reason = reason or flash_gluon.gluon_reason(q, k, v, causal)
     if reason:
         return reason
     head_dim = q.shape[3]

@@ -25,12 +25,37 @@ _LOG2E = 1.4426950408889634
 _DENSE = (0, 0, 0.0, 0.0, None, 0)
 
 
-def variant_reason(variant: Any) -> str | None:
-    """Why the Gluon backward cannot run this variant (None when it can, or for None)."""
+# Launches whose consumers spill past about half a kilobyte (tools/gpu/gluon_bwd_compile.py
+# --var, triton 3.6.0, bf16): by (head_dim, the variant's bits without K_SCALED, causal).
+# On the H200 (session 17 call 5, bf16 d64 8k, against the two-kernel backward) the ones
+# measured ran slower: ALiBi non-causal (740 B) 0.706x, ALiBi with the softcap 0.910x
+# causal (592 B) and 0.457x not (1764 B), while those up to 456 B ran 1.12-1.31x (softcap,
+# ALiBi causal, dense); the rest here spill as much (748-2128 B) and keep the two-kernel
+# backward unmeasured.
+_SPILLS = {
+    64: {(ALIBI, False), (WINDOW | ALIBI, False), (SOFTCAP | ALIBI, True),
+         (SOFTCAP | ALIBI, False), (WINDOW | SOFTCAP, True), (WINDOW | SOFTCAP, False),
+         (WINDOW | SOFTCAP | ALIBI, True), (WINDOW | SOFTCAP | ALIBI, False)},
+    128: {(WINDOW | SOFTCAP | ALIBI, False)},
+}  # fmt: skip
+_NAMES = {WINDOW: "window", SOFTCAP: "softcap", ALIBI: "ALiBi"}
+
+
+def variant_reason(variant: Any, head_dim: int, causal: bool) -> str | None:
+    """Why the Gluon backward does not run this variant (None when it does, or for None):
+    packed batches, a tanh other than the fast one, or a launch that spills (`_SPILLS`)."""
     if variant is None:
         return None
     if variant.varlen is not None:
         return "packed (varlen) batches: the Gluon backward has none"
+    bits = variant_bits(variant) & ~K_SCALED
+    if (bits, bool(causal)) in _SPILLS.get(head_dim, set()):
+        kind = "+".join(name for bit, name in _NAMES.items() if bits & bit)
+        return (
+            f"{kind} at head_dim={head_dim} ({'' if causal else 'non-'}causal): the Gluon "
+            "kernel spills over half a kilobyte there (where measured, it ran slower than "
+            "the two-kernel backward)"
+        )
     if variant.softcap > 0 and variant.tanh != 1:
         return (
             f"softcap with tanh={variant.tanh} (flash_validate.FAST_TANH / PACKED_TANH): "

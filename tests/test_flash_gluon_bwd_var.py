@@ -39,17 +39,39 @@ def runnable(monkeypatch):
 
 def test_the_gluon_backward_takes_windows_softcap_and_alibi_not_packed_batches():
     slopes = torch.ones(2, 4)
-    assert variant_reason(None) is None
+    assert variant_reason(None, 128, True) is None
     for v in (_variant(window=(10, 0)), _variant(softcap=30.0), _variant(slopes=slopes),
               _variant(window=(5, 5), softcap=2.0, slopes=slopes)):  # fmt: skip
-        assert variant_reason(v) is None
+        assert variant_reason(v, 128, True) is None
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
     packed = _variant(varlen=Varlen(cu, cu, 4, 4))
-    assert "packed" in variant_reason(packed)
+    assert "packed" in variant_reason(packed, 128, True)
     # libdevice's tanh (FAST_TANH off) and the packed bf16x2 one: not the kernel's
     for tanh in (0, 2):
-        assert f"tanh={tanh}" in variant_reason(_variant(softcap=30.0, tanh=tanh))
-    assert variant_reason(_variant(window=(3, 0), tanh=0)) is None  # no softcap: no tanh
+        assert f"tanh={tanh}" in variant_reason(_variant(softcap=30.0, tanh=tanh), 128, True)
+    assert variant_reason(_variant(window=(3, 0), tanh=0), 128, True) is None  # no tanh
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "causal", "kw", "takes"),
+    [(64, True, dict(softcap=50.0), True), (64, False, dict(softcap=50.0), True),
+     (64, True, dict(alibi=True), True), (64, False, dict(alibi=True), False),
+     (64, True, dict(alibi=True, softcap=50.0), False),
+     (64, True, dict(window=(9, 0), alibi=True), True),
+     (64, True, dict(window=(9, 0), softcap=50.0), False), (64, True, dict(window=(9, 0)), True),
+     (128, False, dict(alibi=True, softcap=50.0), True),
+     (128, False, dict(window=(9, 9), alibi=True, softcap=50.0), False),
+     (128, True, dict(window=(9, 0), alibi=True, softcap=50.0), True)],
+)  # fmt: skip
+def test_launches_that_spill_keep_the_two_kernel_backward(head_dim, causal, kw, takes):
+    """Session 17 call 5 (bf16 d64 8k): ALiBi non-causal and ALiBi with the softcap, whose
+    consumers spill 0.6-1.8 KB, ran 0.46-0.91x the two-kernel backward; the launches that
+    spill as much keep it too (flash_gluon_bwd_varhost._SPILLS)."""
+    slopes = torch.ones(1, 4) if kw.pop("alibi", False) else None
+    reason = variant_reason(_variant(slopes=slopes, **kw), head_dim, causal)
+    assert (reason is None) is takes, reason
+    if not takes:
+        assert f"head_dim={head_dim}" in reason and "spills" in reason
 
 
 def test_the_kernel_bits_and_values():
