@@ -51,8 +51,9 @@ def _check_onepass(case: Case, device: object) -> str | None:
     variants = _variants(case)
     if variants and case.mode is not Mode.FWD:
         return (
-            f"the one-pass backward has no {' or '.join(variants)} (issue 19); `triton` "
-            "runs them with the two-kernel backward, and this forward is the same"
+            f"triton-onepass times no {' or '.join(variants)} backward (issue 19): "
+            "`triton` runs windows, ALiBi and softcap in the Gluon one-pass backward where "
+            "it can and the rest in the two-kernel one, and this forward is the same"
         )
     return _check(case, device)
 
@@ -250,7 +251,8 @@ _SUPPORT: dict = dict(
         "exp2, GQA, bottom-right causal; on sm_90 a warp-specialised Gluon forward where it "
         "measured faster (the backend names it); sliding windows (blocks outside skipped), ALiBi, "
         "softcap, packed varlen batches (flash_attention_varlen); backward: on sm_90 "
-        "(fp16/bf16, head_dim 64/128, no variant) the warp-specialised Gluon one-pass "
+        "(fp16/bf16, head_dim 64/128; windows, ALiBi and softcap too, not packed batches) "
+        "the warp-specialised Gluon one-pass "
         "backward (five matmuls per tile pair, dQ summed by fp32 reduce-adds: not bitwise "
         "reproducible; H200, session 16: 1.00-1.11x cuDNN, level with it at bf16 d128 4k "
         "causal; docs/results-h200.md), elsewhere the two-kernel backward "
