@@ -129,7 +129,7 @@ def _bwd_consumer(ME: gl.constexpr, outs, smem, bars, coords, scalars, CAUSAL: g
 def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
                    OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr, var,
-                  VAR: gl.constexpr):  # fmt: skip
+                   VAR: gl.constexpr):  # fmt: skip
     _bwd_consumer(0, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
                   DQ_PERM, var, VAR)  # fmt: skip
 
@@ -138,7 +138,7 @@ def _bwd_consumer0(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
 def _bwd_consumer1(outs, smem, bars, coords, scalars, CAUSAL: gl.constexpr,
                    DQ_MODE: gl.constexpr, PINGPONG: gl.constexpr,
                    OPS_SMEM: gl.constexpr, DQ_PERM: gl.constexpr, var,
-                  VAR: gl.constexpr):  # fmt: skip
+                   VAR: gl.constexpr):  # fmt: skip
     _bwd_consumer(1, outs, smem, bars, coords, scalars, CAUSAL, DQ_MODE, PINGPONG, OPS_SMEM,
                   DQ_PERM, var, VAR)  # fmt: skip
 

@@ -127,3 +127,27 @@ def test_gluon_bwd_window_skips_key_blocks_no_row_sees(dtype, monkeypatch):
     """A narrow window non-causal over keys far past the rows: CTAs whose keys no row sees
     run no step and must still write zero dK and dV."""
     _case(dtype, sq=256, sk=2048, window=(0, 0), causal=False, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gluon_bwd_variant_plans_replay(dtype):
+    """The second backward of the same tensors replays the plan (the bound launches were
+    checked against the JIT's, slopes stand-in included), and the replay's gradients are
+    the first call's within the reduce-adds' order."""
+    from fa_bench.case import alibi_slopes
+    from fa_bench.kernels import flash_attention, flash_gluon_bwd_plan
+
+    if not _gluon_ok():
+        pytest.skip("the Gluon backward needs sm_90 and triton 3.6")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn((2, 4, 1024, 128), generator=g, device="cuda").to(dtype)
+               .requires_grad_() for _ in range(3))  # fmt: skip
+    slopes = torch.tensor(alibi_slopes(4), dtype=torch.float32, device="cuda")
+    kw = dict(causal=True, window=(300, -1), softcap=30.0, alibi_slopes=slopes)
+    do = torch.randn((2, 4, 1024, 128), generator=g, device="cuda").to(dtype)
+    first = torch.autograd.grad(flash_attention(q, k, v, **kw), (q, k, v), do)
+    hits = flash_gluon_bwd_plan.hits
+    again = torch.autograd.grad(flash_attention(q, k, v, **kw), (q, k, v), do)
+    assert flash_gluon_bwd_plan.hits == hits + 1, flash_gluon_bwd_plan.last_reason
+    for a, b in zip(first, again, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()))
