@@ -131,9 +131,9 @@ def test_gluon_bwd_window_skips_key_blocks_no_row_sees(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gluon_bwd_variant_plans_replay(dtype):
-    """The second backward of the same tensors replays the plan (the bound launches were
-    checked against the JIT's, slopes stand-in included), and the replay's gradients are
-    the first call's within the reduce-adds' order."""
+    """As fa-bench run times it (grads reset, the backward run again on the same graph):
+    the replays take the plan (its bound launches checked against the JIT's, the slopes'
+    stand-in included) and give the first call's gradients within the reduce-adds' order."""
     from fa_bench.case import alibi_slopes
     from fa_bench.kernels import flash_attention, flash_gluon_bwd_plan
 
@@ -143,11 +143,15 @@ def test_gluon_bwd_variant_plans_replay(dtype):
     q, k, v = (torch.randn((2, 4, 1024, 128), generator=g, device="cuda").to(dtype)
                .requires_grad_() for _ in range(3))  # fmt: skip
     slopes = torch.tensor(alibi_slopes(4), dtype=torch.float32, device="cuda")
-    kw = dict(causal=True, window=(300, -1), softcap=30.0, alibi_slopes=slopes)
-    do = torch.randn((2, 4, 1024, 128), generator=g, device="cuda").to(dtype)
-    first = torch.autograd.grad(flash_attention(q, k, v, **kw), (q, k, v), do)
+    out = flash_attention(q, k, v, causal=True, window=(300, -1), softcap=30.0,
+                          alibi_slopes=slopes)  # fmt: skip
+    grad = torch.randn_like(out)
+    out.backward(grad, retain_graph=True)
+    first = [t.grad.clone() for t in (q, k, v)]
     hits = flash_gluon_bwd_plan.hits
-    again = torch.autograd.grad(flash_attention(q, k, v, **kw), (q, k, v), do)
-    assert flash_gluon_bwd_plan.hits == hits + 1, flash_gluon_bwd_plan.last_reason
-    for a, b in zip(first, again, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()))
+    for _ in range(2):
+        q.grad = k.grad = v.grad = None
+        out.backward(grad, retain_graph=True)
+        for a, b in zip((q.grad, k.grad, v.grad), first, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()))
+    assert flash_gluon_bwd_plan.hits >= hits + 1, flash_gluon_bwd_plan.last_reason
