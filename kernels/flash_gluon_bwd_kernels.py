@@ -255,7 +255,7 @@ def _bwd_ws(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc
         kbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(kbar, count=2)
     else:
-        kbar: gl.constexpr = None
+        kbar: gl.constexpr = None  # type: ignore[no-redef]  # a constexpr, as triton needs
     # the argument tuples are written inline: an assignment would turn constexprs in
     # them into tensors (triton 3.6's code generator)
     gl.warp_specialize(
