@@ -130,7 +130,8 @@ def test_the_default_backward_is_the_gluon_one_where_it_runs(monkeypatch):
     """`deterministic=None` (the default) runs the Gluon one-pass backward where
     backward_choice finds a launch (sm_90, fp16/bf16, head_dim 64/128: faked here), else
     the two-kernel backward (on a CPU: bitwise the same gradients as deterministic=True);
-    a variant always takes the two-kernel backward."""
+    a variant is asked too, with its Variant (windows, ALiBi and softcap run in the Gluon
+    backward since session 17)."""
     import inspect
 
     from fa_bench.kernels import flash_gluon_bwd
@@ -142,18 +143,20 @@ def test_the_default_backward_is_the_gluon_one_where_it_runs(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(default, two_kernel, strict=True))
     asked, ran = [], []
     monkeypatch.setattr(flash_gluon_bwd, "backward_choice",
-                        lambda *a, default=False: asked.append(default) or "launch")  # fmt: skip
+                        lambda *a, default=False, variant=None:
+                        asked.append((default, variant)) or "launch")  # fmt: skip
 
     def fake_backward(*a, **kw):
-        ran.append(a[8])
+        ran.append((a[8], kw.get("variant")))
         return a[1] * 0, a[2] * 0, a[3] * 0
 
     monkeypatch.setattr(flash_gluon_bwd, "gluon_backward", fake_backward)
     _, faked = grads(q, k, v, True, deterministic=None)
-    assert (asked, ran) == ([True], ["launch"]) and not any(g.any() for g in faked)
-    o = flash_attention(q, k, v, causal=True, softcap=5.0)  # a variant: never asked
+    assert (asked, ran) == ([(True, None)], [("launch", None)])
+    assert not any(g.any() for g in faked)
+    o = flash_attention(q, k, v, causal=True, softcap=5.0)  # a variant: asked with it
     torch.autograd.grad(o, (q, k, v), output_grad(o))
-    assert asked == [True]
+    assert len(asked) == 2 and asked[1][1].softcap == 5.0 and ran[1] == ("launch", asked[1][1])
 
 
 @cpu_only
