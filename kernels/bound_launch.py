@@ -88,6 +88,12 @@ def jit_values(fn: Any, args: tuple, kwargs: dict) -> list | None:
     return [given[n] for n in names]
 
 
+def signature(t: Any) -> tuple:
+    """What a plan's key holds of a tensor (or a stand-in for one): its address, shape,
+    strides and dtype."""
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
 def recall(plans: OrderedDict, key: Any) -> Any:
     """The plan kept under `key` (None if none), marked most recently used."""
     plan = plans.get(key)

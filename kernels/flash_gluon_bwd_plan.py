@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from fa_bench.kernels import device_props
 from fa_bench.kernels.bound_launch import recall, remember
+from fa_bench.kernels.bound_launch import signature as _sig
 from fa_bench.kernels.flash_gluon_bwd_config import GluonBwdConfig
 from fa_bench.kernels.flash_gluon_bwd_order import causal_head_group
 from fa_bench.kernels.flash_gluon_bwd_varhost import (
@@ -73,10 +74,6 @@ hits = 0
 
 # (q, k, v, o, do, dk, dv, dq, dq_ws): the tensors of one backward, in this order
 NAMES = ("q", "k", "v", "o", "do", "dk", "dv", "dq", "dq_ws")
-
-
-def _sig(t: Any) -> tuple:
-    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 def plan_key(cfg: GluonBwdConfig, tensors: tuple, lse2: Any, delta: Any, causal: bool,

@@ -109,10 +109,9 @@ def variant_key(variant: Any) -> tuple:
     address and layout (their values are read by the kernel on every launch)."""
     if variant is None:
         return ()
-    slopes = variant.slopes
-    sig = None
-    if slopes is not None:
-        sig = (slopes.data_ptr(), tuple(slopes.shape), tuple(slopes.stride()), slopes.dtype)
+    from fa_bench.kernels.bound_launch import signature
+
+    sig = None if variant.slopes is None else signature(variant.slopes)
     return (variant.window, float(variant.softcap), sig)
 
 

@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 import torch
+from test_flash_gluon_bwd import runnable  # noqa: F401 (the fixture)
 
 from fa_bench.kernels import flash_gluon, flash_gluon_bwd, flash_gluon_bwd_plan
 from fa_bench.kernels.flash_config import FlashConfig
@@ -29,12 +30,6 @@ LOG2E = 1.4426950408889634
 
 def _variant(window=None, softcap=0.0, slopes=None, tanh=1, varlen=None) -> Variant:
     return Variant(window=window, softcap=softcap, slopes=slopes, varlen=varlen, tanh=tanh)
-
-
-@pytest.fixture
-def runnable(monkeypatch):
-    """Pretend the Gluon forward's conditions hold (sm_90, triton 3.6, CUDA tensors)."""
-    monkeypatch.setattr(flash_gluon, "gluon_reason", lambda q, k, v, causal: None)
 
 
 def test_the_gluon_backward_takes_windows_softcap_and_alibi_not_packed_batches():
@@ -140,7 +135,8 @@ def test_main_call_passes_the_variant():
                                                                  True, 0.1)  # fmt: skip
 
 
-def test_backward_choice_and_reason_follow_the_variant(runnable):
+@pytest.mark.usefixtures("runnable")
+def test_backward_choice_and_reason_follow_the_variant():
     q = torch.randn(1, 2, 64, 128, dtype=torch.float16)
     cfg = FlashConfig()
     assert flash_gluon_bwd.backward_choice(q, q, q, q, q, True, cfg, default=True,
@@ -191,7 +187,8 @@ def test_flash_attention_routes_a_variant_backward(monkeypatch):
     assert "backward='tl'" in _route(monkeypatch, False, backward="tl")
 
 
-def test_the_backend_label_names_the_gluon_backward_of_a_variant(runnable):
+@pytest.mark.usefixtures("runnable")
+def test_the_backend_label_names_the_gluon_backward_of_a_variant():
     from fa_bench.case import Case
     from fa_bench.kernels import triton_impl
     from fa_bench.sweep.vocab import config_label
